@@ -1,0 +1,184 @@
+/**
+ * @file file_io.cpp
+ * @brief Atomic whole-file writes, whole-file reads, globbing, mkdir -p (POSIX).
+ *
+ * Contract (see file_io.h): every failure throws gpt2::Error whose message starts with the
+ * file (or pattern) and ends with the system's reason (strerror). AtomicFileWriter keeps the
+ * destination untouched until commit() renames a fully written, fsynced temporary file onto
+ * it; the folder is fsynced afterwards so the rename itself survives a power cut. The
+ * destructor never throws: an uncommitted writer just closes and unlinks its temporary file.
+ * expand_glob sorts by byte order (strcmp), independent of the locale, so every rank and
+ * every run sees shards in the same order.
+ */
+#include "data/file_io.h"
+
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "kernels/common/error.h"
+
+namespace gpt2 {
+namespace {
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+std::string parent_folder(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// The rename is only durable once the folder entry is on disk. Some file systems refuse
+// fsync on a directory (EINVAL); the data itself is already synced, so that is not an error.
+void fsync_folder(const std::string& file_path) {
+  const std::string folder = parent_folder(file_path);
+  const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) GPT2_FAIL(file_path, ": cannot open folder '", folder, "' to sync: ", errno_text(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0 && err != EINVAL && err != EROFS) {
+    GPT2_FAIL(file_path, ": cannot sync folder '", folder, "': ", errno_text(err));
+  }
+}
+
+bool has_glob_characters(const std::string& pattern) {
+  return pattern.find_first_of("*?[") != std::string::npos;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// AtomicFileWriter
+
+AtomicFileWriter::AtomicFileWriter(const std::string& path)
+    : path_(path), temp_path_(str_cat(path, ".tmp.", static_cast<long>(::getpid()))) {
+  if (path.empty()) GPT2_FAIL("cannot write a file with an empty path");
+  file_ = std::fopen(temp_path_.c_str(), "wb");
+  if (file_ == nullptr) {
+    GPT2_FAIL(path_, ": cannot create temporary file '", temp_path_, "': ", errno_text(errno));
+  }
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (file_ != nullptr) std::fclose(file_);
+  if (!committed_) ::unlink(temp_path_.c_str());  // best effort; a destructor must not throw
+}
+
+void AtomicFileWriter::write(const void* data, size_t bytes) {
+  GPT2_CHECK(file_ != nullptr && !committed_, "write after commit or failed commit");
+  if (bytes == 0) return;
+  const size_t written = std::fwrite(data, 1, bytes, file_);
+  if (written != bytes) {
+    const int err = errno;
+    GPT2_FAIL(path_, ": write failed after ", written, " of ", bytes, " bytes: ",
+              err != 0 ? errno_text(err) : std::string("short write"));
+  }
+}
+
+void AtomicFileWriter::commit() {
+  GPT2_CHECK(file_ != nullptr && !committed_, "commit called twice or after a failed commit");
+  // Buffered data may only hit the disk here, so ENOSPC typically surfaces at fflush/fsync.
+  if (std::fflush(file_) != 0) GPT2_FAIL(path_, ": write failed: ", errno_text(errno));
+  if (::fsync(::fileno(file_)) != 0) GPT2_FAIL(path_, ": fsync failed: ", errno_text(errno));
+  FILE* file = file_;
+  file_ = nullptr;  // fclose releases the stream even when it fails
+  if (std::fclose(file) != 0) GPT2_FAIL(path_, ": close failed: ", errno_text(errno));
+  if (std::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+    GPT2_FAIL(path_, ": cannot rename '", temp_path_, "' onto it: ", errno_text(errno));
+  }
+  committed_ = true;
+  fsync_folder(path_);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reads
+
+std::vector<char> read_file_bytes(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    if (errno == ENOENT) GPT2_FAIL(path, ": no such file");
+    GPT2_FAIL(path, ": cannot read: ", errno_text(errno));
+  }
+  if (S_ISDIR(info.st_mode)) GPT2_FAIL(path, ": is a directory, not a file");
+  FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) GPT2_FAIL(path, ": cannot open: ", errno_text(errno));
+
+  // Read to EOF rather than trusting st_size, which is 0 for pipes and /proc files.
+  std::vector<char> bytes;
+  bytes.reserve(static_cast<size_t>(std::max<off_t>(info.st_size, 0)));
+  char chunk[1 << 16];
+  size_t got = 0;
+  while ((got = std::fread(chunk, 1, sizeof(chunk), file)) > 0) {
+    bytes.insert(bytes.end(), chunk, chunk + got);
+  }
+  const bool failed = std::ferror(file) != 0;
+  const int err = errno;
+  std::fclose(file);
+  if (failed) GPT2_FAIL(path, ": read failed: ", errno_text(err));
+  return bytes;
+}
+
+std::string read_file_text(const std::string& path) {
+  const std::vector<char> bytes = read_file_bytes(path);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Paths
+
+std::vector<std::string> expand_glob(const std::string& pattern) {
+  if (pattern.empty()) GPT2_FAIL("no file matches '' (empty pattern)");
+  if (!has_glob_characters(pattern)) {
+    if (!file_exists(pattern)) GPT2_FAIL(pattern, ": no such file");
+    return {pattern};
+  }
+  glob_t matches{};
+  const int rc = ::glob(pattern.c_str(), 0, nullptr, &matches);
+  std::vector<std::string> paths;
+  if (rc == 0) {
+    paths.assign(matches.gl_pathv, matches.gl_pathv + matches.gl_pathc);
+  }
+  ::globfree(&matches);
+  if (rc == GLOB_NOMATCH || (rc == 0 && paths.empty())) {
+    GPT2_FAIL("no file matches '", pattern, "'");
+  }
+  if (rc != 0) {
+    GPT2_FAIL("'", pattern, "': glob failed (", rc == GLOB_NOSPACE ? "out of memory" : "read error",
+              ")");
+  }
+  std::sort(paths.begin(), paths.end());  // byte order: std::string compares like strcmp
+  return paths;
+}
+
+bool file_exists(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0;
+}
+
+void make_directories(const std::string& path) {
+  if (path.empty()) GPT2_FAIL("cannot create a directory with an empty path");
+  // Create every prefix ending before a '/', then the whole path.
+  for (size_t end = path.find('/', 1);; end = path.find('/', end + 1)) {
+    const std::string prefix = path.substr(0, end);
+    if (!prefix.empty() && ::mkdir(prefix.c_str(), 0777) != 0) {
+      const int err = errno;
+      struct stat info {};
+      const bool is_folder = ::stat(prefix.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+      if (!is_folder) {  // an existing folder is fine whatever mkdir said (EEXIST, EROFS...)
+        GPT2_FAIL(path, ": cannot create directory '", prefix, "': ",
+                  err == EEXIST ? std::string("a file of that name exists") : errno_text(err));
+      }
+    }
+    if (end == std::string::npos) break;
+  }
+}
+
+}  // namespace gpt2
