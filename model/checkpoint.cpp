@@ -1,0 +1,301 @@
+/**
+ * @file checkpoint.cpp
+ * @brief llm.c model files (fp32 version 3, bf16 version 5) and the training-state file.
+ *
+ * Both formats are little-endian on disk; the code writes host memory as is, so it
+ * static_asserts a little-endian host instead of byte-swapping. Reads validate the header
+ * (magic, version, config via validate_config) and the exact file size before touching the
+ * payload, and every message starts with the file's path. Parameters are streamed in fixed
+ * chunks so a bf16 file of the 1.5B model needs no second full-size buffer.
+ * bf16 <- fp32 rounds to nearest even (NaN stays NaN: the quiet bit is forced so truncation
+ * cannot turn a NaN payload into infinity); bf16 -> fp32 is exact (zero-extend the mantissa).
+ * The training state's payload (m then v, fp32) is guarded by an FNV-1a 64 hash.
+ * Writes go through AtomicFileWriter: a killed process leaves the old file or the new one.
+ */
+#include "model/checkpoint.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "data/file_io.h"
+#include "kernels/common/error.h"
+#include "model/parameters.h"
+
+namespace gpt2 {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "checkpoint files are little-endian; this code writes host memory as is");
+
+namespace {
+
+constexpr int kModelHeaderInts = 256;
+constexpr size_t kModelHeaderBytes = kModelHeaderInts * sizeof(int32_t);
+constexpr int kStateHeaderInts = 256;
+constexpr size_t kStateHeaderBytes = kStateHeaderInts * sizeof(int64_t);
+// Conversion chunk: bounded extra memory for bf16 files whatever the model size.
+constexpr size_t kChunkElements = size_t(1) << 20;
+
+// Header slots of the training-state file (see checkpoint.h).
+enum StateSlot : int {
+  kSlotMagic = 0, kSlotVersion = 1, kSlotStep = 2, kSlotNumParameters = 3, kSlotBatchSize = 4,
+  kSlotSeqLen = 5, kSlotTotalBatchSize = 6, kSlotSeed = 7, kSlotWorldSize = 8,
+  kSlotLoaderEpoch = 9, kSlotLoaderShard = 10, kSlotLoaderBatch = 11, kSlotRngState = 12,
+  kSlotPayloadHash = 16, kSlotPayloadBytes = 17
+};
+
+uint16_t float_to_bf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  if ((bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu) != 0)
+    return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // NaN: keep sign, force quiet bit
+  const uint32_t rounding_bias = 0x7FFFu + ((bits >> 16) & 1u);  // ties go to the even result
+  return static_cast<uint16_t>((bits + rounding_bias) >> 16);
+}
+
+float bf16_to_float(uint16_t value) {
+  const uint32_t bits = static_cast<uint32_t>(value) << 16;
+  float result;
+  std::memcpy(&result, &bits, sizeof result);
+  return result;
+}
+
+// Read-only file with its size, closed on scope exit.
+class InputFile {
+ public:
+  explicit InputFile(const std::string& path) : path_(path) {
+    file_ = std::fopen(path.c_str(), "rb");
+    if (!file_) GPT2_FAIL(path, ": cannot open for reading (", std::strerror(errno), ")");
+    struct stat info;
+    if (fstat(fileno(file_), &info) != 0 || !S_ISREG(info.st_mode)) {
+      std::fclose(file_);
+      GPT2_FAIL(path, ": not a regular file");
+    }
+    size_ = static_cast<uint64_t>(info.st_size);
+  }
+  ~InputFile() { std::fclose(file_); }
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+
+  uint64_t size() const { return size_; }
+
+  void read(void* data, size_t bytes, const char* what) {
+    if (std::fread(data, 1, bytes, file_) != bytes)
+      GPT2_FAIL(path_, ": read error in ", what, " (file changed while reading?)");
+  }
+
+ private:
+  std::string path_;
+  FILE* file_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+struct ModelHeader {
+  ModelConfig config;
+  int32_t version = 0;
+};
+
+// Reads and validates the 256-int header and the file size against it.
+ModelHeader read_model_header(InputFile& file, const std::string& path) {
+  if (file.size() < kModelHeaderBytes)
+    GPT2_FAIL(path, ": file is ", file.size(), " bytes, shorter than the ", kModelHeaderBytes,
+              "-byte llm.c model header (truncated or not a model file)");
+  int32_t header[kModelHeaderInts];
+  file.read(header, sizeof header, "the header");
+  if (header[0] != kModelMagic)
+    GPT2_FAIL(path, ": bad magic number ", header[0], " (expected ", kModelMagic,
+              "): not an llm.c model file");
+  const int32_t version = header[1];
+  if (version != kModelVersionFp32 && version != kModelVersionBf16)
+    GPT2_FAIL(path, ": unsupported model file version ", version, " (expected ",
+              kModelVersionFp32, " for fp32 or ", kModelVersionBf16, " for bf16)");
+  ModelHeader result;
+  result.version = version;
+  ModelConfig& c = result.config;
+  c.max_seq_len = header[2];
+  c.vocab_size = header[3];
+  c.num_layers = header[4];
+  c.num_heads = header[5];
+  c.channels = header[6];
+  c.padded_vocab_size = header[7];
+  try {
+    validate_config(c);
+  } catch (const Error& e) {
+    GPT2_FAIL(path, ": inconsistent header: ", e.what());
+  }
+  // Bound the element count before size_t arithmetic on header values can wrap around.
+  const double approx_elements =
+      double(c.padded_vocab_size) * c.channels + double(c.max_seq_len) * c.channels +
+      double(c.num_layers) * c.channels * (12.0 * c.channels + 13.0) + 2.0 * c.channels;
+  if (approx_elements > 1e15)
+    GPT2_FAIL(path, ": inconsistent header: ", c.describe(), " describes ", approx_elements,
+              " parameters");
+  const size_t element_bytes = version == kModelVersionFp32 ? sizeof(float) : sizeof(uint16_t);
+  const uint64_t expected =
+      kModelHeaderBytes + ParameterLayout::for_config(c).total * element_bytes;
+  if (file.size() != expected)
+    GPT2_FAIL(path, ": file is ", file.size(), " bytes but its header (", c.describe(), ", ",
+              version == kModelVersionFp32 ? "fp32" : "bf16", ") requires ", expected,
+              " bytes (", file.size() < expected ? "truncated" : "trailing bytes", ")");
+  return result;
+}
+
+// FNV-1a 64 over bytes, continuing from hash (start with kFnvOffset).
+constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
+constexpr uint64_t kFnvPrime = 0x100000001b3ull;
+
+uint64_t fnv1a64(uint64_t hash, const void* data, size_t bytes) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) {
+    hash ^= p[i];
+    hash *= kFnvPrime;
+  }
+  return hash;
+}
+
+}  // namespace
+
+void write_model_checkpoint(const std::string& path, const ModelConfig& config,
+                            const float* params, int32_t version) {
+  GPT2_CHECK(version == kModelVersionFp32 || version == kModelVersionBf16, "version ", version);
+  validate_config(config);
+  int32_t header[kModelHeaderInts] = {};
+  header[0] = kModelMagic;
+  header[1] = version;
+  header[2] = config.max_seq_len;
+  header[3] = config.vocab_size;
+  header[4] = config.num_layers;
+  header[5] = config.num_heads;
+  header[6] = config.channels;
+  header[7] = config.padded_vocab_size;
+  const size_t total = ParameterLayout::for_config(config).total;
+
+  AtomicFileWriter writer(path);
+  writer.write(header, sizeof header);
+  if (version == kModelVersionFp32) {
+    writer.write(params, total * sizeof(float));
+  } else {
+    std::vector<uint16_t> chunk(std::min(total, kChunkElements));
+    for (size_t start = 0; start < total; start += chunk.size()) {
+      const size_t n = std::min(chunk.size(), total - start);
+      for (size_t i = 0; i < n; ++i) chunk[i] = float_to_bf16(params[start + i]);
+      writer.write(chunk.data(), n * sizeof(uint16_t));
+    }
+  }
+  writer.commit();
+}
+
+ModelConfig read_model_checkpoint_config(const std::string& path) {
+  InputFile file(path);
+  return read_model_header(file, path).config;
+}
+
+ModelCheckpoint read_model_checkpoint(const std::string& path) {
+  InputFile file(path);
+  const ModelHeader header = read_model_header(file, path);
+  ModelCheckpoint checkpoint;
+  checkpoint.config = header.config;
+  const size_t total = ParameterLayout::for_config(header.config).total;
+  checkpoint.params.resize(total);
+  if (header.version == kModelVersionFp32) {
+    file.read(checkpoint.params.data(), total * sizeof(float), "the parameters");
+  } else {
+    std::vector<uint16_t> chunk(std::min(total, kChunkElements));
+    for (size_t start = 0; start < total; start += chunk.size()) {
+      const size_t n = std::min(chunk.size(), total - start);
+      file.read(chunk.data(), n * sizeof(uint16_t), "the parameters");
+      for (size_t i = 0; i < n; ++i) checkpoint.params[start + i] = bf16_to_float(chunk[i]);
+    }
+  }
+  return checkpoint;
+}
+
+void write_training_state(const std::string& path, const TrainingState& state) {
+  const size_t n = static_cast<size_t>(state.num_parameters);
+  GPT2_CHECK(state.num_parameters >= 0 && state.adam_m.size() == n && state.adam_v.size() == n,
+             "num_parameters ", state.num_parameters, ", m ", state.adam_m.size(), ", v ",
+             state.adam_v.size());
+  const size_t vector_bytes = n * sizeof(float);
+  uint64_t hash = fnv1a64(kFnvOffset, state.adam_m.data(), vector_bytes);
+  hash = fnv1a64(hash, state.adam_v.data(), vector_bytes);
+
+  int64_t header[kStateHeaderInts] = {};
+  header[kSlotMagic] = kStateMagic;
+  header[kSlotVersion] = kStateVersion;
+  header[kSlotStep] = state.step;
+  header[kSlotNumParameters] = state.num_parameters;
+  header[kSlotBatchSize] = state.batch_size;
+  header[kSlotSeqLen] = state.seq_len;
+  header[kSlotTotalBatchSize] = state.total_batch_size;
+  header[kSlotSeed] = state.seed;
+  header[kSlotWorldSize] = state.world_size;
+  header[kSlotLoaderEpoch] = state.loader.epoch;
+  header[kSlotLoaderShard] = state.loader.shard_cursor;
+  header[kSlotLoaderBatch] = state.loader.batch_cursor;
+  for (int i = 0; i < 4; ++i) header[kSlotRngState + i] = static_cast<int64_t>(state.sample_rng[i]);
+  header[kSlotPayloadHash] = static_cast<int64_t>(hash);
+  header[kSlotPayloadBytes] = static_cast<int64_t>(2 * vector_bytes);
+
+  AtomicFileWriter writer(path);
+  writer.write(header, sizeof header);
+  writer.write(state.adam_m.data(), vector_bytes);
+  writer.write(state.adam_v.data(), vector_bytes);
+  writer.commit();
+}
+
+TrainingState read_training_state(const std::string& path) {
+  InputFile file(path);
+  if (file.size() < kStateHeaderBytes)
+    GPT2_FAIL(path, ": file is ", file.size(), " bytes, shorter than the ", kStateHeaderBytes,
+              "-byte training-state header (truncated or not a training-state file)");
+  int64_t header[kStateHeaderInts];
+  file.read(header, sizeof header, "the header");
+  if (header[kSlotMagic] != kStateMagic)
+    GPT2_FAIL(path, ": bad magic number ", header[kSlotMagic], " (expected ", kStateMagic,
+              "): not a training-state file");
+  if (header[kSlotVersion] != kStateVersion)
+    GPT2_FAIL(path, ": unsupported training-state version ", header[kSlotVersion],
+              " (expected ", kStateVersion, ")");
+  const int64_t num_parameters = header[kSlotNumParameters];
+  // 2^40 parameters is far beyond any model here and keeps the byte arithmetic from wrapping.
+  if (num_parameters < 0 || num_parameters > (int64_t(1) << 40))
+    GPT2_FAIL(path, ": inconsistent header: ", num_parameters, " parameters");
+  const uint64_t vector_bytes = static_cast<uint64_t>(num_parameters) * sizeof(float);
+  if (header[kSlotPayloadBytes] != static_cast<int64_t>(2 * vector_bytes))
+    GPT2_FAIL(path, ": inconsistent header: payload of ", header[kSlotPayloadBytes],
+              " bytes for ", num_parameters, " parameters (expected ", 2 * vector_bytes, ")");
+  const uint64_t expected = kStateHeaderBytes + 2 * vector_bytes;
+  if (file.size() != expected)
+    GPT2_FAIL(path, ": file is ", file.size(), " bytes but its header (", num_parameters,
+              " parameters) requires ", expected, " bytes (",
+              file.size() < expected ? "truncated" : "trailing bytes", ")");
+
+  TrainingState state;
+  state.step = header[kSlotStep];
+  state.num_parameters = num_parameters;
+  state.batch_size = header[kSlotBatchSize];
+  state.seq_len = header[kSlotSeqLen];
+  state.total_batch_size = header[kSlotTotalBatchSize];
+  state.seed = header[kSlotSeed];
+  state.world_size = header[kSlotWorldSize];
+  state.loader.epoch = header[kSlotLoaderEpoch];
+  state.loader.shard_cursor = header[kSlotLoaderShard];
+  state.loader.batch_cursor = header[kSlotLoaderBatch];
+  for (int i = 0; i < 4; ++i) state.sample_rng[i] = static_cast<uint64_t>(header[kSlotRngState + i]);
+  state.adam_m.resize(static_cast<size_t>(num_parameters));
+  state.adam_v.resize(static_cast<size_t>(num_parameters));
+  file.read(state.adam_m.data(), vector_bytes, "the AdamW m vector");
+  file.read(state.adam_v.data(), vector_bytes, "the AdamW v vector");
+  uint64_t hash = fnv1a64(kFnvOffset, state.adam_m.data(), vector_bytes);
+  hash = fnv1a64(hash, state.adam_v.data(), vector_bytes);
+  if (hash != static_cast<uint64_t>(header[kSlotPayloadHash]))
+    GPT2_FAIL(path, ": payload hash mismatch (stored ", static_cast<uint64_t>(header[kSlotPayloadHash]),
+              ", computed ", hash, "): the file is corrupted");
+  return state;
+}
+
+}  // namespace gpt2

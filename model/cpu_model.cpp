@@ -1,0 +1,403 @@
+/**
+ * @file cpu_model.cpp
+ * @brief CpuGpt2 forward/backward over kernels/cpu, and the CpuModel backend.
+ *
+ * Per-layer activations are slices of one buffer per kind: layer l of a (L,B,T,X) buffer
+ * starts at l*B*T*X for the (B,T) of the current forward, so a shorter forward packs its
+ * layers tighter inside the same allocation. Backward walks the layers in reverse with the
+ * residual-stream gradient in one buffer (kBufDResidual): it is zeroed once, receives
+ * lnf's gradient, and every block then reads it as the gradient of its output and has its
+ * two LayerNorms add the block input's gradient back into it. All sizes are size_t.
+ */
+#include "model/cpu_model.h"
+
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <new>
+#include <sstream>
+
+#include "kernels/common/error.h"
+#include "kernels/cpu/crossentropy.h"
+#include "kernels/cpu/encoder.h"
+#include "kernels/cpu/gelu.h"
+#include "kernels/cpu/global_norm.h"
+#include "kernels/cpu/layernorm.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/residual.h"
+
+namespace gpt2 {
+
+std::vector<CpuBufferSpec> cpu_buffer_specs(const ModelConfig& config, int B_in, int T_in,
+                                            AttentionKind attention) {
+  const size_t B = B_in, T = T_in, C = config.channels, L = config.num_layers;
+  const size_t NH = config.num_heads, Vp = config.padded_vocab_size;
+  const size_t BT = B * T;
+  const bool naive = attention == AttentionKind::kNaive;
+  std::vector<CpuBufferSpec> specs(kNumCpuBuffers);
+  auto set = [&specs](CpuBuffer id, const char* group, const char* name, size_t elements) {
+    specs[id] = {group, name, elements};
+  };
+  set(kBufEncoded, "activations", "encoded (B,T,C)", BT * C);
+  set(kBufLn1, "activations", "ln1 (L,B,T,C)", L * BT * C);
+  set(kBufLn1Mean, "activations", "ln1 mean (L,B,T)", L * BT);
+  set(kBufLn1Rstd, "activations", "ln1 rstd (L,B,T)", L * BT);
+  set(kBufQkv, "activations", "qkv (L,B,T,3C)", L * BT * 3 * C);
+  set(kBufAtty, "attention", "attention output (L,B,T,C)", L * BT * C);
+  set(kBufAttProbs, "attention", "attention probabilities (L,B,NH,T,T)",
+      naive ? L * B * NH * T * T : 0);
+  set(kBufAttLse, "attention", "attention log-sum-exp (L,B,NH,T)", naive ? 0 : L * B * NH * T);
+  set(kBufAttproj, "activations", "attproj (L,B,T,C)", L * BT * C);
+  set(kBufResidual2, "activations", "residual2 (L,B,T,C)", L * BT * C);
+  set(kBufLn2, "activations", "ln2 (L,B,T,C)", L * BT * C);
+  set(kBufLn2Mean, "activations", "ln2 mean (L,B,T)", L * BT);
+  set(kBufLn2Rstd, "activations", "ln2 rstd (L,B,T)", L * BT);
+  set(kBufFch, "activations", "fch (L,B,T,4C)", L * BT * 4 * C);
+  set(kBufFchGelu, "activations", "fch_gelu (L,B,T,4C)", L * BT * 4 * C);
+  set(kBufFcproj, "activations", "fcproj (L,B,T,C)", L * BT * C);
+  set(kBufResidual3, "activations", "residual3 (L,B,T,C)", L * BT * C);
+  set(kBufLnf, "activations", "lnf (B,T,C)", BT * C);
+  set(kBufLnfMean, "activations", "lnf mean (B,T)", BT);
+  set(kBufLnfRstd, "activations", "lnf rstd (B,T)", BT);
+  set(kBufLogits, "activations", "logits (B,T,Vp)", BT * Vp);
+  set(kBufProbs, "activations", "probs (B,T,Vp)", BT * Vp);
+  set(kBufLosses, "activations", "losses (B,T)", BT);
+  set(kBufDLosses, "workspace", "dlosses (B,T)", BT);
+  set(kBufDLogits, "workspace", "dlogits (B,T,Vp)", BT * Vp);
+  set(kBufDLnf, "workspace", "dlnf (B,T,C)", BT * C);
+  set(kBufDResidual, "workspace", "dresidual (B,T,C)", BT * C);
+  set(kBufDFchGelu, "workspace", "dfch_gelu (B,T,4C)", BT * 4 * C);
+  set(kBufDFch, "workspace", "dfch (B,T,4C)", BT * 4 * C);
+  set(kBufDLn2, "workspace", "dln2 (B,T,C)", BT * C);
+  set(kBufDAtty, "workspace", "datty (B,T,C)", BT * C);
+  set(kBufDQkv, "workspace", "dqkv (B,T,3C)", BT * 3 * C);
+  set(kBufDLn1, "workspace", "dln1 (B,T,C)", BT * C);
+  return specs;
+}
+
+namespace {
+
+// std::vector allocation that reports which buffer did not fit instead of std::bad_alloc.
+template <typename T>
+void allocate(std::vector<T>& buffer, size_t elements, const std::string& name) {
+  try {
+    buffer.assign(elements, T(0));
+  } catch (const std::bad_alloc&) {
+    GPT2_FAIL("out of CPU memory allocating ", name, " (", elements * sizeof(T), " bytes, ",
+              format_bytes(elements * sizeof(T)), ")");
+  }
+}
+
+}  // namespace
+
+template <typename Real>
+CpuGpt2<Real>::CpuGpt2(const ModelConfig& config, int B, int T, AttentionKind attention,
+                       cpu::FlashBlocks blocks)
+    : config_(config), B_(B), T_(T), attention_(attention), blocks_(blocks) {
+  validate_config(config_);
+  GPT2_CHECK(B >= 1 && T >= 1 && T <= config_.max_seq_len, "B=", B, " T=", T,
+             " maxT=", config_.max_seq_len);
+  GPT2_CHECK(blocks.block_q >= 1 && blocks.block_k >= 1);
+  layout_ = ParameterLayout::for_config(config_);
+  allocate(params_, layout_.total, "parameters");
+  allocate(grads_, layout_.total, "gradients");
+  const std::vector<CpuBufferSpec> specs = cpu_buffer_specs(config_, B, T, attention);
+  buffers_.resize(kNumCpuBuffers);
+  for (int id = 0; id < kNumCpuBuffers; ++id) allocate(buffers_[id], specs[id].elements, specs[id].name);
+  const size_t BT = static_cast<size_t>(B) * T;
+  allocate(inputs_, BT, "inputs (B,T)");
+  allocate(targets_, BT, "targets (B,T)");
+}
+
+template <typename Real>
+void CpuGpt2<Real>::zero_grad() {
+  std::fill(grads_.begin(), grads_.end(), Real(0));
+}
+
+template <typename Real>
+Real CpuGpt2<Real>::forward(const int* inputs, const int* targets, int B, int T) {
+  GPT2_CHECK(B >= 1 && B <= B_ && T >= 1 && T <= T_, "forward on B=", B, " T=", T,
+             " with buffers for B=", B_, " T=", T_);
+  const size_t BT = static_cast<size_t>(B) * T;
+  const int V = config_.vocab_size;
+  // Token ids index embedding rows: an out-of-range id would read outside wte.
+  for (size_t i = 0; i < BT; ++i) {
+    GPT2_CHECK(inputs[i] >= 0 && inputs[i] < V, "input token ", inputs[i], " at ", i, ", V=", V);
+    GPT2_CHECK(!targets || (targets[i] >= 0 && targets[i] < V), "target token ", targets[i],
+               " at ", i, ", V=", V);
+  }
+  std::copy(inputs, inputs + BT, inputs_.begin());
+  // Without targets, class 0 stands in so crossentropy still writes probs.
+  if (targets)
+    std::copy(targets, targets + BT, targets_.begin());
+  else
+    std::fill(targets_.begin(), targets_.begin() + BT, 0);
+  cur_B_ = B;
+  cur_T_ = T;
+  have_targets_ = targets != nullptr;
+
+  const int C = config_.channels, L = config_.num_layers, NH = config_.num_heads;
+  const int Vp = config_.padded_vocab_size;
+  const size_t Cs = C, att_rows = static_cast<size_t>(B) * NH * T;
+
+  cpu::encoder_forward(buf(kBufEncoded), inputs_.data(), param(kWte), param(kWpe), B, T, C);
+  for (int l = 0; l < L; ++l) {
+    const Real* residual = l == 0 ? buf(kBufEncoded) : buf(kBufResidual3) + (l - 1) * BT * Cs;
+    Real* ln1 = buf(kBufLn1) + l * BT * Cs;
+    Real* ln1_mean = buf(kBufLn1Mean) + l * BT;
+    Real* ln1_rstd = buf(kBufLn1Rstd) + l * BT;
+    Real* qkv = buf(kBufQkv) + l * BT * 3 * Cs;
+    Real* atty = buf(kBufAtty) + l * BT * Cs;
+    Real* attproj = buf(kBufAttproj) + l * BT * Cs;
+    Real* residual2 = buf(kBufResidual2) + l * BT * Cs;
+    Real* ln2 = buf(kBufLn2) + l * BT * Cs;
+    Real* ln2_mean = buf(kBufLn2Mean) + l * BT;
+    Real* ln2_rstd = buf(kBufLn2Rstd) + l * BT;
+    Real* fch = buf(kBufFch) + l * BT * 4 * Cs;
+    Real* fch_gelu = buf(kBufFchGelu) + l * BT * 4 * Cs;
+    Real* fcproj = buf(kBufFcproj) + l * BT * Cs;
+    Real* residual3 = buf(kBufResidual3) + l * BT * Cs;
+
+    cpu::layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, param(kLn1w) + l * Cs,
+                           param(kLn1b) + l * Cs, B, T, C);
+    cpu::matmul_forward(qkv, ln1, param(kQkvw) + l * 3 * Cs * Cs, param(kQkvb) + l * 3 * Cs, B,
+                        T, C, 3 * C);
+    if (attention_ == AttentionKind::kNaive)
+      cpu::attention_naive_forward(atty, buf(kBufAttProbs) + l * att_rows * T, qkv, B, T, C, NH);
+    else
+      cpu::attention_flash_forward(atty, buf(kBufAttLse) + l * att_rows, qkv, B, T, C, NH,
+                                   blocks_);
+    cpu::matmul_forward(attproj, atty, param(kAttprojw) + l * Cs * Cs, param(kAttprojb) + l * Cs,
+                        B, T, C, C);
+    cpu::residual_forward(residual2, residual, attproj, static_cast<int64_t>(BT * Cs));
+    cpu::layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, param(kLn2w) + l * Cs,
+                           param(kLn2b) + l * Cs, B, T, C);
+    cpu::matmul_forward(fch, ln2, param(kFcw) + l * 4 * Cs * Cs, param(kFcb) + l * 4 * Cs, B, T,
+                        C, 4 * C);
+    cpu::gelu_forward(fch_gelu, fch, static_cast<int64_t>(BT * 4 * Cs));
+    cpu::matmul_forward(fcproj, fch_gelu, param(kFcprojw) + l * Cs * 4 * Cs,
+                        param(kFcprojb) + l * Cs, B, T, 4 * C, C);
+    cpu::residual_forward(residual3, residual2, fcproj, static_cast<int64_t>(BT * Cs));
+  }
+  const Real* last_residual = buf(kBufResidual3) + (L - 1) * BT * Cs;
+  cpu::layernorm_forward(buf(kBufLnf), buf(kBufLnfMean), buf(kBufLnfRstd), last_residual,
+                         param(kLnfw), param(kLnfb), B, T, C);
+  cpu::matmul_forward(buf(kBufLogits), buf(kBufLnf), param(kWte), static_cast<const Real*>(nullptr),
+                      B, T, C, Vp);
+  cpu::crossentropy_forward(buf(kBufLosses), buf(kBufProbs), buf(kBufLogits), targets_.data(), B,
+                            T, V, Vp);
+  if (!targets) return std::numeric_limits<Real>::quiet_NaN();
+  double sum = 0.0;
+  const Real* losses = buf(kBufLosses);
+  for (size_t i = 0; i < BT; ++i) sum += losses[i];
+  return static_cast<Real>(sum / static_cast<double>(BT));
+}
+
+template <typename Real>
+void CpuGpt2<Real>::backward(Real loss_scale) {
+  GPT2_CHECK(have_targets_, "backward needs a forward with targets");
+  const int B = cur_B_, T = cur_T_;
+  const size_t BT = static_cast<size_t>(B) * T;
+  const int C = config_.channels, L = config_.num_layers, NH = config_.num_heads;
+  const int V = config_.vocab_size, Vp = config_.padded_vocab_size;
+  const size_t Cs = C, att_rows = static_cast<size_t>(B) * NH * T;
+
+  // d(loss_scale * mean loss) / d losses[bt]
+  const Real dloss = static_cast<Real>(static_cast<double>(loss_scale) / static_cast<double>(BT));
+  std::fill(buf(kBufDLosses), buf(kBufDLosses) + BT, dloss);
+  cpu::crossentropy_backward(buf(kBufDLogits), buf(kBufDLosses), buf(kBufProbs), targets_.data(),
+                             B, T, V, Vp);
+  cpu::matmul_backward(buf(kBufDLnf), grad(kWte), static_cast<Real*>(nullptr), buf(kBufDLogits),
+                       buf(kBufLnf), param(kWte), B, T, C, Vp);
+  Real* dresidual = buf(kBufDResidual);
+  std::fill(dresidual, dresidual + BT * Cs, Real(0));  // layernorm_backward accumulates into it
+  cpu::layernorm_backward(dresidual, grad(kLnfw), grad(kLnfb), buf(kBufDLnf),
+                          buf(kBufResidual3) + (L - 1) * BT * Cs, param(kLnfw),
+                          buf(kBufLnfMean), buf(kBufLnfRstd), B, T, C);
+
+  Real* dfch_gelu = buf(kBufDFchGelu);
+  Real* dfch = buf(kBufDFch);
+  Real* dln2 = buf(kBufDLn2);
+  Real* datty = buf(kBufDAtty);
+  Real* dqkv = buf(kBufDQkv);
+  Real* dln1 = buf(kBufDLn1);
+  for (int l = L - 1; l >= 0; --l) {
+    const Real* residual = l == 0 ? buf(kBufEncoded) : buf(kBufResidual3) + (l - 1) * BT * Cs;
+    const Real* ln1 = buf(kBufLn1) + l * BT * Cs;
+    const Real* qkv = buf(kBufQkv) + l * BT * 3 * Cs;
+    const Real* atty = buf(kBufAtty) + l * BT * Cs;
+    const Real* residual2 = buf(kBufResidual2) + l * BT * Cs;
+    const Real* ln2 = buf(kBufLn2) + l * BT * Cs;
+    const Real* fch = buf(kBufFch) + l * BT * 4 * Cs;
+    const Real* fch_gelu = buf(kBufFchGelu) + l * BT * 4 * Cs;
+
+    // dresidual holds d(residual3): both the fcproj branch and the skip to residual2 get it.
+    cpu::matmul_backward(dfch_gelu, grad(kFcprojw) + l * Cs * 4 * Cs, grad(kFcprojb) + l * Cs,
+                         dresidual, fch_gelu, param(kFcprojw) + l * Cs * 4 * Cs, B, T, 4 * C, C);
+    cpu::gelu_backward(dfch, fch, dfch_gelu, static_cast<int64_t>(BT * 4 * Cs));
+    cpu::matmul_backward(dln2, grad(kFcw) + l * 4 * Cs * Cs, grad(kFcb) + l * 4 * Cs, dfch, ln2,
+                         param(kFcw) + l * 4 * Cs * Cs, B, T, C, 4 * C);
+    cpu::layernorm_backward(dresidual, grad(kLn2w) + l * Cs, grad(kLn2b) + l * Cs, dln2,
+                            residual2, param(kLn2w) + l * Cs, buf(kBufLn2Mean) + l * BT,
+                            buf(kBufLn2Rstd) + l * BT, B, T, C);
+    // Now d(residual2): the attproj branch and the skip to the block input get it.
+    cpu::matmul_backward(datty, grad(kAttprojw) + l * Cs * Cs, grad(kAttprojb) + l * Cs,
+                         dresidual, atty, param(kAttprojw) + l * Cs * Cs, B, T, C, C);
+    if (attention_ == AttentionKind::kNaive)
+      cpu::attention_naive_backward(dqkv, datty, qkv, buf(kBufAttProbs) + l * att_rows * T, B, T,
+                                    C, NH);
+    else
+      cpu::attention_flash_backward(dqkv, datty, qkv, atty, buf(kBufAttLse) + l * att_rows, B, T,
+                                    C, NH, blocks_);
+    cpu::matmul_backward(dln1, grad(kQkvw) + l * 3 * Cs * Cs, grad(kQkvb) + l * 3 * Cs, dqkv, ln1,
+                         param(kQkvw) + l * 3 * Cs * Cs, B, T, C, 3 * C);
+    cpu::layernorm_backward(dresidual, grad(kLn1w) + l * Cs, grad(kLn1b) + l * Cs, dln1, residual,
+                            param(kLn1w) + l * Cs, buf(kBufLn1Mean) + l * BT,
+                            buf(kBufLn1Rstd) + l * BT, B, T, C);
+  }
+  cpu::encoder_backward(grad(kWte), grad(kWpe), dresidual, inputs_.data(), B, T, C);
+}
+
+template class CpuGpt2<float>;
+template class CpuGpt2<double>;
+
+// ----------------------------------------------------------------------------------------------
+// CpuModel
+
+MemoryPlan plan_cpu_model_memory(const ModelOptions& options) {
+  const ModelConfig& config = options.config;
+  validate_config(config);
+  if (options.batch_size < 1) GPT2_USAGE_FAIL("batch size must be >= 1 (got ", options.batch_size, ")");
+  if (options.seq_len < 1 || options.seq_len > config.max_seq_len)
+    GPT2_USAGE_FAIL("sequence length must be in [1, maxT=", config.max_seq_len, "] (got ",
+                    options.seq_len, ")");
+  if (options.precision != Precision::kFp32)
+    GPT2_USAGE_FAIL("precision ", to_string(options.precision),
+                    " is not available on the CPU backend (it computes in fp32)");
+  const size_t param_bytes = ParameterLayout::for_config(config).total * sizeof(float);
+  MemoryPlan plan;
+  plan.add("parameters", "parameters (fp32)", param_bytes);
+  plan.add("gradients", "gradients (fp32)", param_bytes);
+  plan.add("optimizer", "AdamW m (fp32)", param_bytes);
+  plan.add("optimizer", "AdamW v (fp32)", param_bytes);
+  for (const CpuBufferSpec& spec :
+       cpu_buffer_specs(config, options.batch_size, options.seq_len, options.attention))
+    if (spec.elements > 0) plan.add(spec.group, spec.name, spec.elements * sizeof(float));
+  const size_t tokens = static_cast<size_t>(options.batch_size) * options.seq_len;
+  plan.add("workspace", "inputs and targets (2,B,T) int32", 2 * tokens * sizeof(int));
+  return plan;
+}
+
+void check_memory_fits(const MemoryPlan& plan, size_t available_bytes, const char* source) {
+  if (available_bytes == 0 || plan.total() <= available_bytes) return;
+  const MemoryItem* largest = nullptr;
+  for (const MemoryItem& item : plan.items)
+    if (!largest || item.bytes > largest->bytes) largest = &item;
+  GPT2_FAIL("not enough CPU memory: the model needs ", plan.total(), " bytes (",
+            format_bytes(plan.total()), ") in total but only ", available_bytes, " bytes (",
+            format_bytes(available_bytes), ") are free (", source, "); the largest buffer, ",
+            largest->name, ", needs ", largest->bytes, " bytes (", format_bytes(largest->bytes),
+            ")");
+}
+
+size_t available_host_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream fields(line.substr(13));
+    unsigned long long kib = 0;
+    if (fields >> kib) return static_cast<size_t>(kib) * 1024;
+  }
+  return 0;
+}
+
+CpuModel::CpuModel(const ModelOptions& options)
+    : options_(options), plan_(plan_cpu_model_memory(options)) {
+  check_memory_fits(plan_, available_host_memory_bytes(), "MemAvailable in /proc/meminfo");
+  gpt2_ = std::make_unique<CpuGpt2<float>>(options.config, options.batch_size, options.seq_len,
+                                           options.attention);
+  allocate(adam_m_, gpt2_->num_parameters(), "AdamW m");
+  allocate(adam_v_, gpt2_->num_parameters(), "AdamW v");
+}
+
+std::string CpuModel::device_name() const {
+  return str_cat("CPU (", omp_get_max_threads(), " threads)");
+}
+
+void CpuModel::set_parameters(const float* params) {
+  std::copy(params, params + gpt2_->num_parameters(), gpt2_->params());
+}
+
+void CpuModel::get_parameters(float* params) const {
+  const CpuGpt2<float>& model = *gpt2_;
+  std::copy(model.params(), model.params() + model.num_parameters(), params);
+}
+
+void CpuModel::zero_grad() { gpt2_->zero_grad(); }
+
+float CpuModel::forward_backward(const int* inputs, const int* targets, float loss_scale) {
+  GPT2_CHECK(targets != nullptr);
+  const float loss = gpt2_->forward(inputs, targets);
+  gpt2_->backward(loss_scale);
+  return loss;
+}
+
+float CpuModel::evaluate(const int* inputs, const int* targets) {
+  GPT2_CHECK(targets != nullptr);
+  return gpt2_->forward(inputs, targets);
+}
+
+void CpuModel::next_token_probs(const int* tokens, int length, float* probs) {
+  GPT2_CHECK(length >= 1 && length <= options_.seq_len, "length ", length, ", T ",
+             options_.seq_len);
+  gpt2_->forward(tokens, nullptr, 1, length);
+  const size_t Vp = options_.config.padded_vocab_size;
+  const float* last = gpt2_->buffer(kBufProbs) + static_cast<size_t>(length - 1) * Vp;
+  std::copy(last, last + options_.config.vocab_size, probs);
+}
+
+float CpuModel::grad_norm() {
+  return static_cast<float>(std::sqrt(cpu::global_norm_squared(
+      gpt2_->grads(), static_cast<int64_t>(gpt2_->num_parameters()))));
+}
+
+void CpuModel::adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_scale) {
+  GPT2_CHECK(step >= 1, "AdamW steps are 1-based (got ", step, ")");
+  const ParameterLayout& layout = gpt2_->layout();
+  for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
+    cpu::AdamWHyper tensor_hyper = hyper;
+    if (!ParameterLayout::decays(tensor)) tensor_hyper.weight_decay = 0.0f;
+    const size_t offset = layout.offsets[tensor];
+    cpu::adamw_update(gpt2_->params() + offset, gpt2_->grads() + offset, adam_m_.data() + offset,
+                      adam_v_.data() + offset, static_cast<int64_t>(layout.sizes[tensor]),
+                      tensor_hyper, step, grad_scale);
+  }
+}
+
+void CpuModel::get_optimizer_state(float* m, float* v) const {
+  std::copy(adam_m_.begin(), adam_m_.end(), m);
+  std::copy(adam_v_.begin(), adam_v_.end(), v);
+}
+
+void CpuModel::set_optimizer_state(const float* m, const float* v) {
+  std::copy(m, m + adam_m_.size(), adam_m_.begin());
+  std::copy(v, v + adam_v_.size(), adam_v_.begin());
+}
+
+size_t CpuModel::peak_memory_bytes() const {
+  struct rusage usage;
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<size_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+std::unique_ptr<Model> make_cpu_model(const ModelOptions& options) {
+  return std::make_unique<CpuModel>(options);
+}
+
+}  // namespace gpt2

@@ -1,0 +1,157 @@
+/**
+ * @file cpu_model.h
+ * @brief The CPU GPT-2: a templated reference model (float / double) and the Model backend.
+ *
+ * CpuGpt2<Real> is llm.c's train_gpt2.c structure over the ops of kernels/cpu:
+ *   encoder -> L x [ln1, qkv matmul, attention, attproj matmul, residual, ln2, fc matmul, gelu,
+ *   fcproj matmul, residual] -> lnf -> classifier matmul with wte (tied, (B,T,Vp) logits)
+ *   -> crossentropy.
+ * Attention is naive (keeps probs (B,NH,T,T) per layer) or flash (keeps out + lse per layer),
+ * chosen at construction. Backward runs in reverse with one residual-gradient buffer shared by
+ * the whole residual stream: layernorm_backward adds into it (+=), matmul / attention / gelu
+ * overwrite (=) their activation gradients, and every parameter gradient is accumulated (+=).
+ * The buffers are sized for (B,T) at construction; a forward may use any smaller B and T
+ * (inference on a prefix), and backward uses the shapes of the last forward.
+ * Parameters start at zero (set them, e.g. from init_parameters); gradients start at zero.
+ *
+ * CpuModel is the Model of model.h on CpuGpt2<float>: it builds its MemoryPlan, checks it
+ * against MemAvailable and only then allocates.
+ */
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/attention.h"
+#include "model/model.h"
+#include "model/parameters.h"
+
+namespace gpt2 {
+
+/// Buffers of CpuGpt2 other than parameters and gradients, in allocation order.
+enum CpuBuffer : int {
+  // forward activations, per layer where the name says L
+  kBufEncoded, kBufLn1, kBufLn1Mean, kBufLn1Rstd, kBufQkv, kBufAtty, kBufAttProbs, kBufAttLse,
+  kBufAttproj, kBufResidual2, kBufLn2, kBufLn2Mean, kBufLn2Rstd, kBufFch, kBufFchGelu,
+  kBufFcproj, kBufResidual3, kBufLnf, kBufLnfMean, kBufLnfRstd, kBufLogits, kBufProbs,
+  kBufLosses,
+  // backward workspace, reused by every layer
+  kBufDLosses, kBufDLogits, kBufDLnf, kBufDResidual, kBufDFchGelu, kBufDFch, kBufDLn2,
+  kBufDAtty, kBufDQkv, kBufDLn1,
+  kNumCpuBuffers
+};
+
+struct CpuBufferSpec {
+  const char* group;  // MemoryPlan group: "activations", "attention" or "workspace"
+  std::string name;   // with its shape, e.g. "attention probabilities (L,B,NH,T,T)"
+  size_t elements = 0;
+};
+
+/// kNumCpuBuffers specs indexed by CpuBuffer; the attention buffer of the other kind (probs
+/// for flash, lse for naive) has 0 elements.
+std::vector<CpuBufferSpec> cpu_buffer_specs(const ModelConfig& config, int B, int T,
+                                            AttentionKind attention);
+
+template <typename Real>
+class CpuGpt2 {
+ public:
+  CpuGpt2(const ModelConfig& config, int B, int T, AttentionKind attention,
+          cpu::FlashBlocks blocks = {});
+
+  const ModelConfig& config() const { return config_; }
+  const ParameterLayout& layout() const { return layout_; }
+  int batch_size() const { return B_; }
+  int seq_len() const { return T_; }
+  AttentionKind attention() const { return attention_; }
+
+  /// Flat buffers of layout().total elements in ParameterLayout order.
+  Real* params() { return params_.data(); }
+  const Real* params() const { return params_.data(); }
+  Real* grads() { return grads_.data(); }
+  const Real* grads() const { return grads_.data(); }
+  size_t num_parameters() const { return layout_.total; }
+
+  /// Mean loss over (B,T); inputs and targets are (B,T) token ids in [0, V). With targets ==
+  /// nullptr only logits and probs are computed (losses are then meaningless) and NaN is
+  /// returned; backward needs a forward with targets.
+  Real forward(const int* inputs, const int* targets) { return forward(inputs, targets, B_, T_); }
+  /// Same on a smaller (B,T): 1 <= B <= batch_size(), 1 <= T <= seq_len().
+  Real forward(const int* inputs, const int* targets, int B, int T);
+  /// Parameter gradients += gradient of loss_scale * (mean loss of the last forward).
+  void backward(Real loss_scale);
+  void zero_grad();
+
+  /// Any buffer, laid out for the (B,T) of the last forward (e.g. logits (B,T,Vp)).
+  const Real* buffer(CpuBuffer id) const { return buffers_[id].data(); }
+  int current_batch_size() const { return cur_B_; }
+  int current_seq_len() const { return cur_T_; }
+
+ private:
+  Real* buf(CpuBuffer id) { return buffers_[id].data(); }
+  Real* param(int tensor) { return params_.data() + layout_.offsets[tensor]; }
+  Real* grad(int tensor) { return grads_.data() + layout_.offsets[tensor]; }
+
+  ModelConfig config_;
+  ParameterLayout layout_;
+  int B_, T_;
+  AttentionKind attention_;
+  cpu::FlashBlocks blocks_;
+  std::vector<Real> params_, grads_;
+  std::vector<std::vector<Real>> buffers_;  // indexed by CpuBuffer
+  std::vector<int> inputs_, targets_;       // copies of the last forward's (B,T) tokens
+  int cur_B_ = 0, cur_T_ = 0;
+  bool have_targets_ = false;
+};
+
+extern template class CpuGpt2<float>;
+extern template class CpuGpt2<double>;
+
+/// The CPU model's plan (fp32): parameters, gradients, AdamW m and v, every CpuBuffer, the
+/// token buffers. Validates the options first (gpt2::Error for a bad config, gpt2::UsageError
+/// for a bad B, T or precision).
+MemoryPlan plan_cpu_model_memory(const ModelOptions& options);
+
+/// Throws gpt2::Error when plan.total() > available_bytes, naming the largest buffer, the bytes
+/// it needs and the bytes available. available_bytes == 0 means unknown: no check.
+void check_memory_fits(const MemoryPlan& plan, size_t available_bytes, const char* source);
+
+/// MemAvailable of /proc/meminfo in bytes; 0 when it cannot be read.
+size_t available_host_memory_bytes();
+
+class CpuModel final : public Model {
+ public:
+  explicit CpuModel(const ModelOptions& options);
+
+  const ModelOptions& options() const override { return options_; }
+  DeviceKind device() const override { return DeviceKind::kCpu; }
+  std::string device_name() const override;
+
+  void set_parameters(const float* params) override;
+  void get_parameters(float* params) const override;
+
+  void zero_grad() override;
+  float forward_backward(const int* inputs, const int* targets, float loss_scale) override;
+  float evaluate(const int* inputs, const int* targets) override;
+  void next_token_probs(const int* tokens, int length, float* probs) override;
+
+  float grad_norm() override;
+  void adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_scale) override;
+
+  void get_optimizer_state(float* m, float* v) const override;
+  void set_optimizer_state(const float* m, const float* v) override;
+
+  const MemoryPlan& memory_plan() const override { return plan_; }
+  size_t peak_memory_bytes() const override;
+
+  /// The underlying reference model (tests, tools).
+  CpuGpt2<float>& gpt2() { return *gpt2_; }
+
+ private:
+  ModelOptions options_;
+  MemoryPlan plan_;
+  std::unique_ptr<CpuGpt2<float>> gpt2_;
+  std::vector<float> adam_m_, adam_v_;
+};
+
+}  // namespace gpt2
