@@ -3,19 +3,25 @@
  * @brief Batches of (inputs, targets) from token shards, shuffled deterministically.
  *
  * Shards come from a glob pattern (sorted). Each shard of N tokens holds
- * W = (N - 1) / T windows of T + 1 tokens (window w starts at token w*T); inputs are a
- * window's first T tokens, targets its last T. Windows are dealt to ranks round-robin
- * (window w belongs to rank w % world_size) and each rank takes B of its windows per batch;
- * a shard gives floor(W / (B * world_size)) batches per rank. A shard that cannot fill one
- * batch is an error naming the file.
+ * W = (N - 1) / T windows of T + 1 tokens (window w starts at token w*T, so neighbours share
+ * one token); inputs are a window's first T tokens, targets its last T. Windows are dealt to
+ * ranks round-robin (window w belongs to rank w % world_size) and each rank takes B of its
+ * windows per batch: batch group g is the B * world_size windows from g*B*world_size on, and
+ * row b of rank r's batch from group g is window g*B*world_size + b*world_size + r. A shard
+ * gives floor(W / (B * world_size)) groups = batches per rank; the leftover windows at its
+ * end are never used.
+ * A shard that cannot fill one batch is an error naming the file.
  *
  * Shuffling (when enabled): at each epoch the shard order is permuted and, within each shard,
- * the order of window groups; both permutations come from Rng seeded by (seed, epoch, shard),
+ * the order of batch groups; both permutations come from Rng seeded by (seed, epoch, shard),
  * so a position (epoch, shard cursor, batch cursor) fully determines all future batches and a
- * resumed loader continues bit for bit. Without shuffling, order is file order and window order
- * (validation). Every rank of one world sees the same permutation and a disjoint window slice.
- * Tokens are validated against vocab_size as each shard is loaded; headers of all shards are
- * validated at construction.
+ * resumed loader continues bit for bit. Shuffling whole groups keeps every rank of one world
+ * (same seed, same files) on the same permutation with a disjoint, equally long window slice.
+ * Without shuffling, order is file order and window order (validation).
+ * position() is always the next batch to produce: after a shard's last batch it already
+ * points at the next shard (or batch 0 of shard 0 of the next epoch).
+ * Tokens are validated against vocab_size as each shard is loaded (only the current shard is
+ * in memory); headers of all shards are validated at construction.
  */
 #pragma once
 
@@ -62,19 +68,22 @@ class DataLoader {
   const DataLoaderOptions& options() const { return options_; }
 
  private:
-  void load_current_shard();
+  void ensure_current_shard_loaded();
   std::vector<int64_t> shard_order(int64_t epoch) const;
   std::vector<int64_t> batch_order(int64_t epoch, int64_t shard) const;
+  int64_t current_file() const;  // file index at position_ (ensure_current_shard_loaded first)
 
   DataLoaderOptions options_;
   std::vector<std::string> files_;
   std::vector<int64_t> shard_tokens_;   // token count per file
   std::vector<int64_t> shard_batches_;  // batches per rank per file
   LoaderPosition position_;
-  int64_t loaded_shard_ = -1;           // file index currently in tokens_
-  int64_t loaded_epoch_ = -1;
-  std::vector<int64_t> current_order_;  // shard order of position_.epoch
-  std::vector<int64_t> current_batches_;  // batch order within the current shard
+  int64_t loaded_shard_ = -1;             // file index whose tokens are in tokens_
+  int64_t order_epoch_ = -1;              // epoch whose shard order is in current_order_
+  std::vector<int64_t> current_order_;    // shard order (file indices) of order_epoch_
+  int64_t batches_epoch_ = -1;            // (epoch, file) whose group order is current_batches_
+  int64_t batches_shard_ = -1;
+  std::vector<int64_t> current_batches_;  // batch group order within the current shard
   std::vector<uint16_t> tokens_;
 };
 

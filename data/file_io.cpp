@@ -40,7 +40,9 @@ std::string parent_folder(const std::string& path) {
 void fsync_folder(const std::string& file_path) {
   const std::string folder = parent_folder(file_path);
   const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) GPT2_FAIL(file_path, ": cannot open folder '", folder, "' to sync: ", errno_text(errno));
+  if (fd < 0) {
+    GPT2_FAIL(file_path, ": cannot open folder '", folder, "' to sync: ", errno_text(errno));
+  }
   const int rc = ::fsync(fd);
   const int err = errno;
   ::close(fd);

@@ -1,0 +1,241 @@
+/**
+ * @file test_file_io.cpp
+ * @brief Tests for data/file_io.h: atomic writes, whole-file reads, globbing, mkdir -p.
+ *
+ * Each test works in its own fresh folder (mkdtemp under ::testing::TempDir()), removed at the
+ * end. Atomicity is checked by its observable contract: until commit() the destination keeps
+ * its old bytes, and neither commit nor abandonment leaves a temporary file behind. The write
+ * failure test provokes a real short write with RLIMIT_FSIZE (EFBIG) instead of needing a full
+ * disk.
+ */
+#include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "data/file_io.h"
+#include "kernels/common/error.h"
+
+namespace gpt2 {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class FileIoTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string base = ::testing::TempDir();
+    while (base.size() > 1 && base.back() == '/') base.pop_back();
+    std::string templ = base + "/gpt2_file_io_XXXXXX";
+    ASSERT_NE(::mkdtemp(templ.data()), nullptr) << "mkdtemp failed for " << templ;
+    dir_ = templ;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+
+  void write_plain(const std::string& name, const std::string& bytes) const {
+    std::ofstream out(path(name), std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    ASSERT_TRUE(out.good()) << "could not write " << path(name);
+  }
+
+  std::string read_plain(const std::string& name) const {
+    std::ifstream in(path(name), std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+
+  // Sorted names in the test folder: shows whether temporary files were left behind.
+  std::vector<std::string> entries() const {
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+      names.push_back(entry.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  std::string dir_;
+};
+
+// Runs `body` and returns the gpt2::Error message it throws (fails the test if none).
+template <typename Body>
+std::string error_message(Body&& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a gpt2::Error";
+  return "";
+}
+
+TEST_F(FileIoTest, CommitCreatesTheFileAndLeavesNoTemporary) {
+  const std::string bytes("hello\0world", 11);  // an embedded NUL must survive
+  {
+    AtomicFileWriter writer(path("out.bin"));
+    writer.write(bytes.data(), 5);
+    writer.write(bytes.data() + 5, bytes.size() - 5);
+    EXPECT_FALSE(file_exists(path("out.bin"))) << "destination must not appear before commit";
+    writer.commit();
+  }
+  EXPECT_EQ(read_plain("out.bin"), bytes);
+  EXPECT_THAT(entries(), ElementsAre("out.bin"));
+}
+
+TEST_F(FileIoTest, CommitReplacesAnExistingFile) {
+  write_plain("out.txt", "old contents that are longer than the new ones");
+  {
+    AtomicFileWriter writer(path("out.txt"));
+    writer.write("new", 3);
+    EXPECT_EQ(read_plain("out.txt"), "old contents that are longer than the new ones")
+        << "the old file must stay intact until commit";
+    writer.commit();
+  }
+  EXPECT_EQ(read_plain("out.txt"), "new");
+  EXPECT_THAT(entries(), ElementsAre("out.txt"));
+}
+
+TEST_F(FileIoTest, AbandonedWriterKeepsTheOldFileAndRemovesItsTemporary) {
+  write_plain("model.ckpt", "old");
+  {
+    AtomicFileWriter writer(path("model.ckpt"));
+    writer.write("partial new checkpoint", 22);
+    EXPECT_EQ(entries().size(), 2u) << "the writer works on a temporary file beside the target";
+  }  // destroyed without commit, as when an exception unwinds mid-save
+  EXPECT_EQ(read_plain("model.ckpt"), "old");
+  EXPECT_THAT(entries(), ElementsAre("model.ckpt"));
+}
+
+TEST_F(FileIoTest, AbandonedWriterForANewFileLeavesNothing) {
+  { AtomicFileWriter writer(path("never.bin")); writer.write("x", 1); }
+  EXPECT_FALSE(file_exists(path("never.bin")));
+  EXPECT_TRUE(entries().empty());
+}
+
+TEST_F(FileIoTest, WriterIntoAMissingFolderNamesTheFile) {
+  const std::string target = path("no/such/folder/out.bin");
+  const std::string message = error_message([&] { AtomicFileWriter writer(target); });
+  EXPECT_THAT(message, HasSubstr(target));
+  EXPECT_THAT(message, HasSubstr("No such file or directory"));
+}
+
+// A file size limit makes the kernel refuse the write (EFBIG), like a full disk would.
+TEST_F(FileIoTest, ShortWriteThrowsNamingTheFileAndTheReasonAndKeepsTheOldFile) {
+  write_plain("big.bin", "old");
+  struct sigaction ignore_xfsz {}, previous_action {};
+  ignore_xfsz.sa_handler = SIG_IGN;
+  ASSERT_EQ(::sigaction(SIGXFSZ, &ignore_xfsz, &previous_action), 0);
+  rlimit previous_limit{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &previous_limit), 0);
+  rlimit small_limit = previous_limit;
+  small_limit.rlim_cur = 4096;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small_limit), 0);
+
+  std::string message;
+  {
+    const std::vector<char> payload(1 << 20, 'x');
+    AtomicFileWriter writer(path("big.bin"));
+    message = error_message([&] {
+      writer.write(payload.data(), payload.size());
+      writer.commit();  // the failure may only surface when the buffer is flushed
+    });
+  }
+  ::setrlimit(RLIMIT_FSIZE, &previous_limit);
+  ::sigaction(SIGXFSZ, &previous_action, nullptr);
+
+  EXPECT_THAT(message, HasSubstr(path("big.bin")));
+  EXPECT_THAT(message, HasSubstr("File too large"));
+  EXPECT_EQ(read_plain("big.bin"), "old");
+  EXPECT_THAT(entries(), ElementsAre("big.bin"));
+}
+
+TEST_F(FileIoTest, ReadFileBytesAndTextReturnTheWholeFile) {
+  std::string bytes;
+  for (int i = 0; i < 200000; ++i) bytes.push_back(static_cast<char>(i * 31 % 256));
+  write_plain("data.bin", bytes);
+  const std::vector<char> read = read_file_bytes(path("data.bin"));
+  EXPECT_EQ(std::string(read.begin(), read.end()), bytes);
+  EXPECT_EQ(read_file_text(path("data.bin")), bytes);
+
+  write_plain("empty.txt", "");
+  EXPECT_TRUE(read_file_bytes(path("empty.txt")).empty());
+}
+
+TEST_F(FileIoTest, ReadingAMissingFileOrAFolderSaysSo) {
+  const std::string missing = path("missing.txt");
+  EXPECT_EQ(error_message([&] { read_file_bytes(missing); }), missing + ": no such file");
+  EXPECT_EQ(error_message([&] { read_file_text(missing); }), missing + ": no such file");
+  const std::string message = error_message([&] { read_file_bytes(dir_); });
+  EXPECT_THAT(message, HasSubstr(dir_));
+  EXPECT_THAT(message, HasSubstr("is a directory"));
+}
+
+TEST_F(FileIoTest, ExpandGlobReturnsMatchesInByteOrder) {
+  for (const char* name : {"shard_10.bin", "shard_9.bin", "shard_B.bin", "shard_a.bin",
+                           "other.txt"}) {
+    write_plain(name, "");
+  }
+  // Byte order: digits < upper case < lower case, and "10" < "9" (no natural sort).
+  EXPECT_THAT(expand_glob(path("shard_*.bin")),
+              ElementsAre(path("shard_10.bin"), path("shard_9.bin"), path("shard_B.bin"),
+                          path("shard_a.bin")));
+  EXPECT_THAT(expand_glob(path("shard_[0-9]*.bin")),
+              ElementsAre(path("shard_10.bin"), path("shard_9.bin")));
+  EXPECT_THAT(expand_glob(path("shard_?.bin")),
+              ElementsAre(path("shard_9.bin"), path("shard_B.bin"), path("shard_a.bin")));
+}
+
+TEST_F(FileIoTest, ExpandGlobTreatsAPatternWithoutWildcardsAsALiteralPath) {
+  write_plain("one.bin", "");
+  EXPECT_THAT(expand_glob(path("one.bin")), ElementsAre(path("one.bin")));
+  const std::string missing = path("two.bin");
+  EXPECT_EQ(error_message([&] { expand_glob(missing); }), missing + ": no such file");
+}
+
+TEST_F(FileIoTest, ExpandGlobWithNoMatchNamesThePattern) {
+  write_plain("train_000.bin", "");
+  const std::string pattern = path("val_*.bin");
+  EXPECT_EQ(error_message([&] { expand_glob(pattern); }), "no file matches '" + pattern + "'");
+}
+
+TEST_F(FileIoTest, FileExists) {
+  write_plain("here.txt", "x");
+  EXPECT_TRUE(file_exists(path("here.txt")));
+  EXPECT_FALSE(file_exists(path("gone.txt")));
+}
+
+TEST_F(FileIoTest, MakeDirectoriesCreatesEveryLevelAndIsIdempotent) {
+  const std::string nested = path("a/b/c");
+  make_directories(nested);
+  struct stat info {};
+  ASSERT_EQ(::stat(nested.c_str(), &info), 0);
+  EXPECT_TRUE(S_ISDIR(info.st_mode));
+  make_directories(nested);           // already there: fine
+  make_directories(nested + "/");     // trailing slash: fine
+  make_directories(path("a//b/d"));   // doubled slash: fine
+  EXPECT_TRUE(file_exists(path("a/b/d")));
+}
+
+TEST_F(FileIoTest, MakeDirectoriesFailsWhenAFileIsInTheWay) {
+  write_plain("blocker", "x");
+  const std::string target = path("blocker/sub");
+  const std::string message = error_message([&] { make_directories(target); });
+  EXPECT_THAT(message, HasSubstr(target));
+  EXPECT_THAT(message, HasSubstr(path("blocker")));
+}
+
+}  // namespace
+}  // namespace gpt2
