@@ -1,0 +1,84 @@
+/**
+ * @file metrics.h
+ * @brief Per-step metrics: the console line, the metrics.jsonl record, throughput statistics.
+ *
+ * OUT/metrics.jsonl holds one flat JSON object per optimizer step, e.g.
+ *   {"step":3,"loss":10.2,"lr":0.0006,"grad_norm":1.5,"ms":120,"tokens_per_s":2133,
+ *    "peak_mem_bytes":123456,"attn":"flash","device":"cpu","precision":"fp32","micro_batches":1}
+ * plus "val_loss" on the steps that measured it. Floats are printed with "%.9g" so that a float
+ * read back is bit-identical (resume tests compare these strings); non-finite values are
+ * written as null to keep every line valid JSON.
+ * parse_flat_json_object() reads such a line back (objects of strings, numbers, true/false/null;
+ * no nesting) for the trainer's resume truncation and for tests.
+ */
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace gpt2 {
+
+struct StepMetrics {
+  int step = 0;  // 1-based
+  float loss = 0.0f;
+  std::optional<float> val_loss;
+  float lr = 0.0f;
+  float grad_norm = 0.0f;
+  double ms = 0.0;
+  double tokens_per_s = 0.0;
+  size_t peak_mem_bytes = 0;
+  std::string attn;
+  std::string device;
+  std::string precision;
+  int micro_batches = 1;
+};
+
+/// "%.9g", or "null" when not finite.
+std::string json_number(double value);
+/// A JSON string literal with quotes, escaping ", \ and control characters.
+std::string json_string(const std::string& text);
+
+/// One metrics.jsonl line, without the trailing newline.
+std::string to_json_line(const StepMetrics& metrics);
+
+/// The console line of a step; eta_seconds < 0 omits the ETA.
+std::string format_step_line(const StepMetrics& metrics, int total_steps, double eta_seconds);
+
+/// "1h02m", "3m05s", "12s".
+std::string format_duration(double seconds);
+
+/// Values of a flat JSON object as raw text (strings unescaped, numbers and literals verbatim);
+/// nullopt when line is not such an object.
+std::optional<std::map<std::string, std::string>> parse_flat_json_object(const std::string& line);
+
+/// Model FLOPs per trained token (forward + backward), for MFU; see metrics.cpp.
+double training_flops_per_token(const ModelConfig& config, int seq_len);
+
+/// Peak dense bf16 tensor-core throughput of an H100 SXM, the MFU denominator.
+constexpr double kH100PeakFlops = 989e12;
+
+/// Step times of one run; the first min(3, n - 1) steps are warm-up (allocation, caches,
+/// cuBLAS heuristics) and are left out of the mean throughput.
+class ThroughputStats {
+ public:
+  void add_step(double seconds, int64_t tokens);
+
+  int steps() const { return static_cast<int>(seconds_.size()); }
+  int warmup_steps_excluded() const;
+  /// Tokens per second over the steps after warm-up: their tokens / their time.
+  double mean_tokens_per_s() const;
+  /// Mean seconds per step after warm-up when there are such steps, else over all steps.
+  double mean_step_seconds() const;
+
+ private:
+  std::vector<double> seconds_;
+  std::vector<int64_t> tokens_;
+};
+
+}  // namespace gpt2

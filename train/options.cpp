@@ -1,0 +1,260 @@
+#include "train/options.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include <cxxopts.hpp>
+
+#include "data/file_io.h"
+#include "data/paths.h"
+#include "kernels/common/error.h"
+#include "model/checkpoint.h"
+
+namespace gpt2 {
+namespace {
+
+// Every option is declared as a string and converted here, so that a bad value's message
+// names the option and the value (cxxopts' own conversion errors name neither clearly).
+cxxopts::Options make_options() {
+  cxxopts::Options options("gpt2-train", "Train GPT-2 on token shards (CPU or CUDA).");
+  auto s = [] { return cxxopts::value<std::string>(); };
+  options.add_options()
+      ("train-data", "training shards (glob); default: the embedded data", s())
+      ("val-data", "validation shards (glob); default: the embedded data", s())
+      ("model", "dN, gpt2[-medium|-large|-xl] or a checkpoint path (default: d12 on cuda, d2 on cpu)", s())
+      ("max-seq-len", "rows of the position embedding (default 1024; from the file for a checkpoint)", s())
+      ("device", "auto | cuda | cpu", s()->default_value("auto"))
+      ("attn", "naive | flash", s()->default_value("flash"))
+      ("precision", "fp32 | bf16 (default: bf16 on cuda, fp32 on cpu)", s())
+      ("batch-size", "B, sequences per micro-batch (default: 16 on cuda, 4 on cpu)", s())
+      ("seq-len", "T, tokens per sequence (default: 1024 on cuda, 64 on cpu)", s())
+      ("total-batch-size", "tokens per optimizer step, a multiple of B*T*world (default B*T*world)", s())
+      ("steps", "optimizer steps", s()->default_value("50"))
+      ("lr", "peak learning rate", s()->default_value("6e-4"))
+      ("warmup-steps", "linear warm-up steps", s()->default_value("0"))
+      ("lr-schedule", "cosine | linear | constant", s()->default_value("cosine"))
+      ("final-lr-frac", "final learning rate as a fraction of --lr, in [0, 1]", s()->default_value("0.1"))
+      ("weight-decay", "AdamW weight decay (2-D weights only)", s()->default_value("0.1"))
+      ("grad-clip", "clip the global gradient norm to this (0 disables)", s()->default_value("1.0"))
+      ("val-every", "validate every N steps and at the last step (0 disables)", s()->default_value("25"))
+      ("val-steps", "validation batches per evaluation", s()->default_value("10"))
+      ("sample-every", "sample text every N steps (0 disables)", s()->default_value("0"))
+      ("sample-tokens", "tokens per sample", s()->default_value("64"))
+      ("out", "directory for metrics.jsonl, summary.json and checkpoints", s()->default_value("out"))
+      ("checkpoint-every", "checkpoint every N steps and at the last step (0 disables)", s()->default_value("0"))
+      ("resume", "continue from the latest complete checkpoint in --out")
+      ("seed", "seed of initialization, data order and sampling", s()->default_value("1337"))
+      ("help", "print this help");
+  return options;
+}
+
+int64_t parse_integer(const std::string& option, const std::string& text, int64_t min_value,
+                      int64_t max_value, const char* expectation) {
+  errno = 0;
+  char* end = nullptr;
+  const long long value = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE ||
+      value < min_value || value > max_value) {
+    GPT2_USAGE_FAIL("--", option, " must be ", expectation, " (got '", text, "')");
+  }
+  return value;
+}
+
+int parse_positive_int(const std::string& option, const std::string& text) {
+  return static_cast<int>(
+      parse_integer(option, text, 1, std::numeric_limits<int>::max(), "a positive integer"));
+}
+
+int parse_count(const std::string& option, const std::string& text) {
+  return static_cast<int>(parse_integer(option, text, 0, std::numeric_limits<int>::max(),
+                                        "a non-negative integer"));
+}
+
+float parse_float(const std::string& option, const std::string& text, double min_value,
+                  double max_value, const char* expectation) {
+  errno = 0;
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE ||
+      !std::isfinite(value) || value < min_value || value > max_value) {
+    GPT2_USAGE_FAIL("--", option, " must be ", expectation, " (got '", text, "')");
+  }
+  return static_cast<float>(value);
+}
+
+}  // namespace
+
+AttentionKind parse_attention(const std::string& name) {
+  if (name == "naive") return AttentionKind::kNaive;
+  if (name == "flash") return AttentionKind::kFlash;
+  GPT2_USAGE_FAIL("--attn must be naive or flash (got '", name, "')");
+}
+
+Precision parse_precision(const std::string& name) {
+  if (name == "fp32") return Precision::kFp32;
+  if (name == "bf16") return Precision::kBf16;
+  GPT2_USAGE_FAIL("--precision must be fp32 or bf16 (got '", name, "')");
+}
+
+std::string usage_text() { return make_options().help(); }
+
+DeviceAvailability probe_devices() {
+  DeviceAvailability devices;
+  devices.cuda = cuda_backend_available(&devices.why_not);
+  return devices;
+}
+
+CommandLine parse_command_line(const std::vector<std::string>& args) {
+  cxxopts::Options options = make_options();
+  options.allow_unrecognised_options();
+  std::vector<const char*> argv = {"gpt2-train"};
+  for (const std::string& arg : args) argv.push_back(arg.c_str());
+
+  cxxopts::ParseResult result;
+  try {
+    result = options.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const cxxopts::exceptions::exception& e) {
+    GPT2_USAGE_FAIL(e.what());
+  }
+  // Unrecognised options are collected rather than thrown so that the message can say
+  // "unknown option" in our words; stray positional arguments land here too.
+  for (const std::string& extra : result.unmatched()) {
+    if (!extra.empty() && extra[0] == '-') GPT2_USAGE_FAIL("unknown option '", extra, "'");
+    GPT2_USAGE_FAIL("unexpected argument '", extra, "' (options take the form --name value)");
+  }
+
+  CommandLine cli;
+  cli.help = result.count("help") > 0;
+  if (cli.help) return cli;
+  auto text = [&](const char* name) { return result[name].as<std::string>(); };
+  auto given = [&](const char* name) { return result.count(name) > 0; };
+
+  if (given("train-data")) cli.train_data = text("train-data");
+  if (given("val-data")) cli.val_data = text("val-data");
+  if (given("train-data") && cli.train_data.empty()) GPT2_USAGE_FAIL("--train-data is empty");
+  if (given("val-data") && cli.val_data.empty()) GPT2_USAGE_FAIL("--val-data is empty");
+  if (given("model")) {
+    cli.model = text("model");
+    if (cli.model->empty()) GPT2_USAGE_FAIL("--model is empty");
+  }
+  if (given("max-seq-len")) cli.max_seq_len = parse_positive_int("max-seq-len", text("max-seq-len"));
+
+  cli.device = text("device");
+  if (cli.device != "auto" && cli.device != "cuda" && cli.device != "cpu")
+    GPT2_USAGE_FAIL("--device must be auto, cuda or cpu (got '", cli.device, "')");
+  cli.attention = parse_attention(text("attn"));
+  if (given("precision")) cli.precision = parse_precision(text("precision"));
+
+  if (given("batch-size")) cli.batch_size = parse_positive_int("batch-size", text("batch-size"));
+  if (given("seq-len")) cli.seq_len = parse_positive_int("seq-len", text("seq-len"));
+  if (given("total-batch-size")) {
+    cli.total_batch_size = parse_integer("total-batch-size", text("total-batch-size"), 1,
+                                         std::numeric_limits<int64_t>::max(),
+                                         "a positive integer");
+  }
+
+  cli.steps = parse_positive_int("steps", text("steps"));
+  constexpr double kMaxFloat = std::numeric_limits<float>::max();
+  cli.lr = parse_float("lr", text("lr"), 0.0, kMaxFloat, "a non-negative number");
+  cli.warmup_steps = parse_count("warmup-steps", text("warmup-steps"));
+  cli.lr_schedule = parse_lr_schedule(text("lr-schedule"));
+  cli.final_lr_frac =
+      parse_float("final-lr-frac", text("final-lr-frac"), 0.0, 1.0, "a number in [0, 1]");
+  cli.weight_decay =
+      parse_float("weight-decay", text("weight-decay"), 0.0, kMaxFloat, "a non-negative number");
+  cli.grad_clip =
+      parse_float("grad-clip", text("grad-clip"), 0.0, kMaxFloat, "a non-negative number");
+
+  cli.val_every = parse_count("val-every", text("val-every"));
+  cli.val_steps = parse_count("val-steps", text("val-steps"));
+  if (cli.val_every > 0 && cli.val_steps == 0)
+    GPT2_USAGE_FAIL("--val-steps must be a positive integer when --val-every is ", cli.val_every,
+                    " (got '0'; pass --val-every 0 to disable validation)");
+  cli.sample_every = parse_count("sample-every", text("sample-every"));
+  cli.sample_tokens = parse_positive_int("sample-tokens", text("sample-tokens"));
+  cli.out_dir = text("out");
+  if (cli.out_dir.empty()) GPT2_USAGE_FAIL("--out is empty");
+  cli.checkpoint_every = parse_count("checkpoint-every", text("checkpoint-every"));
+  cli.resume = given("resume");
+  // The seed is stored as int64 in the training state, hence the upper bound.
+  cli.seed = static_cast<uint64_t>(parse_integer("seed", text("seed"), 0,
+                                                 std::numeric_limits<int64_t>::max(),
+                                                 "a non-negative integer"));
+  return cli;
+}
+
+TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailability& devices) {
+  TrainConfig config;
+  if (cli.device == "cuda") {
+    if (!devices.cuda) GPT2_FAIL("--device cuda: no usable CUDA device: ", devices.why_not);
+    config.device = DeviceKind::kCuda;
+  } else if (cli.device == "cpu") {
+    config.device = DeviceKind::kCpu;
+  } else {
+    config.device = devices.cuda ? DeviceKind::kCuda : DeviceKind::kCpu;
+  }
+  const bool on_cuda = config.device == DeviceKind::kCuda;
+
+  config.precision = cli.precision.value_or(on_cuda ? Precision::kBf16 : Precision::kFp32);
+  if (!on_cuda && config.precision == Precision::kBf16)
+    GPT2_USAGE_FAIL("--precision bf16 needs --device cuda (the CPU backend is fp32 only)");
+  config.attention = cli.attention;
+
+  config.model_name = cli.model.value_or(on_cuda ? "d12" : "d2");
+  if (!is_model_preset(config.model_name) && file_exists(config.model_name)) {
+    config.model_from_checkpoint = true;
+    config.model_config = read_model_checkpoint_config(config.model_name);
+    if (cli.max_seq_len && *cli.max_seq_len != config.model_config.max_seq_len) {
+      GPT2_USAGE_FAIL("--max-seq-len ", *cli.max_seq_len, " disagrees with the checkpoint ",
+                      config.model_name, " (max_seq_len ", config.model_config.max_seq_len,
+                      "); omit --max-seq-len to use the checkpoint's");
+    }
+  } else {
+    // Throws the "unknown model" usage error for a name that is neither a preset nor a file.
+    config.model_config = model_config_from_preset(config.model_name, cli.max_seq_len.value_or(1024));
+  }
+
+  config.batch_size = cli.batch_size.value_or(on_cuda ? 16 : 4);
+  config.seq_len = cli.seq_len.value_or(on_cuda ? 1024 : 64);
+  if (config.seq_len > config.model_config.max_seq_len) {
+    GPT2_USAGE_FAIL("--seq-len ", config.seq_len, " exceeds the model's context (max_seq_len ",
+                    config.model_config.max_seq_len, "); raise --max-seq-len or lower --seq-len");
+  }
+
+  const int64_t tokens_per_micro_step =
+      int64_t{config.batch_size} * config.seq_len * config.world_size;
+  config.total_batch_size = cli.total_batch_size.value_or(tokens_per_micro_step);
+  if (config.total_batch_size % tokens_per_micro_step != 0) {
+    GPT2_USAGE_FAIL("--total-batch-size ", config.total_batch_size,
+                    " is not a multiple of B*T*world = ", config.batch_size, "*", config.seq_len,
+                    "*", config.world_size, " = ", tokens_per_micro_step);
+  }
+  const int64_t accum = config.total_batch_size / tokens_per_micro_step;
+  if (accum > std::numeric_limits<int>::max())
+    GPT2_USAGE_FAIL("--total-batch-size ", config.total_batch_size, " is too large");
+  config.grad_accum_steps = static_cast<int>(accum);
+
+  config.train_pattern = cli.train_data.empty() ? default_train_pattern() : cli.train_data;
+  config.val_pattern = cli.val_data.empty() ? default_val_pattern() : cli.val_data;
+  config.steps = cli.steps;
+  config.lr_schedule.kind = cli.lr_schedule;
+  config.lr_schedule.max_lr = cli.lr;
+  config.lr_schedule.warmup_steps = cli.warmup_steps;
+  config.lr_schedule.total_steps = cli.steps;
+  config.lr_schedule.final_lr_frac = cli.final_lr_frac;
+  config.weight_decay = cli.weight_decay;
+  config.grad_clip = cli.grad_clip;
+  config.val_every = cli.val_every;
+  config.val_steps = cli.val_steps;
+  config.sample_every = cli.sample_every;
+  config.sample_tokens = cli.sample_tokens;
+  config.out_dir = cli.out_dir;
+  config.checkpoint_every = cli.checkpoint_every;
+  config.resume = cli.resume;
+  config.seed = cli.seed;
+  return config;
+}
+
+}  // namespace gpt2

@@ -1,0 +1,110 @@
+/**
+ * @file options.h
+ * @brief gpt2-train's command line: parsing (syntax and context-free ranges) and resolution.
+ *
+ * Two stages, both callable in-process by tests:
+ *   parse_command_line()  strings -> CommandLine. Checks every value that needs no context:
+ *                         numbers are numbers, sizes > 0, counts >= 0, names are known,
+ *                         --final-lr-frac in [0, 1], --val-steps > 0 when validating.
+ *   resolve_train_config() CommandLine + device availability -> TrainConfig. Fills the
+ *                         device-dependent defaults (model, precision, B, T), reads the model
+ *                         config (preset or checkpoint header) and checks what needs it:
+ *                         T <= the model's context, total batch a multiple of B*T*world.
+ * Bad values throw gpt2::UsageError (exit 2) with a one-line message naming the option and
+ * the value. `--device cuda` without a usable GPU and unreadable checkpoint files throw
+ * gpt2::Error (exit 1): the command line is fine, the machine or the file is not.
+ */
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/model.h"
+#include "train/lr_schedule.h"
+
+namespace gpt2 {
+
+/// What the user typed; unset optionals take device-dependent defaults at resolution.
+struct CommandLine {
+  std::string train_data;  // glob; empty = the embedded data (data/paths.h)
+  std::string val_data;
+  std::optional<std::string> model;  // dN, alias or checkpoint path
+  std::optional<int> max_seq_len;
+  std::string device = "auto";  // auto | cuda | cpu
+  AttentionKind attention = AttentionKind::kFlash;
+  std::optional<Precision> precision;
+  std::optional<int> batch_size;
+  std::optional<int> seq_len;
+  std::optional<int64_t> total_batch_size;
+  int steps = 50;
+  float lr = 6e-4f;
+  int warmup_steps = 0;
+  LrScheduleKind lr_schedule = LrScheduleKind::kCosine;
+  float final_lr_frac = 0.1f;
+  float weight_decay = 0.1f;
+  float grad_clip = 1.0f;
+  int val_every = 25;
+  int val_steps = 10;
+  int sample_every = 0;
+  int sample_tokens = 64;
+  std::string out_dir = "out";
+  int checkpoint_every = 0;
+  bool resume = false;
+  uint64_t seed = 1337;
+  bool help = false;
+};
+
+/// Everything a run needs, with every default filled in and every cross-check done.
+struct TrainConfig {
+  std::string train_pattern;
+  std::string val_pattern;
+  std::string model_name;              // as given/defaulted: preset name or checkpoint path
+  bool model_from_checkpoint = false;  // model_name is a checkpoint file
+  ModelConfig model_config;
+  DeviceKind device = DeviceKind::kCpu;
+  AttentionKind attention = AttentionKind::kFlash;
+  Precision precision = Precision::kFp32;
+  int batch_size = 0;  // B per micro-batch
+  int seq_len = 0;     // T
+  int rank = 0;        // data-parallel rank and world size: 0 and 1 until multi-GPU lands
+  int world_size = 1;
+  int64_t total_batch_size = 0;  // tokens per optimizer step, all ranks
+  int grad_accum_steps = 1;      // total_batch_size / (B * T * world_size)
+  int steps = 0;
+  LrSchedule lr_schedule;
+  float weight_decay = 0.0f;
+  float grad_clip = 0.0f;  // 0 disables clipping
+  int val_every = 0;       // 0 disables
+  int val_steps = 0;
+  int sample_every = 0;  // 0 disables
+  int sample_tokens = 0;
+  std::string out_dir;
+  int checkpoint_every = 0;  // 0 disables (including the final checkpoint)
+  bool resume = false;
+  uint64_t seed = 0;
+};
+
+/// Whether a CUDA backend can run here, and why not (shown by `--device cuda`).
+struct DeviceAvailability {
+  bool cuda = false;
+  std::string why_not;
+};
+DeviceAvailability probe_devices();
+
+/// args excludes the program name. Throws gpt2::UsageError.
+CommandLine parse_command_line(const std::vector<std::string>& args);
+
+/// The --help text.
+std::string usage_text();
+
+/// Throws gpt2::UsageError for bad combinations, gpt2::Error for an unusable device or file.
+TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailability& devices);
+
+/// "naive" | "flash", "cpu" | "cuda", "fp32" | "bf16"; throw gpt2::UsageError naming option.
+AttentionKind parse_attention(const std::string& name);
+Precision parse_precision(const std::string& name);
+
+}  // namespace gpt2

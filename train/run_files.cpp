@@ -1,0 +1,139 @@
+#include "train/run_files.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <sstream>
+
+#include "data/file_io.h"
+#include "kernels/common/error.h"
+#include "model/parameters.h"
+#include "train/metrics.h"
+#include "train/options.h"
+
+namespace gpt2 {
+namespace {
+
+std::string step_file(const std::string& out_dir, const char* prefix, int64_t step) {
+  char name[64];
+  std::snprintf(name, sizeof name, "%s_%08lld.bin", prefix, static_cast<long long>(step));
+  return (std::filesystem::path(out_dir) / name).string();
+}
+
+// Step N of a file named model_<digits>.bin, or -1.
+int64_t model_file_step(const std::string& name) {
+  const std::string prefix = "model_";
+  const std::string suffix = ".bin";
+  if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return -1;
+  const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), is_digit)) return -1;
+  return std::stoll(digits);
+}
+
+}  // namespace
+
+std::string model_checkpoint_path(const std::string& out_dir, int64_t step) {
+  return step_file(out_dir, "model", step);
+}
+std::string training_state_path(const std::string& out_dir, int64_t step) {
+  return step_file(out_dir, "state", step);
+}
+std::string metrics_path(const std::string& out_dir) {
+  return (std::filesystem::path(out_dir) / "metrics.jsonl").string();
+}
+std::string summary_path(const std::string& out_dir) {
+  return (std::filesystem::path(out_dir) / "summary.json").string();
+}
+
+std::optional<ResumePoint> find_resume_point(const std::string& out_dir,
+                                             std::vector<std::string>* notes) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(out_dir, ec)) return std::nullopt;
+  std::vector<int64_t> steps;
+  for (const auto& entry : std::filesystem::directory_iterator(out_dir, ec)) {
+    const int64_t step = model_file_step(entry.path().filename().string());
+    if (step > 0 && entry.is_regular_file()) steps.push_back(step);
+  }
+  if (ec) GPT2_FAIL(out_dir, ": cannot list the folder: ", ec.message());
+  std::sort(steps.rbegin(), steps.rend());
+
+  for (const int64_t step : steps) {
+    ResumePoint point;
+    point.step = step;
+    point.model_path = model_checkpoint_path(out_dir, step);
+    point.state_path = training_state_path(out_dir, step);
+    if (!file_exists(point.state_path)) {
+      if (notes)
+        notes->push_back(str_cat(point.model_path, " has no training state (",
+                                 point.state_path, " is missing): skipped"));
+      continue;
+    }
+    try {
+      point.model = read_model_checkpoint(point.model_path);
+      point.state = read_training_state(point.state_path);
+    } catch (const Error& e) {
+      if (notes) notes->push_back(str_cat("checkpoint of step ", step, " skipped: ", e.what()));
+      continue;
+    }
+    if (point.state.step != step) {
+      if (notes)
+        notes->push_back(str_cat(point.state_path, " records step ", point.state.step,
+                                 ", not ", step, ": skipped"));
+      continue;
+    }
+    return point;
+  }
+  return std::nullopt;
+}
+
+void check_resume_compatible(const TrainConfig& config, const ResumePoint& point) {
+  if (point.model.config != config.model_config) {
+    GPT2_FAIL(point.model_path, ": cannot resume: the checkpoint's model is ",
+              point.model.config.describe(), " but this run's --model ", config.model_name,
+              " is ", config.model_config.describe());
+  }
+  const auto expect = [&](const char* what, int64_t saved, int64_t now) {
+    if (saved != now)
+      GPT2_FAIL(point.state_path, ": cannot resume: it was written with ", what, " ", saved,
+                ", this run has ", what, " ", now);
+  };
+  expect("--batch-size", point.state.batch_size, config.batch_size);
+  expect("--seq-len", point.state.seq_len, config.seq_len);
+  expect("--total-batch-size", point.state.total_batch_size, config.total_batch_size);
+  expect("--seed", point.state.seed, static_cast<int64_t>(config.seed));
+  expect("world size", point.state.world_size, config.world_size);
+  const auto num_params = static_cast<int64_t>(ParameterLayout::for_config(config.model_config).total);
+  expect("parameter count", point.state.num_parameters, num_params);
+  GPT2_CHECK(static_cast<int64_t>(point.model.params.size()) == num_params);
+  GPT2_CHECK(static_cast<int64_t>(point.state.adam_m.size()) == num_params &&
+             static_cast<int64_t>(point.state.adam_v.size()) == num_params);
+}
+
+int truncate_metrics(const std::string& path, int64_t max_step) {
+  if (!file_exists(path)) return 0;
+  std::istringstream lines(read_file_text(path));
+  std::string kept;
+  int kept_lines = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const auto object = parse_flat_json_object(line);
+    if (!object) continue;
+    const auto step = object->find("step");
+    if (step == object->end()) continue;
+    char* end = nullptr;
+    const long long value = std::strtoll(step->second.c_str(), &end, 10);
+    if (end != step->second.c_str() + step->second.size() || value > max_step) continue;
+    kept += line + "\n";
+    ++kept_lines;
+  }
+  AtomicFileWriter writer(path);
+  writer.write(kept.data(), kept.size());
+  writer.commit();
+  return kept_lines;
+}
+
+}  // namespace gpt2

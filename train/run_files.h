@@ -1,0 +1,54 @@
+/**
+ * @file run_files.h
+ * @brief The files of a run in --out: checkpoint names, finding where to resume, metrics cut.
+ *
+ * A checkpoint at step N is a pair written in this order: OUT/model_%08d.bin (llm.c fp32)
+ * then OUT/state_%08d.bin (optimizer moments, loader position, sampling RNG). Each write is
+ * atomic, so a crash between the two leaves a model without its state: find_resume_point()
+ * takes the highest N whose two files both exist and read cleanly, and reports every newer
+ * one it skipped (and why) through `notes`.
+ * On resume, metrics.jsonl is cut back to the lines with step <= N (atomically), so that the
+ * continued run appends exactly the lines an uninterrupted run would have written; lines that
+ * do not parse (a line torn by a crash) are dropped.
+ */
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/checkpoint.h"
+
+namespace gpt2 {
+
+struct TrainConfig;
+
+std::string model_checkpoint_path(const std::string& out_dir, int64_t step);
+std::string training_state_path(const std::string& out_dir, int64_t step);
+std::string metrics_path(const std::string& out_dir);
+std::string summary_path(const std::string& out_dir);
+
+struct ResumePoint {
+  int64_t step = 0;
+  std::string model_path;
+  std::string state_path;
+  ModelCheckpoint model;
+  TrainingState state;
+};
+
+/// The latest complete, readable checkpoint pair in out_dir; nullopt when there is none
+/// (including when out_dir does not exist). Skipped candidates are described in notes.
+std::optional<ResumePoint> find_resume_point(const std::string& out_dir,
+                                             std::vector<std::string>* notes);
+
+/// Throws gpt2::Error naming the setting, the checkpoint's value and this run's value when the
+/// checkpoint cannot continue this run bit for bit (model config, B, T, total batch, seed,
+/// world size, parameter count).
+void check_resume_compatible(const TrainConfig& config, const ResumePoint& point);
+
+/// Keeps the lines of metrics.jsonl with step <= max_step (atomic rewrite). Returns how many
+/// lines were kept. A missing file is left missing (0 lines).
+int truncate_metrics(const std::string& path, int64_t max_step);
+
+}  // namespace gpt2

@@ -1,0 +1,360 @@
+#include "train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/dataloader.h"
+#include "data/file_io.h"
+#include "data/tokenizer.h"
+#include "kernels/common/error.h"
+#include "kernels/common/rng.h"
+#include "model/checkpoint.h"
+#include "model/memory_plan.h"
+#include "model/model.h"
+#include "model/parameters.h"
+#include "train/metrics.h"
+#include "train/run_files.h"
+#include "train/sampling.h"
+
+namespace gpt2 {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The sampling RNG gets its own stream: seeding it with --seed itself would replay the
+// numbers of any other generator seeded the same way.
+constexpr uint64_t kSampleStreamSalt = 0x73616d706c696e67ull;  // "sampling"
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::unique_ptr<Model> make_model(const TrainConfig& config) {
+  ModelOptions options;
+  options.config = config.model_config;
+  options.batch_size = config.batch_size;
+  options.seq_len = config.seq_len;
+  options.attention = config.attention;
+  options.precision = config.precision;
+  return config.device == DeviceKind::kCuda ? make_cuda_model(options) : make_cpu_model(options);
+}
+
+DataLoaderOptions loader_options(const TrainConfig& config, const std::string& pattern,
+                                 bool shuffle) {
+  DataLoaderOptions options;
+  options.pattern = pattern;
+  options.batch_size = config.batch_size;
+  options.seq_len = config.seq_len;
+  options.vocab_size = config.model_config.vocab_size;
+  options.rank = config.rank;
+  options.world_size = config.world_size;
+  options.shuffle = shuffle;
+  options.seed = config.seed;
+  return options;
+}
+
+void print_data(const char* label, const DataLoader& loader) {
+  std::printf("  %-18s %zu file(s), %lld tokens, %lld batches per epoch\n", label,
+              loader.files().size(), static_cast<long long>(loader.total_tokens()),
+              static_cast<long long>(loader.batches_per_epoch()));
+  for (const std::string& file : loader.files()) std::printf("  %-18s   %s\n", "", file.c_str());
+}
+
+void print_configuration(const TrainConfig& c, const DataLoader& train, const DataLoader* val) {
+  const size_t num_params = ParameterLayout::for_config(c.model_config).total;
+  std::printf("gpt2-train configuration\n");
+  std::printf("  %-18s %s\n", "device", to_string(c.device));
+  std::printf("  %-18s %s%s: %s, %.2fM parameters\n", "model", c.model_name.c_str(),
+              c.model_from_checkpoint ? " (checkpoint)" : "", c.model_config.describe().c_str(),
+              static_cast<double>(num_params) / 1e6);
+  std::printf("  %-18s %s\n", "attention", to_string(c.attention));
+  std::printf("  %-18s %s\n", "precision", to_string(c.precision));
+  std::printf("  %-18s B=%d T=%d world=%d\n", "micro-batch", c.batch_size, c.seq_len,
+              c.world_size);
+  std::printf("  %-18s %lld tokens = %d grad accumulation step(s) x B*T*world\n", "total batch",
+              static_cast<long long>(c.total_batch_size), c.grad_accum_steps);
+  std::printf("  %-18s %d\n", "steps", c.steps);
+  std::printf("  %-18s %s, max %g, warm-up %d, final fraction %g\n", "lr schedule",
+              to_string(c.lr_schedule.kind), c.lr_schedule.max_lr, c.lr_schedule.warmup_steps,
+              c.lr_schedule.final_lr_frac);
+  std::printf("  %-18s weight decay %g (2-D weights), grad clip %g%s\n", "adamw", c.weight_decay,
+              c.grad_clip, c.grad_clip > 0 ? "" : " (off)");
+  if (c.val_every > 0) {
+    std::printf("  %-18s every %d steps and at the last, %d batches\n", "validation",
+                c.val_every, c.val_steps);
+  } else {
+    std::printf("  %-18s off\n", "validation");
+  }
+  if (c.sample_every > 0) {
+    std::printf("  %-18s every %d steps, %d tokens\n", "sampling", c.sample_every,
+                c.sample_tokens);
+  }
+  std::printf("  %-18s %s\n", "out", c.out_dir.c_str());
+  if (c.checkpoint_every > 0)
+    std::printf("  %-18s every %d steps and at the last\n", "checkpoints", c.checkpoint_every);
+  std::printf("  %-18s %llu\n", "seed", static_cast<unsigned long long>(c.seed));
+  print_data("train data", train);
+  if (val != nullptr) print_data("val data", *val);
+  std::fflush(stdout);
+}
+
+// Mean loss over the first `batches` validation batches, always from the loader's start so
+// that every evaluation sees the same tokens.
+float validation_loss(Model& model, DataLoader& loader, int batches, std::vector<int>& inputs,
+                      std::vector<int>& targets) {
+  loader.reset();
+  double sum = 0.0;
+  for (int i = 0; i < batches; ++i) {
+    loader.next_batch(inputs.data(), targets.data());
+    sum += model.evaluate(inputs.data(), targets.data());
+  }
+  return static_cast<float>(sum / batches);
+}
+
+void write_checkpoint(const TrainConfig& config, Model& model, int step,
+                      const DataLoader& train_loader, const Rng& sample_rng) {
+  const size_t num_params = ParameterLayout::for_config(config.model_config).total;
+  std::vector<float> params(num_params);
+  model.get_parameters(params.data());
+  const std::string model_path = model_checkpoint_path(config.out_dir, step);
+  write_model_checkpoint(model_path, config.model_config, params.data());
+
+  TrainingState state;
+  state.step = step;
+  state.num_parameters = static_cast<int64_t>(num_params);
+  state.batch_size = config.batch_size;
+  state.seq_len = config.seq_len;
+  state.total_batch_size = config.total_batch_size;
+  state.seed = static_cast<int64_t>(config.seed);
+  state.world_size = config.world_size;
+  state.loader = train_loader.position();
+  state.sample_rng = sample_rng.state();
+  state.adam_m.resize(num_params);
+  state.adam_v.resize(num_params);
+  model.get_optimizer_state(state.adam_m.data(), state.adam_v.data());
+  const std::string state_path = training_state_path(config.out_dir, step);
+  write_training_state(state_path, state);
+  std::printf("checkpoint: %s, %s\n", model_path.c_str(), state_path.c_str());
+}
+
+struct RunTotals {
+  ThroughputStats throughput;
+  std::optional<float> last_loss;
+  std::optional<float> last_val_loss;
+};
+
+void report_summary(const TrainConfig& config, const Model& model, const RunTotals& totals) {
+  const double tokens_per_s = totals.throughput.mean_tokens_per_s();
+  const size_t peak = model.peak_memory_bytes();
+  const double flops_per_token = training_flops_per_token(config.model_config, config.seq_len);
+  const bool on_cuda = config.device == DeviceKind::kCuda;
+  const double mfu = tokens_per_s * flops_per_token / kH100PeakFlops;
+  const int excluded = totals.throughput.warmup_steps_excluded();
+
+  std::printf("summary\n");
+  std::printf("  %-18s %.0f tokens/s (mean over %d step(s); the first %d excluded as warm-up)\n",
+              "throughput", tokens_per_s, totals.throughput.steps() - excluded, excluded);
+  std::printf("  %-18s %s measured (%s planned)\n", "peak memory", format_bytes(peak).c_str(),
+              format_bytes(model.memory_plan().total()).c_str());
+  if (totals.last_loss) std::printf("  %-18s %.6f\n", "final train loss", *totals.last_loss);
+  if (totals.last_val_loss) std::printf("  %-18s %.6f\n", "final val loss", *totals.last_val_loss);
+  if (on_cuda) {
+    std::printf("  %-18s %.2f%% (%.4g FLOPs/token, peak %.0f TFLOP/s)\n", "MFU", 100.0 * mfu,
+                flops_per_token, kH100PeakFlops / 1e12);
+  }
+  std::fflush(stdout);
+
+  std::string json = "{";
+  json += "\"steps\":" + std::to_string(totals.throughput.steps());
+  json += ",\"warmup_steps_excluded\":" + std::to_string(excluded);
+  json += ",\"tokens_per_s\":" + json_number(tokens_per_s);
+  json += ",\"peak_mem_bytes\":" + std::to_string(peak);
+  json += ",\"planned_mem_bytes\":" + std::to_string(model.memory_plan().total());
+  if (totals.last_loss) json += ",\"final_train_loss\":" + json_number(*totals.last_loss);
+  if (totals.last_val_loss) json += ",\"final_val_loss\":" + json_number(*totals.last_val_loss);
+  json += ",\"flops_per_token\":" + json_number(flops_per_token);
+  if (on_cuda) json += ",\"mfu\":" + json_number(mfu);
+  json += ",\"device\":" + json_string(to_string(config.device));
+  json += ",\"device_name\":" + json_string(model.device_name());
+  json += ",\"model\":" + json_string(config.model_config.describe());
+  json += ",\"attn\":" + json_string(to_string(config.attention));
+  json += ",\"precision\":" + json_string(to_string(config.precision));
+  json += ",\"batch_size\":" + std::to_string(config.batch_size);
+  json += ",\"seq_len\":" + std::to_string(config.seq_len);
+  json += ",\"total_batch_size\":" + std::to_string(config.total_batch_size);
+  json += "}\n";
+  AtomicFileWriter writer(summary_path(config.out_dir));
+  writer.write(json.data(), json.size());
+  writer.commit();
+}
+
+}  // namespace
+
+void run_training(const TrainConfig& config) {
+  // Everything that can reject the input comes first, before --out is touched.
+  std::optional<Gpt2Tokenizer> tokenizer;
+  if (config.sample_every > 0) tokenizer.emplace(Gpt2Tokenizer::from_default_files());
+  DataLoader train_loader(loader_options(config, config.train_pattern, /*shuffle=*/true));
+  std::unique_ptr<DataLoader> val_loader;
+  if (config.val_every > 0)
+    val_loader = std::make_unique<DataLoader>(loader_options(config, config.val_pattern, false));
+  print_configuration(config, train_loader, val_loader.get());
+
+  std::unique_ptr<Model> model = make_model(config);
+  std::printf("device: %s\n%s\n", model->device_name().c_str(),
+              model->memory_plan().to_string("memory plan").c_str());
+  std::fflush(stdout);
+
+  const size_t num_params = ParameterLayout::for_config(config.model_config).total;
+  Rng sample_rng(config.seed ^ kSampleStreamSalt);
+  int first_step = 1;
+  std::optional<ResumePoint> resume_point;
+  if (config.resume) {
+    std::vector<std::string> notes;
+    resume_point = find_resume_point(config.out_dir, &notes);
+    for (const std::string& note : notes) std::printf("resume: %s\n", note.c_str());
+    if (!resume_point)
+      std::printf("resume: no complete checkpoint in %s; starting from scratch\n",
+                  config.out_dir.c_str());
+  }
+  if (resume_point) {
+    check_resume_compatible(config, *resume_point);
+    model->set_parameters(resume_point->model.params.data());
+    model->set_optimizer_state(resume_point->state.adam_m.data(),
+                               resume_point->state.adam_v.data());
+    train_loader.set_position(resume_point->state.loader);
+    sample_rng.set_state(resume_point->state.sample_rng);
+    first_step = static_cast<int>(resume_point->step) + 1;
+    std::printf("resume: continuing from %s at step %d\n", resume_point->model_path.c_str(),
+                first_step);
+  } else if (config.model_from_checkpoint) {
+    ModelCheckpoint checkpoint = read_model_checkpoint(config.model_name);
+    GPT2_CHECK(checkpoint.params.size() == num_params);
+    model->set_parameters(checkpoint.params.data());
+  } else {
+    std::vector<float> params(num_params);
+    init_parameters(params.data(), config.model_config, config.seed);
+    model->set_parameters(params.data());
+  }
+  if (first_step > config.steps) {
+    std::printf("resume: the checkpoint is at step %d and --steps is %d: nothing to train\n",
+                first_step - 1, config.steps);
+    return;
+  }
+
+  make_directories(config.out_dir);
+  const std::string metrics_file = metrics_path(config.out_dir);
+  if (resume_point) {
+    truncate_metrics(metrics_file, resume_point->step);
+  } else {
+    AtomicFileWriter fresh(metrics_file);  // an earlier run's lines must not survive
+    fresh.commit();
+  }
+  std::unique_ptr<FILE, int (*)(FILE*)> metrics(std::fopen(metrics_file.c_str(), "a"), &std::fclose);
+  if (!metrics) GPT2_FAIL(metrics_file, ": cannot open for appending");
+
+  int val_batches = 0;
+  if (val_loader) {
+    val_batches = static_cast<int>(std::min<int64_t>(config.val_steps, val_loader->batches_per_epoch()));
+    if (val_batches < config.val_steps) {
+      std::printf("validation: %s has %d batch(es) of B=%d T=%d; using %d instead of --val-steps %d\n",
+                  config.val_pattern.c_str(), val_batches, config.batch_size, config.seq_len,
+                  val_batches, config.val_steps);
+    }
+  }
+
+  const size_t batch_tokens = size_t(config.batch_size) * size_t(config.seq_len);
+  std::vector<int> inputs(batch_tokens);
+  std::vector<int> targets(batch_tokens);
+  const int64_t tokens_per_step = config.total_batch_size;  // all ranks
+  const float loss_scale = 1.0f / static_cast<float>(config.grad_accum_steps);
+  RunTotals totals;
+
+  for (int step = first_step; step <= config.steps; ++step) {
+    const Clock::time_point start = Clock::now();
+    model->zero_grad();
+    double loss_sum = 0.0;
+    for (int micro = 0; micro < config.grad_accum_steps; ++micro) {
+      train_loader.next_batch(inputs.data(), targets.data());
+      loss_sum += model->forward_backward(inputs.data(), targets.data(), loss_scale);
+    }
+    const float loss = static_cast<float>(loss_sum / config.grad_accum_steps);
+    const float norm = model->grad_norm();
+    const float grad_scale =
+        (config.grad_clip > 0.0f && norm > config.grad_clip) ? config.grad_clip / norm : 1.0f;
+    cpu::AdamWHyper hyper;
+    hyper.lr = config.lr_schedule.at(step - 1);
+    hyper.weight_decay = config.weight_decay;
+    model->adamw_step(hyper, step, grad_scale);
+    const double seconds = seconds_since(start);
+    totals.throughput.add_step(seconds, tokens_per_step);
+
+    StepMetrics metrics_row;
+    metrics_row.step = step;
+    metrics_row.loss = loss;
+    metrics_row.lr = hyper.lr;
+    metrics_row.grad_norm = norm;
+    metrics_row.ms = seconds * 1e3;
+    metrics_row.tokens_per_s = seconds > 0.0 ? static_cast<double>(tokens_per_step) / seconds : 0.0;
+    metrics_row.attn = to_string(config.attention);
+    metrics_row.device = to_string(config.device);
+    metrics_row.precision = to_string(config.precision);
+    metrics_row.micro_batches = config.grad_accum_steps;
+    totals.last_loss = loss;
+
+    const bool last_step = step == config.steps;
+    if (val_loader && (step % config.val_every == 0 || last_step)) {
+      metrics_row.val_loss = validation_loss(*model, *val_loader, val_batches, inputs, targets);
+      totals.last_val_loss = metrics_row.val_loss;
+    }
+    metrics_row.peak_mem_bytes = model->peak_memory_bytes();
+
+    const double eta = totals.throughput.mean_step_seconds() * (config.steps - step);
+    std::printf("%s\n", format_step_line(metrics_row, config.steps, eta).c_str());
+    if (config.sample_every > 0 && step % config.sample_every == 0) {
+      const std::vector<int> sample = generate_tokens(*model, config.sample_tokens, sample_rng);
+      std::printf("sample at step %d:\n%s\n---\n", step, tokenizer->decode(sample).c_str());
+    }
+    std::fflush(stdout);
+
+    const std::string line = to_json_line(metrics_row) + "\n";
+    if (std::fwrite(line.data(), 1, line.size(), metrics.get()) != line.size() ||
+        std::fflush(metrics.get()) != 0)
+      GPT2_FAIL(metrics_file, ": write failed");
+
+    if (config.checkpoint_every > 0 && (step % config.checkpoint_every == 0 || last_step))
+      write_checkpoint(config, *model, step, train_loader, sample_rng);
+  }
+  report_summary(config, *model, totals);
+}
+
+int train_main(int argc, char** argv) {
+  try {
+    std::vector<std::string> args(argv + (argc > 0 ? 1 : 0), argv + argc);
+    const CommandLine cli = parse_command_line(args);
+    if (cli.help) {
+      std::printf("%s", usage_text().c_str());
+      return 0;
+    }
+    // Probing initializes the CUDA runtime: not worth it when the CPU is asked for by name.
+    const DeviceAvailability devices = cli.device == "cpu" ? DeviceAvailability{} : probe_devices();
+    run_training(resolve_train_config(cli, devices));
+    return 0;
+  } catch (const UsageError& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "gpt2-train: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "gpt2-train: error: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace gpt2

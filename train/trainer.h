@@ -1,0 +1,29 @@
+/**
+ * @file trainer.h
+ * @brief gpt2-train's entry point and training loop.
+ *
+ * train_main() parses the command line, resolves it and runs run_training(); it is main()'s
+ * whole body, so tests and tools can call it in-process. It returns the exit code: 0 on
+ * success and for --help, 2 for gpt2::UsageError, 1 for any other error, after printing
+ * "gpt2-train: error: <message>" to stderr.
+ *
+ * run_training() order, so that bad input fails before anything is written to --out:
+ *   tokenizer (only when sampling) -> data loaders -> configuration printout -> model and its
+ *   memory plan -> parameters (checkpoint, resume point or init) -> --out, metrics.jsonl ->
+ *   steps. Per step: zero_grad, grad_accum_steps micro-batches of forward_backward with
+ *   loss_scale 1/grad_accum_steps, clip by the global norm, AdamW at lr = schedule(step - 1);
+ *   then validation, sampling, the metrics line and the checkpoint, in that order (a
+ *   checkpoint at step N therefore follows the metrics line of step N).
+ */
+#pragma once
+
+#include "train/options.h"
+
+namespace gpt2 {
+
+int train_main(int argc, char** argv);
+
+/// Throws gpt2::Error / gpt2::UsageError.
+void run_training(const TrainConfig& config);
+
+}  // namespace gpt2
