@@ -1,0 +1,181 @@
+// gpt2-train's command line in-process: defaults per device, resolution against the model's
+// context and the batch arithmetic, and which problems are usage errors (exit 2) versus
+// machine/file errors (exit 1). The real binary's exit codes are covered by cli_test.cpp.
+#include "train/options.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "kernels/common/error.h"
+#include "model/checkpoint.h"
+#include "model/parameters.h"
+
+namespace gpt2 {
+namespace {
+
+DeviceAvailability no_gpu() { return {false, "no CUDA device is visible (test)"}; }
+DeviceAvailability with_gpu() { return {true, ""}; }
+
+TrainConfig resolve(const std::vector<std::string>& args, const DeviceAvailability& devices) {
+  return resolve_train_config(parse_command_line(args), devices);
+}
+
+std::string usage_message(const std::vector<std::string>& args,
+                          const DeviceAvailability& devices = no_gpu()) {
+  try {
+    resolve(args, devices);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no UsageError";
+  return "";
+}
+
+TEST(TrainOptions, CpuDefaults) {
+  const TrainConfig c = resolve({}, no_gpu());
+  EXPECT_EQ(c.device, DeviceKind::kCpu);
+  EXPECT_EQ(c.model_name, "d2");
+  EXPECT_EQ(c.model_config.num_layers, 2);
+  EXPECT_EQ(c.model_config.max_seq_len, 1024);
+  EXPECT_EQ(c.precision, Precision::kFp32);
+  EXPECT_EQ(c.attention, AttentionKind::kFlash);
+  EXPECT_EQ(c.batch_size, 4);
+  EXPECT_EQ(c.seq_len, 64);
+  EXPECT_EQ(c.total_batch_size, 4 * 64);
+  EXPECT_EQ(c.grad_accum_steps, 1);
+  EXPECT_EQ(c.steps, 50);
+  EXPECT_FLOAT_EQ(c.lr_schedule.max_lr, 6e-4f);
+  EXPECT_EQ(c.lr_schedule.kind, LrScheduleKind::kCosine);
+  EXPECT_EQ(c.lr_schedule.total_steps, 50);
+  EXPECT_FLOAT_EQ(c.lr_schedule.final_lr_frac, 0.1f);
+  EXPECT_FLOAT_EQ(c.weight_decay, 0.1f);
+  EXPECT_FLOAT_EQ(c.grad_clip, 1.0f);
+  EXPECT_EQ(c.val_every, 25);
+  EXPECT_EQ(c.val_steps, 10);
+  EXPECT_EQ(c.sample_every, 0);
+  EXPECT_EQ(c.out_dir, "out");
+  EXPECT_EQ(c.checkpoint_every, 0);
+  EXPECT_FALSE(c.resume);
+  EXPECT_EQ(c.seed, 1337u);
+  EXPECT_EQ(c.world_size, 1);
+  EXPECT_NE(c.train_pattern.find("kjv_train.bin"), std::string::npos);
+  EXPECT_NE(c.val_pattern.find("kjv_val.bin"), std::string::npos);
+}
+
+TEST(TrainOptions, AutoPicksCudaWhenAvailableWithItsDefaults) {
+  const TrainConfig c = resolve({}, with_gpu());
+  EXPECT_EQ(c.device, DeviceKind::kCuda);
+  EXPECT_EQ(c.model_name, "d12");
+  EXPECT_EQ(c.model_config.channels, 768);
+  EXPECT_EQ(c.precision, Precision::kBf16);
+  EXPECT_EQ(c.batch_size, 16);
+  EXPECT_EQ(c.seq_len, 1024);
+  EXPECT_EQ(resolve({"--device", "cpu"}, with_gpu()).device, DeviceKind::kCpu);
+}
+
+TEST(TrainOptions, CudaWithoutGpuIsAMachineErrorThatSaysWhy) {
+  try {
+    resolve({"--device", "cuda"}, no_gpu());
+    FAIL() << "no error";
+  } catch (const UsageError&) {
+    FAIL() << "a missing GPU is not a usage error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA device is visible (test)"), std::string::npos);
+  }
+}
+
+TEST(TrainOptions, GradientAccumulationFromTotalBatch) {
+  const TrainConfig c = resolve({"--batch-size", "2", "--seq-len", "32", "--total-batch-size",
+                                 "256"}, no_gpu());
+  EXPECT_EQ(c.grad_accum_steps, 4);
+  EXPECT_EQ(c.total_batch_size, 256);
+  const std::string message = usage_message(
+      {"--batch-size", "2", "--seq-len", "32", "--total-batch-size", "100"});
+  EXPECT_NE(message.find("--total-batch-size 100"), std::string::npos) << message;
+  EXPECT_NE(message.find("64"), std::string::npos) << message;
+}
+
+TEST(TrainOptions, SeqLenBeyondContextNamesBothNumbers) {
+  const std::string message = usage_message({"--max-seq-len", "128", "--seq-len", "256"});
+  EXPECT_NE(message.find("--seq-len 256"), std::string::npos) << message;
+  EXPECT_NE(message.find("128"), std::string::npos) << message;
+  EXPECT_EQ(resolve({"--max-seq-len", "128", "--seq-len", "128"}, no_gpu()).seq_len, 128);
+}
+
+TEST(TrainOptions, ContextFreeRangeChecks) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string expected;  // must appear in the message
+  };
+  const std::vector<Case> cases = {
+      {{"--batch-size", "0"}, "--batch-size"},
+      {{"--batch-size", "-3"}, "'-3'"},
+      {{"--seq-len", "abc"}, "'abc'"},
+      {{"--steps", "0"}, "--steps"},
+      {{"--steps", "2.5"}, "'2.5'"},
+      {{"--lr", "-1e-3"}, "--lr"},
+      {{"--lr", "fast"}, "'fast'"},
+      {{"--lr", "nan"}, "--lr"},
+      {{"--grad-clip", "-1"}, "--grad-clip"},
+      {{"--weight-decay", "-0.1"}, "--weight-decay"},
+      {{"--final-lr-frac", "1.5"}, "'1.5'"},
+      {{"--final-lr-frac", "-0.1"}, "--final-lr-frac"},
+      {{"--val-steps", "0"}, "--val-steps"},
+      {{"--val-every", "-1"}, "--val-every"},
+      {{"--warmup-steps", "-1"}, "--warmup-steps"},
+      {{"--attn", "sparse"}, "'sparse'"},
+      {{"--device", "tpu"}, "'tpu'"},
+      {{"--precision", "fp16"}, "'fp16'"},
+      {{"--lr-schedule", "step"}, "'step'"},
+      {{"--model", "d1x"}, "d1x"},
+      {{"--total-batch-size", "0"}, "--total-batch-size"},
+      {{"--sample-tokens", "0"}, "--sample-tokens"},
+      {{"--seed", "-1"}, "--seed"},
+      {{"--max-seq-len", "0"}, "--max-seq-len"},
+      {{"--bogus", "1"}, "--bogus"},
+      {{"stray"}, "stray"},
+      {{"--steps"}, "steps"},
+      {{"--device", "cpu", "--precision", "bf16"}, "bf16"},
+  };
+  for (const Case& c : cases) {
+    const std::string message = usage_message(c.args);
+    EXPECT_NE(message.find(c.expected), std::string::npos)
+        << "args[0] " << c.args[0] << ": '" << message << "'";
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+  // Validation switched off makes --val-steps 0 harmless; 0 disables every --*-every.
+  const TrainConfig c = resolve({"--val-every", "0", "--val-steps", "0", "--sample-every", "0",
+                                 "--checkpoint-every", "0"}, no_gpu());
+  EXPECT_EQ(c.val_every, 0);
+}
+
+TEST(TrainOptions, HelpSkipsEverythingElse) {
+  EXPECT_TRUE(parse_command_line({"--help"}).help);
+  EXPECT_NE(usage_text().find("--total-batch-size"), std::string::npos);
+}
+
+TEST(TrainOptions, CheckpointModelTakesItsContextFromTheFile) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "gpt2_options_test_d1_maxT96.bin").string();
+  const ModelConfig config = model_config_from_preset("d1", 96);
+  std::vector<float> params(ParameterLayout::for_config(config).total, 0.5f);
+  write_model_checkpoint(path, config, params.data());
+
+  const TrainConfig c = resolve({"--model", path, "--seq-len", "96"}, no_gpu());
+  EXPECT_TRUE(c.model_from_checkpoint);
+  EXPECT_EQ(c.model_config, config);
+  EXPECT_EQ(resolve({"--model", path, "--max-seq-len", "96", "--seq-len", "32"}, no_gpu())
+                .model_config.max_seq_len, 96);
+  const std::string message = usage_message({"--model", path, "--max-seq-len", "1024"});
+  EXPECT_NE(message.find("1024"), std::string::npos) << message;
+  EXPECT_NE(message.find("96"), std::string::npos) << message;
+  const std::string too_long = usage_message({"--model", path, "--seq-len", "128"});
+  EXPECT_NE(too_long.find("--seq-len 128"), std::string::npos) << too_long;
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace gpt2
