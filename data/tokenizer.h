@@ -39,13 +39,20 @@ class Gpt2Tokenizer {
   int vocab_size() const { return static_cast<int>(id_to_bytes_.size()); }
 
  private:
-  std::vector<int> bpe(const std::string& symbols_utf8);
+  /// A merge of the adjacent symbols (left, right), keyed by (left id << 32 | right id).
+  struct Merge {
+    int rank;       // line order in vocab.bpe: lower merges first
+    int merged_id;  // id of the symbol left + right
+  };
 
-  std::unordered_map<std::string, int> encoder_;     // BPE symbol string (UTF-8) -> id
-  std::vector<std::string> id_to_bytes_;             // id -> raw bytes
-  std::unordered_map<std::string, int> merge_ranks_; // "left\x01right" -> rank
-  std::string byte_to_symbol_[256];                  // byte -> UTF-8 of its unicode stand-in
-  std::unordered_map<std::string, std::vector<int>> cache_;
+  /// Appends the ids of one pre-tokenized piece (raw bytes) to out.
+  void encode_piece(std::string_view piece, std::vector<int>& out);
+  std::vector<int> bpe(std::string_view piece) const;
+
+  std::vector<std::string> id_to_bytes_;      // id -> raw bytes
+  int byte_to_id_[256] = {};                  // single byte -> its one-byte token
+  std::unordered_map<uint64_t, Merge> merges_;
+  std::unordered_map<std::string, std::vector<int>> cache_;  // piece bytes -> ids
 };
 
 /// GPT-2 pre-tokenization of UTF-8 text into pieces (exposed for tests).

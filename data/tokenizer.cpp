@@ -1,0 +1,501 @@
+/**
+ * @file tokenizer.cpp
+ * @brief GPT-2 byte-level BPE: pre-tokenizer, encoder.json / vocab.bpe loaders, BPE, decode.
+ *
+ * Reference: OpenAI's gpt-2 encoder.py. Symbols are handled as token ids, never as strings:
+ * every symbol that BPE can form is in encoder.json (the loader checks each merge's parts and
+ * result), so a merge is the tuple (left id, right id) -> (rank, merged id). Keying merges by
+ * the tuple is what encoder.py does; gpt-3-encoder's Encoder.js keys them by the string
+ * "left,right", which collides when a symbol holds a comma. With the GPT-2 vocabulary every
+ * colliding pair is unreachable: each one needs a lone comma to merge with one neighbour
+ * before a lower-ranked merge with its other neighbour, so both keyings give the same ids
+ * (tools/make_tokenizer_fixtures.js re-checks this on every fixture).
+ *
+ * BPE merges the lowest-ranked adjacent pair everywhere (left to right, non-overlapping)
+ * until none is left. Here a heap of candidate pairs ordered by (rank, position) over a linked
+ * list of symbols does one rank's occurrences as a batch and only then adds the pairs the
+ * batch formed, which reproduces that order in O(n log n) for a piece of n bytes.
+ */
+#include "data/tokenizer.h"
+
+#include <algorithm>
+#include <queue>
+
+#include "data/file_io.h"
+#include "data/paths.h"
+#include "data/unicode_classes.h"
+#include "kernels/common/error.h"
+
+namespace gpt2 {
+namespace {
+
+// Pieces longer than this are rare and not worth the memory of caching them.
+constexpr size_t kMaxCachedPieceBytes = 256;
+// The cache is dropped when it reaches this many pieces, so memory stays bounded.
+constexpr size_t kMaxCachedPieces = 1 << 20;
+
+// ---------------------------------------------------------------------------------------------
+// UTF-8
+
+struct Utf8Char {
+  uint32_t code_point;  // meaningless when !valid
+  int length;           // bytes; 1 for an invalid byte
+  bool valid;
+};
+
+/// The character starting at text[pos]. A byte that does not start a well-formed sequence
+/// (stray continuation, overlong form, surrogate, > U+10FFFF, truncated) is one invalid char.
+Utf8Char next_utf8_char(std::string_view text, size_t pos) {
+  const auto byte = [&](size_t i) { return static_cast<uint8_t>(text[i]); };
+  const uint8_t b0 = byte(pos);
+  if (b0 < 0x80) return {b0, 1, true};
+  int length;
+  uint32_t cp;
+  uint32_t min_cp;
+  if ((b0 & 0xE0) == 0xC0) {
+    length = 2, cp = b0 & 0x1F, min_cp = 0x80;
+  } else if ((b0 & 0xF0) == 0xE0) {
+    length = 3, cp = b0 & 0x0F, min_cp = 0x800;
+  } else if ((b0 & 0xF8) == 0xF0) {
+    length = 4, cp = b0 & 0x07, min_cp = 0x10000;
+  } else {
+    return {0, 1, false};
+  }
+  if (pos + length > text.size()) return {0, 1, false};
+  for (int k = 1; k < length; ++k) {
+    const uint8_t b = byte(pos + k);
+    if ((b & 0xC0) != 0x80) return {0, 1, false};
+    cp = (cp << 6) | (b & 0x3F);
+  }
+  if (cp < min_cp || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return {0, 1, false};
+  return {cp, length, true};
+}
+
+void append_utf8(uint32_t cp, std::string& out) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+CharClass class_of(const Utf8Char& c) {
+  return c.valid ? char_class(c.code_point) : CharClass::kOther;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pre-tokenization:  's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+
+/// End of the run of characters of class cls that starts at pos.
+size_t end_of_run(std::string_view text, size_t pos, CharClass cls) {
+  while (pos < text.size()) {
+    const Utf8Char c = next_utf8_char(text, pos);
+    if (class_of(c) != cls) break;
+    pos += c.length;
+  }
+  return pos;
+}
+
+/// End of the pattern's match at pos (< text.size()); the alternatives in the pattern's order.
+size_t end_of_match(std::string_view text, size_t pos) {
+  const size_t n = text.size();
+  if (text[pos] == '\'' && pos + 1 < n) {
+    const char c1 = text[pos + 1];
+    if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return pos + 2;
+    if (pos + 2 < n) {
+      const char c2 = text[pos + 2];
+      if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) {
+        return pos + 3;
+      }
+    }
+  }
+  const Utf8Char first = next_utf8_char(text, pos);
+  const CharClass first_class = class_of(first);
+  if (first_class != CharClass::kSpace) return end_of_run(text, pos, first_class);
+
+  // " ?X+": a literal U+0020 joins the letter/number/other run right after it.
+  if (text[pos] == ' ' && pos + 1 < n) {
+    const CharClass next_class = class_of(next_utf8_char(text, pos + 1));
+    if (next_class != CharClass::kSpace) return end_of_run(text, pos + 1, next_class);
+  }
+  // "\s+(?!\S)" backtracks to leave the run's last white-space character to the following
+  // non-space; a lone white-space character before a non-space falls through to "\s+".
+  size_t last_start = pos;
+  size_t end = pos;
+  int run_chars = 0;
+  while (end < n) {
+    const Utf8Char c = next_utf8_char(text, end);
+    if (class_of(c) != CharClass::kSpace) break;
+    last_start = end;
+    end += c.length;
+    ++run_chars;
+  }
+  if (end == n || run_chars == 1) return end;
+  return last_start;
+}
+
+/// Calls emit(piece) for each pre-tokenized piece of text, in order.
+template <typename Emit>
+void for_each_piece(std::string_view text, Emit&& emit) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t end = end_of_match(text, pos);
+    emit(text.substr(pos, end - pos));
+    pos = end;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Vocabulary files
+
+/// GPT-2's bytes_to_unicode(): printable Latin-1 bytes stand for themselves, the other 68
+/// bytes get U+0100.. in byte order, so every BPE symbol is printable, space-free text.
+void build_byte_to_code_point(uint32_t byte_to_cp[256]) {
+  const auto printable = [](int b) {
+    return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+  };
+  uint32_t next_extra = 256;
+  for (int b = 0; b < 256; ++b) byte_to_cp[b] = printable(b) ? b : next_extra++;
+}
+
+/// Minimal JSON reader for encoder.json: one object of string keys and non-negative
+/// integer values. Keys come back as UTF-8; all JSON escapes are decoded.
+class EncoderJsonReader {
+ public:
+  EncoderJsonReader(const std::string& path, std::string_view text) : path_(path), text_(text) {}
+
+  std::vector<std::pair<std::string, int64_t>> read_object() {
+    std::vector<std::pair<std::string, int64_t>> entries;
+    skip_space();
+    expect('{');
+    skip_space();
+    if (peek() == '}') {
+      ++pos_;
+    } else {
+      while (true) {
+        skip_space();
+        std::string key = read_string();
+        skip_space();
+        expect(':');
+        skip_space();
+        const int64_t value = read_integer();
+        entries.emplace_back(std::move(key), value);
+        skip_space();
+        if (peek() == ',') {
+          ++pos_;
+          continue;
+        }
+        expect('}');
+        break;
+      }
+    }
+    skip_space();
+    if (pos_ != text_.size()) fail("unexpected text after the top-level object");
+    return entries;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& problem) const {
+    GPT2_FAIL(path_, ": invalid JSON at byte ", pos_, ": ", problem);
+  }
+  char peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
+  void expect(char c) {
+    if (pos_ >= text_.size() || text_[pos_] != c) fail(str_cat("expected '", c, "'"));
+    ++pos_;
+  }
+  void skip_space() {
+    while (pos_ < text_.size()) {
+      const char c = text_[pos_];
+      if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
+      ++pos_;
+    }
+  }
+  uint32_t read_hex4() {
+    if (pos_ + 4 > text_.size()) fail("truncated \\u escape");
+    uint32_t value = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char c = text_[pos_++];
+      value <<= 4;
+      if (c >= '0' && c <= '9') value |= c - '0';
+      else if (c >= 'a' && c <= 'f') value |= c - 'a' + 10;
+      else if (c >= 'A' && c <= 'F') value |= c - 'A' + 10;
+      else fail("bad hex digit in \\u escape");
+    }
+    return value;
+  }
+  std::string read_string() {
+    expect('"');
+    std::string out;
+    while (true) {
+      if (pos_ >= text_.size()) fail("unterminated string");
+      const char c = text_[pos_++];
+      if (c == '"') return out;
+      if (static_cast<uint8_t>(c) < 0x20) fail("control character in string");
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      if (pos_ >= text_.size()) fail("unterminated escape");
+      const char e = text_[pos_++];
+      switch (e) {
+        case '"': out += '"'; break;
+        case '\\': out += '\\'; break;
+        case '/': out += '/'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': {
+          uint32_t cp = read_hex4();
+          if (cp >= 0xDC00 && cp <= 0xDFFF) fail("unpaired low surrogate in \\u escape");
+          if (cp >= 0xD800 && cp <= 0xDBFF) {
+            if (pos_ + 2 > text_.size() || text_[pos_] != '\\' || text_[pos_ + 1] != 'u') {
+              fail("unpaired high surrogate in \\u escape");
+            }
+            pos_ += 2;
+            const uint32_t low = read_hex4();
+            if (low < 0xDC00 || low > 0xDFFF) fail("high surrogate not followed by a low one");
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+          }
+          append_utf8(cp, out);
+          break;
+        }
+        default: fail(str_cat("unknown escape '\\", e, "'"));
+      }
+    }
+  }
+  int64_t read_integer() {
+    const size_t start = pos_;
+    int64_t value = 0;
+    while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') {
+      value = value * 10 + (text_[pos_++] - '0');
+      if (value > INT32_MAX) fail("token id out of range");
+    }
+    if (pos_ == start) fail("expected a non-negative integer token id");
+    return value;
+  }
+
+  const std::string& path_;
+  std::string_view text_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Gpt2Tokenizer
+
+Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_json_path,
+                             const std::string& vocab_bpe_path) {
+  uint32_t byte_to_cp[256];
+  build_byte_to_code_point(byte_to_cp);
+  std::unordered_map<uint32_t, uint8_t> cp_to_byte;
+  for (int b = 0; b < 256; ++b) cp_to_byte[byte_to_cp[b]] = static_cast<uint8_t>(b);
+
+  // encoder.json: symbol (text over the byte alphabet) -> id; ids must be exactly 0..N-1.
+  const std::string json_text = read_file_text(encoder_json_path);
+  const auto entries = EncoderJsonReader(encoder_json_path, json_text).read_object();
+  if (entries.empty()) GPT2_FAIL(encoder_json_path, ": no tokens");
+  std::unordered_map<std::string, int> symbol_to_id;
+  symbol_to_id.reserve(entries.size());
+  id_to_bytes_.assign(entries.size(), std::string());
+  std::vector<bool> id_seen(entries.size(), false);
+  for (const auto& [symbol, id] : entries) {
+    if (id >= static_cast<int64_t>(entries.size())) {
+      GPT2_FAIL(encoder_json_path, ": token id ", id, " is not below the token count ",
+                entries.size(), " (ids must be 0..N-1)");
+    }
+    if (id_seen[id]) GPT2_FAIL(encoder_json_path, ": token id ", id, " appears twice");
+    if (!symbol_to_id.emplace(symbol, static_cast<int>(id)).second) {
+      GPT2_FAIL(encoder_json_path, ": token \"", symbol, "\" appears twice");
+    }
+    id_seen[id] = true;
+    std::string bytes;
+    for (size_t pos = 0; pos < symbol.size();) {
+      const Utf8Char c = next_utf8_char(symbol, pos);
+      const auto it = c.valid ? cp_to_byte.find(c.code_point) : cp_to_byte.end();
+      if (it == cp_to_byte.end()) {
+        GPT2_FAIL(encoder_json_path, ": token \"", symbol,
+                  "\" has a character outside GPT-2's byte alphabet");
+      }
+      bytes += static_cast<char>(it->second);
+      pos += c.length;
+    }
+    id_to_bytes_[id] = std::move(bytes);
+  }
+  for (int b = 0; b < 256; ++b) {
+    std::string symbol;
+    append_utf8(byte_to_cp[b], symbol);
+    const auto it = symbol_to_id.find(symbol);
+    if (it == symbol_to_id.end()) {
+      GPT2_FAIL(encoder_json_path, ": no token for the single byte ", b);
+    }
+    byte_to_id_[b] = it->second;
+  }
+
+  // vocab.bpe: "#version" line, then one "left right" merge per line, highest priority first.
+  const std::string bpe_text = read_file_text(vocab_bpe_path);
+  size_t pos = 0;
+  int64_t line_number = 0;
+  int rank = 0;
+  while (pos < bpe_text.size()) {
+    size_t end = bpe_text.find('\n', pos);
+    if (end == std::string::npos) end = bpe_text.size();
+    const std::string_view line(bpe_text.data() + pos, end - pos);
+    pos = end + 1;
+    ++line_number;
+    if (line_number == 1 && line.rfind("#version", 0) == 0) continue;
+    if (line.empty() && pos >= bpe_text.size()) break;  // the file's final newline
+    const size_t space = line.find(' ');
+    if (space == std::string_view::npos || space == 0 || space + 1 >= line.size() ||
+        line.find(' ', space + 1) != std::string_view::npos) {
+      GPT2_FAIL(vocab_bpe_path, ": line ", line_number, ": expected \"left right\", got \"",
+                line, "\"");
+    }
+    const std::string left(line.substr(0, space));
+    const std::string right(line.substr(space + 1));
+    const auto left_it = symbol_to_id.find(left);
+    const auto right_it = symbol_to_id.find(right);
+    const auto merged_it = symbol_to_id.find(left + right);
+    if (left_it == symbol_to_id.end() || right_it == symbol_to_id.end() ||
+        merged_it == symbol_to_id.end()) {
+      GPT2_FAIL(vocab_bpe_path, ": line ", line_number, ": merge \"", line,
+                "\" uses or makes a symbol missing from ", encoder_json_path);
+    }
+    const uint64_t key = (static_cast<uint64_t>(left_it->second) << 32) |
+                         static_cast<uint32_t>(right_it->second);
+    // A repeated merge keeps its last rank, as dict(zip(merges, range(...))) in encoder.py.
+    merges_[key] = Merge{rank++, merged_it->second};
+  }
+  if (merges_.empty()) GPT2_FAIL(vocab_bpe_path, ": no merges");
+}
+
+Gpt2Tokenizer Gpt2Tokenizer::from_default_files() {
+  const std::string dir = tokenizer_dir();
+  return Gpt2Tokenizer(dir + "/encoder.json", dir + "/vocab.bpe");
+}
+
+std::vector<int> Gpt2Tokenizer::bpe(std::string_view piece) const {
+  const int n = static_cast<int>(piece.size());
+  // Symbols as a linked list over the byte positions; a symbol lives at its first byte's slot.
+  std::vector<int> symbol(n), next(n), prev(n);
+  for (int i = 0; i < n; ++i) {
+    symbol[i] = byte_to_id_[static_cast<uint8_t>(piece[i])];
+    prev[i] = i - 1;
+    next[i] = (i + 1 < n) ? i + 1 : -1;
+  }
+
+  struct Candidate {
+    int rank;
+    int left;  // slot of the left symbol
+    int left_id;
+    int right_id;
+    int merged_id;
+    bool operator>(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : left > o.left;
+    }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  const auto push_pair = [&](int left) {
+    const int right = next[left];
+    if (right < 0) return;
+    const uint64_t key =
+        (static_cast<uint64_t>(symbol[left]) << 32) | static_cast<uint32_t>(symbol[right]);
+    const auto it = merges_.find(key);
+    if (it != merges_.end()) {
+      heap.push({it->second.rank, left, symbol[left], symbol[right], it->second.merged_id});
+    }
+  };
+  for (int i = 0; i + 1 < n; ++i) push_pair(i);
+
+  std::vector<int> merged_slots;
+  while (!heap.empty()) {
+    // All occurrences of the lowest-ranked pair, left to right. A candidate is stale when
+    // either symbol has changed since it was pushed (symbols only grow, so an unchanged id
+    // means an untouched symbol); that also skips the overlapping half of "aaa".
+    const int rank = heap.top().rank;
+    merged_slots.clear();
+    while (!heap.empty() && heap.top().rank == rank) {
+      const Candidate c = heap.top();
+      heap.pop();
+      const int right = next[c.left];
+      if (symbol[c.left] != c.left_id || right < 0 || symbol[right] != c.right_id) continue;
+      symbol[c.left] = c.merged_id;
+      symbol[right] = -1;
+      next[c.left] = next[right];
+      if (next[right] >= 0) prev[next[right]] = c.left;
+      merged_slots.push_back(c.left);
+    }
+    for (const int slot : merged_slots) {
+      if (prev[slot] >= 0) push_pair(prev[slot]);
+      push_pair(slot);
+    }
+  }
+
+  std::vector<int> ids;
+  for (int slot = 0; slot >= 0; slot = next[slot]) ids.push_back(symbol[slot]);
+  return ids;
+}
+
+void Gpt2Tokenizer::encode_piece(std::string_view piece, std::vector<int>& out) {
+  if (piece.size() == 1) {
+    out.push_back(byte_to_id_[static_cast<uint8_t>(piece[0])]);
+    return;
+  }
+  if (piece.size() > kMaxCachedPieceBytes) {
+    const std::vector<int> ids = bpe(piece);
+    out.insert(out.end(), ids.begin(), ids.end());
+    return;
+  }
+  std::string key(piece);
+  auto it = cache_.find(key);
+  if (it == cache_.end()) {
+    if (cache_.size() >= kMaxCachedPieces) cache_.clear();
+    it = cache_.emplace(std::move(key), bpe(piece)).first;
+  }
+  out.insert(out.end(), it->second.begin(), it->second.end());
+}
+
+std::vector<int> Gpt2Tokenizer::encode(std::string_view text) {
+  std::vector<int> ids;
+  ids.reserve(text.size() / 3);
+  for_each_piece(text, [&](std::string_view piece) { encode_piece(piece, ids); });
+  return ids;
+}
+
+std::string Gpt2Tokenizer::decode_token(int id) const {
+  if (id < 0 || id >= vocab_size()) {
+    GPT2_FAIL("token id ", id, " is outside the vocabulary [0, ", vocab_size(), ")");
+  }
+  return id_to_bytes_[id];
+}
+
+std::string Gpt2Tokenizer::decode(const std::vector<int>& ids) const {
+  std::string text;
+  for (const int id : ids) {
+    if (id < 0 || id >= vocab_size()) {
+      GPT2_FAIL("token id ", id, " is outside the vocabulary [0, ", vocab_size(), ")");
+    }
+    text += id_to_bytes_[id];
+  }
+  return text;
+}
+
+std::vector<std::string> gpt2_pretokenize(std::string_view text) {
+  std::vector<std::string> pieces;
+  for_each_piece(text, [&](std::string_view piece) { pieces.emplace_back(piece); });
+  return pieces;
+}
+
+}  // namespace gpt2
