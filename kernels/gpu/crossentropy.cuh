@@ -1,0 +1,33 @@
+/**
+ * @file crossentropy.cuh
+ * @brief Softmax + cross-entropy over the real vocabulary of padded logits, on the GPU.
+ *
+ * CPU twin: kernels/cpu/crossentropy.h, with one difference: the GPU never materializes the
+ * probabilities (B*T*Vp of them is the largest activation of the model). Forward returns only
+ * the losses, and backward recomputes the softmax from the logits; so neither takes `probs`.
+ *   logits (B,T,Vp) T_, columns [V, Vp) are padding and excluded; targets (B,T) in [0, V).
+ * Forward:  losses[bt] = logsumexp(logits[bt, :V]) - logits[bt, target]     (fp32, B*T)
+ * Backward: dlogits[bt, v] = (softmax(logits[bt, :V])[v] - [v == target]) * dlosses[bt] for
+ *           v < V, 0 for padding columns (overwritten, =). dlosses fp32 (B,T).
+ *   dlogits may alias logits (in place): each row is fully read (max, sum) before any write.
+ * A target outside [0, V) yields a NaN loss / a NaN row of dlogits (visible, not a crash).
+ * T_ = float or __nv_bfloat16; max and sum of exponentials in fp32 (expf), two passes.
+ * Parallel scheme: one block per (b,t) row, threads striding over the vocabulary, block
+ *   reductions in a fixed order: deterministic. Row offsets are 64-bit (B*T*Vp).
+ */
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace gpt2::gpu {
+
+template <typename T_>
+void crossentropy_forward(float* losses, const T_* logits, const int* targets, int B, int T,
+                          int V, int Vp, cudaStream_t stream);
+
+template <typename T_>
+void crossentropy_backward(T_* dlogits, const float* dlosses, const T_* logits,
+                           const int* targets, int B, int T, int V, int Vp, cudaStream_t stream);
+
+}  // namespace gpt2::gpu

@@ -1,0 +1,172 @@
+/**
+ * @file layernorm.cu
+ * @brief LayerNorm forward and backward (deterministic parameter gradients); see layernorm.cuh.
+ *
+ * norm is recomputed in backward as (x - mean) * rstd from the saved fp32 mean/rstd, with the
+ * same expression in the row kernel and the column kernel, so both see the same values.
+ */
+#include "kernels/gpu/layernorm.cuh"
+
+#include "kernels/common/error.h"
+#include "kernels/cpu/layernorm.h"
+#include "kernels/gpu/common.cuh"
+
+namespace gpt2::gpu {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+constexpr int kRowThreads = 32 * kWarpsPerBlock;
+constexpr float kEps = static_cast<float>(cpu::kLayerNormEps);
+
+// ---------------------------------------------------------------------------------------------
+// Kernels
+
+/// One warp per row of inp (B*T rows of C).
+template <typename T_>
+__global__ void layernorm_forward_kernel(T_* out, float* mean, float* rstd, const T_* inp,
+                                         const T_* weight, const T_* bias, int64_t rows, int C) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;  // whole warps leave together, so the shuffles stay full-warp
+  const T_* x = inp + row * C;
+  float sum = 0.0f;
+  for (int c = lane; c < C; c += 32) sum += to_float(x[c]);
+  const float row_mean = warp_reduce_sum(sum) / C;
+  float sum_sq = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    const float d = to_float(x[c]) - row_mean;
+    sum_sq += d * d;
+  }
+  const float row_rstd = 1.0f / sqrtf(warp_reduce_sum(sum_sq) / C + kEps);
+  T_* y = out + row * C;
+  for (int c = lane; c < C; c += 32) {
+    const float norm = (to_float(x[c]) - row_mean) * row_rstd;
+    y[c] = from_float<T_>(norm * to_float(weight[c]) + to_float(bias[c]));
+  }
+  if (lane == 0) {
+    if (mean) mean[row] = row_mean;
+    if (rstd) rstd[row] = row_rstd;
+  }
+}
+
+/// dinp += ...: one warp per row.
+template <typename T_>
+__global__ void layernorm_backward_dinp_kernel(T_* dinp, const T_* dout, const T_* inp,
+                                               const T_* weight, const float* mean,
+                                               const float* rstd, int64_t rows, int C) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const T_* x = inp + row * C;
+  const T_* g = dout + row * C;
+  const float row_mean = mean[row];
+  const float row_rstd = rstd[row];
+  float sum_dnorm = 0.0f;
+  float sum_dnorm_norm = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    const float norm = (to_float(x[c]) - row_mean) * row_rstd;
+    const float dnorm = to_float(g[c]) * to_float(weight[c]);
+    sum_dnorm += dnorm;
+    sum_dnorm_norm += dnorm * norm;
+  }
+  const float mean_dnorm = warp_reduce_sum(sum_dnorm) / C;
+  const float mean_dnorm_norm = warp_reduce_sum(sum_dnorm_norm) / C;
+  T_* dx = dinp + row * C;
+  for (int c = lane; c < C; c += 32) {
+    const float norm = (to_float(x[c]) - row_mean) * row_rstd;
+    const float dnorm = to_float(g[c]) * to_float(weight[c]);
+    const float grad = row_rstd * (dnorm - mean_dnorm - norm * mean_dnorm_norm);
+    dx[c] = from_float<T_>(to_float(dx[c]) + grad);
+  }
+}
+
+/// Per chunk of rows: partial_dweight[chunk, c] = sum dout norm, partial_dbias[chunk, c] =
+/// sum dout, rows in order. Grid (ceil(C / blockDim.x), chunks); thread = channel.
+template <typename T_>
+__global__ void layernorm_backward_partials_kernel(float* partial_dweight, float* partial_dbias,
+                                                   const T_* dout, const T_* inp,
+                                                   const float* mean, const float* rstd,
+                                                   int64_t rows, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const int64_t chunk = blockIdx.y;
+  const int64_t row_begin = chunk * kColumnSumRowsPerChunk;
+  const int64_t row_end = min(row_begin + kColumnSumRowsPerChunk, rows);
+  float sum_dweight = 0.0f;
+  float sum_dbias = 0.0f;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const float norm = (to_float(inp[r * C + c]) - mean[r]) * rstd[r];
+    const float g = to_float(dout[r * C + c]);
+    sum_dweight += g * norm;
+    sum_dbias += g;
+  }
+  partial_dweight[chunk * C + c] = sum_dweight;
+  partial_dbias[chunk * C + c] = sum_dbias;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Launchers
+
+template <typename T_>
+void layernorm_forward(T_* out, float* mean, float* rstd, const T_* inp, const T_* weight,
+                       const T_* bias, int B, int T, int C, cudaStream_t stream) {
+  GPT2_CHECK(B >= 1 && T >= 1 && C >= 1, "B=", B, " T=", T, " C=", C);
+  GPT2_CHECK(out != nullptr && inp != nullptr && weight != nullptr && bias != nullptr);
+  const int64_t rows = static_cast<int64_t>(B) * T;
+  layernorm_forward_kernel<<<grid_size(rows, kWarpsPerBlock), kRowThreads, 0, stream>>>(
+      out, mean, rstd, inp, weight, bias, rows, C);
+  GPT2_CUDA_CHECK_LAUNCH();
+}
+
+int64_t layernorm_backward_scratch_floats(int B, int T, int C) {
+  return 2 * column_sum_scratch_floats(static_cast<int64_t>(B) * T, C);
+}
+
+template <typename T_>
+void layernorm_backward(T_* dinp, T_* dweight, T_* dbias, const T_* dout, const T_* inp,
+                        const T_* weight, const float* mean, const float* rstd, int B, int T,
+                        int C, float* scratch, cudaStream_t stream) {
+  GPT2_CHECK(B >= 1 && T >= 1 && C >= 1, "B=", B, " T=", T, " C=", C);
+  GPT2_CHECK(dinp != nullptr && dweight != nullptr && dbias != nullptr && dout != nullptr &&
+             inp != nullptr && weight != nullptr && mean != nullptr && rstd != nullptr &&
+             scratch != nullptr);
+  const int64_t rows = static_cast<int64_t>(B) * T;
+  const int64_t chunks = ceil_div(rows, kColumnSumRowsPerChunk);
+  GPT2_CHECK(chunks <= 65535, "B*T = ", rows, " exceeds the column-sum grid");
+
+  layernorm_backward_dinp_kernel<<<grid_size(rows, kWarpsPerBlock), kRowThreads, 0, stream>>>(
+      dinp, dout, inp, weight, mean, rstd, rows, C);
+  GPT2_CUDA_CHECK_LAUNCH();
+
+  float* partial_dweight = scratch;
+  float* partial_dbias = scratch + chunks * C;
+  const dim3 partials_grid(grid_size(C, kColumnSumThreads), static_cast<unsigned int>(chunks));
+  layernorm_backward_partials_kernel<<<partials_grid, kColumnSumThreads, 0, stream>>>(
+      partial_dweight, partial_dbias, dout, inp, mean, rstd, rows, C);
+  GPT2_CUDA_CHECK_LAUNCH();
+  add_column_partials_kernel<<<grid_size(C, kColumnSumThreads), kColumnSumThreads, 0, stream>>>(
+      dweight, partial_dweight, chunks, C);
+  GPT2_CUDA_CHECK_LAUNCH();
+  add_column_partials_kernel<<<grid_size(C, kColumnSumThreads), kColumnSumThreads, 0, stream>>>(
+      dbias, partial_dbias, chunks, C);
+  GPT2_CUDA_CHECK_LAUNCH();
+}
+
+template void layernorm_forward<float>(float*, float*, float*, const float*, const float*,
+                                       const float*, int, int, int, cudaStream_t);
+template void layernorm_forward<__nv_bfloat16>(__nv_bfloat16*, float*, float*,
+                                               const __nv_bfloat16*, const __nv_bfloat16*,
+                                               const __nv_bfloat16*, int, int, int,
+                                               cudaStream_t);
+template void layernorm_backward<float>(float*, float*, float*, const float*, const float*,
+                                        const float*, const float*, const float*, int, int, int,
+                                        float*, cudaStream_t);
+template void layernorm_backward<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*,
+                                                const __nv_bfloat16*, const __nv_bfloat16*,
+                                                const __nv_bfloat16*, const float*,
+                                                const float*, int, int, int, float*,
+                                                cudaStream_t);
+
+}  // namespace gpt2::gpu

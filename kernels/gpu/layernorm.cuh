@@ -1,0 +1,39 @@
+/**
+ * @file layernorm.cuh
+ * @brief LayerNorm over channels on the GPU, eps = 1e-5. CPU twin: kernels/cpu/layernorm.h.
+ *
+ * Forward:  mean = E[x], rstd = 1/sqrt(Var[x] + eps) (biased), out = (x - mean) rstd w + b
+ *   out, inp (B,T,C) T_; weight, bias (C) T_; mean, rstd (B,T) fp32 (the CPU twin stores them
+ *   as Real). mean/rstd may be nullptr when no backward will follow.
+ * Backward: dinp += rstd (dnorm - mean(dnorm) - norm mean(dnorm norm)), dnorm = dout w
+ *           dweight += sum_bt dout norm;  dbias += sum_bt dout            (all ACCUMULATED, +=)
+ *   scratch: layernorm_backward_scratch_floats(B,T,C) floats (per-chunk column sums).
+ * T_ = float or __nv_bfloat16; all math in fp32 (mean and variance in two passes over the row),
+ * one rounding to T_ per output. Any C >= 1.
+ * Parallel scheme: forward and the dinp part of backward use one warp per (b,t) row, lanes
+ *   striding over C, warp-shuffle reductions. dweight/dbias: thread per channel sums a chunk of
+ *   kColumnSumRowsPerChunk rows into scratch, then one thread per channel adds the chunk sums in
+ *   chunk order. Fixed orders everywhere, no atomics: bitwise deterministic.
+ */
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace gpt2::gpu {
+
+template <typename T_>
+void layernorm_forward(T_* out, float* mean, float* rstd, const T_* inp, const T_* weight,
+                       const T_* bias, int B, int T, int C, cudaStream_t stream);
+
+/// Floats of scratch layernorm_backward needs.
+int64_t layernorm_backward_scratch_floats(int B, int T, int C);
+
+template <typename T_>
+void layernorm_backward(T_* dinp, T_* dweight, T_* dbias, const T_* dout, const T_* inp,
+                        const T_* weight, const float* mean, const float* rstd, int B, int T,
+                        int C, float* scratch, cudaStream_t stream);
+
+}  // namespace gpt2::gpu

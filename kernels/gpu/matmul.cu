@@ -1,0 +1,225 @@
+/**
+ * @file matmul.cu
+ * @brief Dense layer forward/backward through cuBLASLt (or cublasGemmEx); see matmul.cuh.
+ *
+ * Row-major to column-major: cuBLAS is column-major, and a row-major (R, K) matrix with leading
+ * dimension K is, byte for byte, the column-major (K, R) matrix: its transpose. Write Wc, Xc,
+ * Yc for the column-major views of weight (C x OC), inp (C x BT) and out (OC x BT); then
+ *   forward  Y = X W^T     <=>  Yc  = Wc^T Xc      m = OC, n = BT, k = C   A=weight (T), B=inp (N)
+ *   dinp     dX = dY W     <=>  dXc = Wc dYc       m = C,  n = BT, k = OC  A=weight (N), B=dout (N)
+ *   dweight  dW = dY^T X   <=>  dWc = Xc dYc^T     m = C,  n = OC, k = BT  A=inp (N), B=dout (T)
+ * with leading dimensions lda = ldb = the row length of the stored row-major matrix, and
+ * ldd = the row length of the output. The bias epilogue adds a length-m vector to every
+ * column of D: m = OC is exactly out's per-row bias.
+ */
+#include "kernels/gpu/matmul.cuh"
+
+#include <climits>
+
+#include "kernels/common/error.h"
+#include "kernels/gpu/common.cuh"
+
+namespace gpt2::gpu {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename T_>
+constexpr cudaDataType_t kCudaDataType = CUDA_R_32F;
+template <>
+constexpr cudaDataType_t kCudaDataType<__nv_bfloat16> = CUDA_R_16BF;
+
+/// D (m x n, column-major, ldd) = op(A) op(B) + beta D [+ bias broadcast over columns].
+struct Gemm {
+  cudaDataType_t type;
+  bool trans_a, trans_b;
+  int m, n, k;
+  const void* a;
+  int lda;
+  const void* b;
+  int ldb;
+  void* d;
+  int ldd;
+  float beta;
+  const void* bias;  // length m, or nullptr
+};
+
+/// Largest power of two (up to 256) dividing the address: what cuBLASLt may assume.
+uint32_t alignment_bytes(const void* ptr) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(ptr);
+  uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+/// Owns the cuBLASLt descriptors of one call (destroyed also when a check throws).
+struct LtDescriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
+  ~LtDescriptors() {
+    if (preference) cublasLtMatmulPreferenceDestroy(preference);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+template <typename Value>
+void set_desc(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attribute,
+              const Value& value) {
+  GPT2_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, attribute, &value, sizeof(value)));
+}
+
+void set_preference(cublasLtMatmulPreference_t preference,
+                    cublasLtMatmulPreferenceAttributes_t attribute, uint32_t value) {
+  GPT2_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value)));
+}
+
+/// Runs g through cuBLASLt; false (nothing launched) when cuBLASLt offers no algorithm.
+bool gemm_cublaslt(const Context& ctx, const Gemm& g) {
+  LtDescriptors desc;
+  GPT2_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  set_desc(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
+  set_desc(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, op_b);
+  if (g.bias) {
+    set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+    set_desc(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+  }
+  // Stored shapes (before op): A is k x m when transposed, else m x k; B likewise.
+  GPT2_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.a, g.type, g.trans_a ? g.k : g.m,
+                                               g.trans_a ? g.m : g.k, g.lda));
+  GPT2_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.b, g.type, g.trans_b ? g.n : g.k,
+                                               g.trans_b ? g.k : g.n, g.ldb));
+  GPT2_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.d, g.type, g.m, g.n, g.ldd));
+
+  GPT2_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc.preference));
+  const size_t workspace_bytes = ctx.lt_workspace_bytes();
+  GPT2_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+      sizeof(workspace_bytes)));
+  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_bytes(g.a));
+  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_bytes(g.b));
+  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_bytes(g.d));
+  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_bytes(g.d));
+
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int num_results = 0;
+  const cublasStatus_t found = cublasLtMatmulAlgoGetHeuristic(
+      ctx.cublaslt(), desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference, 1, &heuristic,
+      &num_results);
+  if (found != CUBLAS_STATUS_SUCCESS || num_results == 0) return false;
+
+  const float alpha = 1.0f;
+  const cublasStatus_t status =
+      cublasLtMatmul(ctx.cublaslt(), desc.op, &alpha, g.a, desc.a, g.b, desc.b, &g.beta, g.d,
+                     desc.d, g.d, desc.d, &heuristic.algo, ctx.lt_workspace(), workspace_bytes,
+                     ctx.stream());
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
+  GPT2_CUBLAS_CHECK(status);
+  return true;
+}
+
+/// Runs g (without its bias) through cublasGemmEx, fp32 accumulation.
+void gemm_cublas(const Context& ctx, const Gemm& g) {
+  const float alpha = 1.0f;
+  GPT2_CUBLAS_CHECK(cublasGemmEx(ctx.cublas(), g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                 g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g.m, g.n, g.k, &alpha,
+                                 g.a, g.type, g.lda, g.b, g.type, g.ldb, &g.beta, g.d, g.type,
+                                 g.ldd, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+/// out[row, o] += bias[o] over rows x OC elements (the fallback path's bias).
+template <typename T_>
+__global__ void add_bias_kernel(T_* out, const T_* bias, int64_t num_elements, int OC) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= num_elements) return;
+  out[i] = from_float<T_>(to_float(out[i]) + to_float(bias[i % OC]));
+}
+
+void check_shapes(int B, int T, int C, int OC) {
+  GPT2_CHECK(B >= 1 && T >= 1 && C >= 1 && OC >= 1, "B=", B, " T=", T, " C=", C, " OC=", OC);
+  GPT2_CHECK(static_cast<int64_t>(B) * T <= INT_MAX, "B*T = ", static_cast<int64_t>(B) * T,
+             " exceeds cuBLAS's int dimensions");
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Launchers
+
+template <typename T_>
+void matmul_forward(T_* out, const T_* inp, const T_* weight, const T_* bias, int B, int T, int C,
+                    int OC, const Context& ctx) {
+  check_shapes(B, T, C, OC);
+  GPT2_CHECK(out != nullptr && inp != nullptr && weight != nullptr);
+  const int BT = B * T;
+  Gemm g{kCudaDataType<T_>, /*trans_a=*/true, /*trans_b=*/false, OC, BT, C, weight, C, inp, C,
+         out, OC, /*beta=*/0.0f, bias};
+  const bool bias_in_epilogue = bias == nullptr || is_aligned16(bias);
+  if (!bias_in_epilogue) g.bias = nullptr;
+  if (ctx.use_cublaslt() && gemm_cublaslt(ctx, g)) {
+    if (bias_in_epilogue) return;
+  } else {
+    gemm_cublas(ctx, g);
+  }
+  if (bias) {
+    const int64_t num_elements = static_cast<int64_t>(BT) * OC;
+    add_bias_kernel<<<grid_size(num_elements, kThreads), kThreads, 0, ctx.stream()>>>(
+        out, bias, num_elements, OC);
+    GPT2_CUDA_CHECK_LAUNCH();
+  }
+}
+
+int64_t matmul_backward_scratch_floats(int B, int T, int OC) {
+  return column_sum_scratch_floats(static_cast<int64_t>(B) * T, OC);
+}
+
+template <typename T_>
+void matmul_backward(T_* dinp, T_* dweight, T_* dbias, const T_* dout, const T_* inp,
+                     const T_* weight, int B, int T, int C, int OC, float* dbias_scratch,
+                     const Context& ctx) {
+  check_shapes(B, T, C, OC);
+  GPT2_CHECK(dweight != nullptr && dout != nullptr && inp != nullptr && weight != nullptr);
+  GPT2_CHECK(dbias == nullptr || dbias_scratch != nullptr, "dbias needs dbias_scratch");
+  const int BT = B * T;
+  if (dinp) {
+    const Gemm g{kCudaDataType<T_>, false, false, C, BT, OC, weight, C, dout, OC,
+                 dinp, C, /*beta=*/0.0f, nullptr};
+    if (!(ctx.use_cublaslt() && gemm_cublaslt(ctx, g))) gemm_cublas(ctx, g);
+  }
+  {
+    const Gemm g{kCudaDataType<T_>, false, true, C, OC, BT, inp, C, dout, OC,
+                 dweight, C, /*beta=*/1.0f, nullptr};
+    if (!(ctx.use_cublaslt() && gemm_cublaslt(ctx, g))) gemm_cublas(ctx, g);
+  }
+  if (dbias) {
+    const int64_t chunks = ceil_div(BT, kColumnSumRowsPerChunk);
+    GPT2_CHECK(chunks <= 65535, "B*T = ", BT, " exceeds the column-sum grid");
+    const dim3 grid(grid_size(OC, kColumnSumThreads), static_cast<unsigned int>(chunks));
+    column_partial_sums_kernel<<<grid, kColumnSumThreads, 0, ctx.stream()>>>(dbias_scratch, dout,
+                                                                              BT, OC);
+    GPT2_CUDA_CHECK_LAUNCH();
+    add_column_partials_kernel<<<grid_size(OC, kColumnSumThreads), kColumnSumThreads, 0,
+                                 ctx.stream()>>>(dbias, dbias_scratch, chunks, OC);
+    GPT2_CUDA_CHECK_LAUNCH();
+  }
+}
+
+template void matmul_forward<float>(float*, const float*, const float*, const float*, int, int,
+                                    int, int, const Context&);
+template void matmul_forward<__nv_bfloat16>(__nv_bfloat16*, const __nv_bfloat16*,
+                                            const __nv_bfloat16*, const __nv_bfloat16*, int, int,
+                                            int, int, const Context&);
+template void matmul_backward<float>(float*, float*, float*, const float*, const float*,
+                                     const float*, int, int, int, int, float*, const Context&);
+template void matmul_backward<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*,
+                                             const __nv_bfloat16*, const __nv_bfloat16*,
+                                             const __nv_bfloat16*, int, int, int, int, float*,
+                                             const Context&);
+
+}  // namespace gpt2::gpu

@@ -1,0 +1,45 @@
+/**
+ * @file matmul.cuh
+ * @brief Dense layer out = inp @ weight^T + bias on the GPU (cuBLASLt / cuBLAS).
+ *        CPU twin: kernels/cpu/matmul.h (same math, layouts and contracts).
+ *
+ * Forward:  out = inp @ weight^T + bias           (overwritten, =)
+ *   out (B,T,OC), inp (B,T,C), weight (OC,C), bias (OC) or nullptr; all row-major, T_.
+ * Backward: dinp = dout @ weight                  (overwritten, =; skipped when dinp is nullptr)
+ *           dweight += dout^T @ inp               (accumulated, +=: GEMM with beta = 1)
+ *           dbias += sum_bt dout                  (accumulated, +=; skipped when dbias is nullptr)
+ *   dbias is a deterministic two-pass column sum (no atomics) using dbias_scratch:
+ *   matmul_backward_scratch_floats(B,T,OC) floats (nullptr allowed when dbias is nullptr).
+ * T_ = float: fp32 inputs and outputs with CUBLAS_COMPUTE_32F: exact fp32, no TF32.
+ * T_ = __nv_bfloat16: bf16 inputs and outputs, fp32 accumulation (CUBLAS_COMPUTE_32F), one
+ *   rounding to bf16 per output (the bias is added inside the GEMM epilogue).
+ * cuBLAS(Lt) results are bitwise reproducible for the same toolkit, GPU architecture and SM
+ * count on one stream (cuBLAS docs, "results reproducibility"); our own kernels are too.
+ * Context::use_cublaslt() picks cuBLASLt (bias in its epilogue) or cublasGemmEx plus a bias
+ * kernel; cuBLASLt falls back to the latter when it has no algorithm for the shape/alignment
+ * or the bias is not 16-byte aligned. Any C, OC >= 1; B*T, C, OC must fit in int.
+ */
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "kernels/gpu/context.cuh"
+
+namespace gpt2::gpu {
+
+template <typename T_>
+void matmul_forward(T_* out, const T_* inp, const T_* weight, const T_* bias, int B, int T, int C,
+                    int OC, const Context& ctx);
+
+/// Floats of dbias_scratch matmul_backward needs.
+int64_t matmul_backward_scratch_floats(int B, int T, int OC);
+
+template <typename T_>
+void matmul_backward(T_* dinp, T_* dweight, T_* dbias, const T_* dout, const T_* inp,
+                     const T_* weight, int B, int T, int C, int OC, float* dbias_scratch,
+                     const Context& ctx);
+
+}  // namespace gpt2::gpu
