@@ -1,0 +1,242 @@
+/**
+ * @file test_tokenize_tool.cpp
+ * @brief gpt2-tokenize end to end: runs the binary (GPT2_TOKENIZE_BINARY) on temporary files.
+ *
+ * Checks that the shards decode back to the inputs with an end-of-text token before each
+ * document, that the validation split follows floor((i+1)*F) > floor(i*F) (expected
+ * documents worked out by hand), that bad command lines exit 2 and that a missing input
+ * exits non-zero naming the file and writes nothing.
+ */
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "data/shard.h"
+#include "data/tokenizer.h"
+
+namespace gpt2 {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int exit_code;
+  std::string output;  // stdout and stderr together
+};
+
+/// Runs gpt2-tokenize with the given arguments (each single-quoted for the shell).
+RunResult run_tool(const std::vector<std::string>& args) {
+  std::string command = std::string("'") + GPT2_TOKENIZE_BINARY + "'";
+  for (const std::string& arg : args) command += " '" + arg + "'";
+  command += " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  EXPECT_NE(pipe, nullptr) << command;
+  if (pipe == nullptr) return {-1, ""};
+  RunResult result{-1, ""};
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) {
+    result.output.append(buffer, n);
+  }
+  const int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+class TokenizeToolTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tokenizer_ = new Gpt2Tokenizer(std::string(GPT2_TEST_DATA_DIR) + "/tokenizer/encoder.json",
+                                   std::string(GPT2_TEST_DATA_DIR) + "/tokenizer/vocab.bpe");
+  }
+  static void TearDownTestSuite() {
+    delete tokenizer_;
+    tokenizer_ = nullptr;
+  }
+  void SetUp() override {
+    folder_ = fs::path(::testing::TempDir()) /
+              ("gpt2_tokenize_tool_test_" + std::to_string(::getpid()) + "_" +
+               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(folder_);
+    fs::create_directories(folder_);
+  }
+  void TearDown() override { fs::remove_all(folder_); }
+
+  std::string path(const std::string& name) const { return (folder_ / name).string(); }
+
+  /// Writes documents as doc_0.txt, doc_1.txt, ... and returns their paths in order.
+  std::vector<std::string> write_documents(const std::vector<std::string>& documents) const {
+    std::vector<std::string> paths;
+    for (size_t i = 0; i < documents.size(); ++i) {
+      paths.push_back(path("doc_" + std::to_string(i) + ".txt"));
+      std::ofstream(paths.back(), std::ios::binary) << documents[i];
+    }
+    return paths;
+  }
+
+  /// Splits a shard at its end-of-text tokens (each must start a document) and decodes them.
+  static std::vector<std::string> decode_documents(const std::string& shard_path) {
+    const std::vector<uint16_t> tokens = read_shard(shard_path, tokenizer_->vocab_size());
+    std::vector<std::string> documents;
+    std::vector<int> current;
+    EXPECT_FALSE(tokens.empty());
+    EXPECT_EQ(tokens.empty() ? -1 : tokens[0], Gpt2Tokenizer::kEndOfText);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (tokens[i] == Gpt2Tokenizer::kEndOfText) {
+        if (i > 0) documents.push_back(tokenizer_->decode(current));
+        current.clear();
+      } else {
+        current.push_back(tokens[i]);
+      }
+    }
+    if (!tokens.empty()) documents.push_back(tokenizer_->decode(current));
+    return documents;
+  }
+
+  static Gpt2Tokenizer* tokenizer_;
+  fs::path folder_;
+};
+Gpt2Tokenizer* TokenizeToolTest::tokenizer_ = nullptr;
+
+/// Ten small documents, each distinct, with white space, Unicode and "<|endoftext|>" text
+/// (which must stay text, not become the separator).
+std::vector<std::string> ten_documents() {
+  std::vector<std::string> docs = {
+      "In the beginning God created the heaven and the earth.\n",
+      "Genesis 2\nThus the heavens and the earth were finished.",
+      "  leading spaces and trailing ones  ",
+      "caf\xc3\xa9, na\xc3\xafve, \xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82, "
+      "\xe4\xbd\xa0\xe5\xa5\xbd \xf0\x9f\x98\x80",
+      "the literal <|endoftext|> is plain text",
+      "",
+      "numbers 1234567 and punctuation!?...",
+      "tabs\tand\r\nwindows\r\nlines",
+      "it's we'll they'd I'M",
+      "the tenth and last document\n\n"};
+  return docs;
+}
+
+TEST_F(TokenizeToolTest, ShardDecodesToInputsWithEndOfTextBeforeEach) {
+  const std::vector<std::string> docs = ten_documents();
+  std::vector<std::string> args = {"--input"};
+  for (const std::string& p : write_documents(docs)) args.push_back(p);
+  args.insert(args.end(), {"--output", path("train.bin")});
+  const RunResult run = run_tool(args);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(decode_documents(path("train.bin")), docs);
+
+  // The exact token stream: [EOT] + encode(doc) per document, in input order.
+  std::vector<uint16_t> expected;
+  for (const std::string& doc : docs) {
+    expected.push_back(Gpt2Tokenizer::kEndOfText);
+    for (const int id : tokenizer_->encode(doc)) expected.push_back(static_cast<uint16_t>(id));
+  }
+  EXPECT_EQ(read_shard(path("train.bin"), tokenizer_->vocab_size()), expected);
+  EXPECT_NE(run.output.find("10 documents"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find(std::to_string(expected.size()) + " tokens"), std::string::npos)
+      << run.output;
+}
+
+TEST_F(TokenizeToolTest, RepeatedInputOptionsKeepOrder) {
+  const std::vector<std::string> docs = {"first", "second", "third"};
+  const std::vector<std::string> paths = write_documents(docs);
+  const RunResult run = run_tool({"--input", paths[0], "--input", paths[1], paths[2],
+                                  "--output", path("train.bin")});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(decode_documents(path("train.bin")), docs);
+}
+
+TEST_F(TokenizeToolTest, ValidationSplitTakesEvenlySpreadWholeDocuments) {
+  const std::vector<std::string> docs = ten_documents();
+  const std::vector<std::string> paths = write_documents(docs);
+  // F = 0.25 over 10 documents: floor((i+1)/4) > floor(i/4) exactly for i = 3 and i = 7.
+  // F = 0.5: every odd i. F = 0.3: floor(0.3(i+1)) steps up at i = 3, 6, 9.
+  const std::vector<std::pair<std::string, std::vector<int>>> splits = {
+      {"0.25", {3, 7}}, {"0.5", {1, 3, 5, 7, 9}}, {"0.3", {3, 6, 9}}};
+  for (const auto& [fraction, val_indices] : splits) {
+    std::vector<std::string> args = {"--input"};
+    args.insert(args.end(), paths.begin(), paths.end());
+    args.insert(args.end(), {"--output", path("train.bin"), "--val-output", path("val.bin"),
+                             "--val-fraction", fraction});
+    const RunResult run = run_tool(args);
+    ASSERT_EQ(run.exit_code, 0) << fraction << ": " << run.output;
+    std::vector<std::string> expected_train, expected_val;
+    for (int i = 0; i < static_cast<int>(docs.size()); ++i) {
+      const bool is_val =
+          std::find(val_indices.begin(), val_indices.end(), i) != val_indices.end();
+      (is_val ? expected_val : expected_train).push_back(docs[i]);
+    }
+    EXPECT_EQ(decode_documents(path("train.bin")), expected_train) << fraction;
+    EXPECT_EQ(decode_documents(path("val.bin")), expected_val) << fraction;
+  }
+}
+
+TEST_F(TokenizeToolTest, BadCommandLinesExitTwo) {
+  const std::vector<std::string> paths = write_documents({"one", "two", "three"});
+  const std::string out = path("train.bin");
+  const std::string val = path("val.bin");
+  const std::vector<std::vector<std::string>> bad = {
+      {},                                                          // nothing
+      {"--output", out},                                           // no input
+      {"--input", paths[0]},                                       // no output
+      {"--input", paths[0], paths[1], "--output", out, "--val-output", val},  // no fraction
+      {"--input", paths[0], paths[1], "--output", out, "--val-fraction", "0.5"},  // no path
+      {"--input", paths[0], paths[1], "--output", out, "--val-output", val, "--val-fraction", "0"},
+      {"--input", paths[0], paths[1], "--output", out, "--val-output", val, "--val-fraction", "1"},
+      {"--input", paths[0], paths[1], "--output", out, "--val-output", val, "--val-fraction",
+       "1.5"},
+      {"--input", paths[0], paths[1], "--output", out, "--val-output", val, "--val-fraction",
+       "-0.2"},
+      {"--input", paths[0], paths[1], "--output", out, "--val-output", val, "--val-fraction",
+       "half"},
+      // 3 documents at F = 0.2: floor(0.6) = 0, so validation would be empty.
+      {"--input", paths[0], paths[1], paths[2], "--output", out, "--val-output", val,
+       "--val-fraction", "0.2"},
+      {"--input", paths[0], paths[1], "--output", out, "--val-output", out, "--val-fraction",
+       "0.5"},
+      {"--input", paths[0], "--output", out, "--no-such-option"},
+  };
+  for (const std::vector<std::string>& args : bad) {
+    const RunResult run = run_tool(args);
+    std::string joined;
+    for (const std::string& a : args) joined += a + " ";
+    EXPECT_EQ(run.exit_code, 2) << joined << "\n" << run.output;
+    EXPECT_NE(run.output.find("error"), std::string::npos) << joined << "\n" << run.output;
+    EXPECT_FALSE(fs::exists(out)) << joined;
+    EXPECT_FALSE(fs::exists(val)) << joined;
+  }
+}
+
+TEST_F(TokenizeToolTest, MissingInputIsNamedAndNothingIsWritten) {
+  const std::vector<std::string> paths = write_documents({"one", "two"});
+  const std::string missing = path("no_such_document.txt");
+  const RunResult run = run_tool({"--input", paths[0], missing, paths[1], "--output",
+                                  path("train.bin"), "--val-output", path("val.bin"),
+                                  "--val-fraction", "0.5"});
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.exit_code, 2) << "a missing file is not a command-line error: " << run.output;
+  EXPECT_NE(run.output.find(missing), std::string::npos) << run.output;
+  EXPECT_FALSE(fs::exists(path("train.bin")));
+  EXPECT_FALSE(fs::exists(path("val.bin")));
+  for (const auto& entry : fs::directory_iterator(folder_)) {
+    EXPECT_EQ(entry.path().extension(), ".txt") << "left behind: " << entry.path();
+  }
+}
+
+TEST_F(TokenizeToolTest, HelpExitsZeroAndListsOptions) {
+  const RunResult run = run_tool({"--help"});
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  for (const char* option : {"--input", "--output", "--val-output", "--val-fraction"}) {
+    EXPECT_NE(run.output.find(option), std::string::npos) << option << "\n" << run.output;
+  }
+}
+
+}  // namespace
+}  // namespace gpt2
