@@ -2,18 +2,14 @@
  * @file cpu_model.h
  * @brief The CPU GPT-2: a templated reference model (float / double) and the Model backend.
  *
- * CpuGpt2<Real> is llm.c's train_gpt2.c structure over the ops of kernels/cpu:
- *   encoder -> L x [ln1, qkv matmul, attention, attproj matmul, residual, ln2, fc matmul, gelu,
- *   fcproj matmul, residual] -> lnf -> classifier matmul with wte (tied, (B,T,Vp) logits)
- *   -> crossentropy.
- * Attention is naive (keeps probs (B,NH,T,T) per layer) or flash (keeps out + lse per layer),
- * chosen at construction. Backward runs in reverse with one residual-gradient buffer shared by
- * the whole residual stream: layernorm_backward adds into it (+=), matmul / attention / gelu
- * overwrite (=) their activation gradients, and every parameter gradient is accumulated (+=).
- * The buffers are sized for (B,T) at construction; a forward may use any smaller B and T
- * (inference on a prefix), and backward uses the shapes of the last forward.
- * Parameters start at zero (set them, e.g. from init_parameters); gradients start at zero.
- *
+ * CpuGpt2<Real> is llm.c's structure over kernels/cpu: encoder -> L x [ln1, qkv, attention,
+ * attproj, residual, ln2, fc, gelu, fcproj, residual] -> lnf -> classifier with the tied wte
+ * ((B,T,Vp) logits) -> crossentropy. Attention is naive (keeps probs (B,NH,T,T) per layer) or
+ * flash (keeps out + lse per layer), chosen at construction. Backward shares one residual-
+ * gradient buffer across the stream: layernorm_backward adds into it (+=), matmul / attention
+ * / gelu overwrite (=) their activation gradients, parameter gradients accumulate (+=).
+ * Buffers are sized for (B,T) at construction; a forward may use a smaller B and T (a prefix),
+ * and backward uses the shapes of the last forward. Parameters and gradients start at zero.
  * CpuModel is the Model of model.h on CpuGpt2<float>: it builds its MemoryPlan, checks it
  * against MemAvailable and only then allocates.
  */

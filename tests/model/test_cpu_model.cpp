@@ -3,19 +3,16 @@
  * @brief Tests for model/cpu_model.h: gradients, attention kinds, accumulation contracts,
  *        training behaviour and the memory plan of the CPU backend.
  *
- * - Gradient check: CpuGpt2<double> on a tiny config (V=37 padded to 40, maxT=8, L=2, NH=2,
- *   C=8, B=2, T=5) against the fourth-order central difference
- *   (8 (f(x+h) - f(x-h)) - (f(x+2h) - f(x-2h))) / 12h of EVERY parameter, both attention
- *   kinds (flash with 2x3 tiles so tiling is exercised). Parameters are drawn wider than
- *   GPT-2's init so the nonlinearities matter.
- * - Naive and flash agree (float) on loss and on every gradient tensor within 1e-5 of the
- *   tensor's largest entry.
- * - Backward twice on one forward: gradients exactly double where each element receives one
- *   += per backward (all but wte and wpe, whose rows collect several tokens' contributions in
- *   sequence, so rounding allows a few ulps); all backward workspace buffers repeat bit for bit.
- * - Through the Model interface: initial loss ~ ln V, AdamW lowers the loss on a repeated
- *   batch, decay only where ParameterLayout::decays, optimizer state round trips, next-token
- *   probabilities match the full forward (causality), the memory plan is exact and checked.
+ * - Gradient check: CpuGpt2<double>, tiny config (V=37/Vp=40, maxT=8, L=2, NH=2, C=8, B=2,
+ *   T=5), EVERY parameter against the 4th-order central difference, both attention kinds
+ *   (flash with 2x3 tiles), parameters wider than GPT-2's init so nonlinearities matter.
+ * - Naive and flash agree (float): loss, and every gradient within 1e-5 of its tensor's max.
+ * - Backward twice: gradients exactly double where an element gets one += per backward (all
+ *   but wte and wpe, whose rows sum several tokens in sequence: a few ulps allowed); every
+ *   backward workspace buffer repeats bit for bit.
+ * - Model interface: initial loss ~ ln V, AdamW learns a repeated batch, decay only where
+ *   ParameterLayout::decays, optimizer state round trips, next-token probabilities match the
+ *   full forward (causality), the memory plan is exact and enforced.
  */
 #include <algorithm>
 #include <cmath>
