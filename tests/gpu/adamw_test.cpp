@@ -1,0 +1,130 @@
+// AdamW on the GPU against the CPU reference over several steps: fp32 parameters updated in
+// place, and bf16 parameters with fp32 master weights (the master must track the CPU's fp32
+// parameters; the bf16 copy must be exactly the master rounded to nearest even).
+//
+// Tolerances (u32 = 2^-24). Each step computes m, v, m_hat / (sqrt(v_hat) + eps) with a handful
+// of fp32 roundings on both sides (and the bias corrections may differ by an ulp between the
+// host's double and the CPU reference's float), so per step the two differ by a few u32
+// relative in m and v and by a few u32 (|p| + lr |update|) in p; |update| is at most about
+// (1 - beta1) / sqrt(1 - beta2) + weight_decay |p| < 1 + |p| for these hyper-parameters. The
+// differences compound at most linearly over the steps: we allow 32 t u32 (|value| + lr).
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gpu_test_util.h"
+#include "kernels/cpu/adamw.h"
+#include "kernels/gpu/adamw.cuh"
+
+namespace gpt2::gpu::test {
+namespace {
+
+constexpr int kSteps = 5;
+constexpr int64_t kSizes[] = {1, 1003, 70001};
+
+cpu::AdamWHyper test_hyper() {
+  cpu::AdamWHyper hyper;
+  hyper.lr = 1e-2f;
+  hyper.beta1 = 0.9f;
+  hyper.beta2 = 0.95f;
+  hyper.eps = 1e-8f;
+  hyper.weight_decay = 0.1f;
+  return hyper;
+}
+
+std::vector<double> step_allowed(const std::vector<float>& expected, int t, double lr) {
+  return allowed_error(expected, 32.0 * t * kFp32Roundoff * lr, 32.0 * t * kFp32Roundoff);
+}
+
+TEST(GpuAdamW, Fp32MatchesCpuOverSteps) {
+  GPT2_REQUIRE_GPU();
+  const cpu::AdamWHyper hyper = test_hyper();
+  const float grad_scale = 0.7f;
+  for (int64_t N : kSizes) {
+    std::vector<float> params = random_normal(N, 1001), m(N, 0.0f), v(N, 0.0f);
+    DeviceBuffer<float> d_params(N), d_grads(N), d_m(N), d_v(N);
+    d_params.upload(params);
+    d_m.upload(m);
+    d_v.upload(v);
+    for (int t = 1; t <= kSteps; ++t) {
+      const std::vector<float> grads = random_normal(N, 1100 + t, 0.5);
+      d_grads.upload(grads);
+      adamw_update(d_params.get(), static_cast<float*>(nullptr), d_grads.get(), d_m.get(),
+                   d_v.get(), N, hyper, t, grad_scale, nullptr);
+      cpu::adamw_update(params.data(), grads.data(), m.data(), v.data(), N, hyper, t,
+                        grad_scale);
+      const std::string tag = str_cat("fp32 N=", N, " t=", t);
+      ASSERT_TRUE(expect_close("adamw params " + tag, d_params.download(), params,
+                               step_allowed(params, t, hyper.lr)));
+      ASSERT_TRUE(expect_close("adamw m " + tag, d_m.download(), m, step_allowed(m, t, 0.0)));
+      ASSERT_TRUE(expect_close("adamw v " + tag, d_v.download(), v, step_allowed(v, t, 0.0)));
+    }
+  }
+}
+
+TEST(GpuAdamW, Bf16MasterWeightsTrackCpuAndRoundToNearestEven) {
+  GPT2_REQUIRE_GPU();
+  const cpu::AdamWHyper hyper = test_hyper();
+  const float grad_scale = 1.3f;
+  for (int64_t N : kSizes) {
+    std::vector<float> master = random_normal(N, 2001), m(N, 0.0f), v(N, 0.0f);
+    DeviceBuffer<bf16> d_params(N), d_grads(N);
+    DeviceBuffer<float> d_master(N), d_m(N), d_v(N);
+    upload_floats(d_params, master);
+    d_master.upload(master);
+    d_m.upload(m);
+    d_v.upload(v);
+    for (int t = 1; t <= kSteps; ++t) {
+      // The GPU sees bf16 gradients; the CPU gets the same values in fp32.
+      const std::vector<float> grads = round_through<bf16>(random_normal(N, 2100 + t, 0.5));
+      upload_floats(d_grads, grads);
+      d_params.poison();
+      adamw_update(d_params.get(), d_master.get(), d_grads.get(), d_m.get(), d_v.get(), N, hyper,
+                   t, grad_scale, nullptr);
+      cpu::adamw_update(master.data(), grads.data(), m.data(), v.data(), N, hyper, t,
+                        grad_scale);
+      const std::string tag = str_cat("bf16 N=", N, " t=", t);
+      const std::vector<float> got_master = d_master.download();
+      ASSERT_TRUE(expect_close("adamw master " + tag, got_master, master,
+                               step_allowed(master, t, hyper.lr)));
+      ASSERT_TRUE(expect_close("adamw m " + tag, d_m.download(), m, step_allowed(m, t, 0.0)));
+      ASSERT_TRUE(expect_close("adamw v " + tag, d_v.download(), v, step_allowed(v, t, 0.0)));
+      const std::vector<bf16> got_params = d_params.download();
+      for (int64_t i = 0; i < N; ++i) {
+        ASSERT_EQ(bf16_bits(got_params[i]), float_to_bf16_bits(got_master[i]))
+            << "bf16 parameter " << i << " is not its master weight " << got_master[i]
+            << " rounded to nearest even (step " << t << ")";
+      }
+    }
+  }
+}
+
+TEST(GpuAdamWPreconditions, MasterWeightsMatchTheStorageType) {
+  // These checks come before any CUDA call, so they run without a GPU too; the messages
+  // prove it was the check (a failed launch would throw a different gpt2::Error).
+  float f[4] = {};
+  bf16 h[4] = {};
+  const cpu::AdamWHyper hyper = test_hyper();
+  try {
+    adamw_update(f, f, f, f, f, 4, hyper, 1, 1.0f, nullptr);
+    ADD_FAILURE() << "fp32 parameters with a master copy were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("master"), std::string::npos) << e.what();
+  }
+  try {
+    adamw_update(h, static_cast<float*>(nullptr), h, f, f, 4, hyper, 1, 1.0f, nullptr);
+    ADD_FAILURE() << "bf16 parameters without a master copy were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("master"), std::string::npos) << e.what();
+  }
+  try {
+    adamw_update(f, static_cast<float*>(nullptr), f, f, f, 4, hyper, 0, 1.0f, nullptr);
+    ADD_FAILURE() << "step t = 0 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("1-based"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace gpt2::gpu::test

@@ -1,0 +1,169 @@
+// Cross-entropy on the GPU against the CPU reference (which materializes probs; the GPU
+// recomputes them): padded and unpadded vocabularies up to GPT-2's 50257/50304, large values
+// planted in the padding columns (they must be ignored), in-place backward, bitwise
+// determinism, and the NaN answer to an out-of-range target.
+//
+// Tolerances (u32 = 2^-24). The GPU sums the V exponentials per thread (about V/512 terms,
+// then a tree of depth <= 10) in fp32; all terms are positive, so the sum's relative error is
+// below (V/512 + 16) u32, and expf adds a few ulps. The loss lse - x_t then errs by that much
+// in absolute terms plus a few ulps of |max|, |x_t| and |loss|:
+//   loss:    (V/512 + 24) u32 (1 + |max| + |x_t| + |loss|)
+//   dlogits: |dloss| p (V/512 + 24 + |x - max|) u32 + u_T |expected| (bf16 output rounding);
+//            the |x - max| term is the rounding of the exponent's argument. Padding: exactly 0.
+// The CPU reference is double-accumulated, so these bounds are the GPU's own error.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gpu_test_util.h"
+#include "kernels/cpu/crossentropy.h"
+#include "kernels/gpu/crossentropy.cuh"
+
+namespace gpt2::gpu::test {
+namespace {
+
+struct CrossEntropyShape {
+  int B, T, V, Vp;
+};
+const CrossEntropyShape kShapes[] = {
+    {1, 1, 3, 8}, {2, 7, 997, 1024}, {3, 5, 1000, 1000}, {1, 7, 50257, 50304}};
+
+template <typename T_>
+class GpuCrossEntropy : public ::testing::Test {};
+TYPED_TEST_SUITE(GpuCrossEntropy, StorageTypes, StorageName);
+
+std::string shape_tag(const char* what, const char* dtype, const CrossEntropyShape& s) {
+  return str_cat(what, " ", dtype, " B=", s.B, " T=", s.T, " V=", s.V, " Vp=", s.Vp);
+}
+
+/// Logits ~ N(0, 2^2) in the vocabulary and 1000 in the padding (which must not count).
+template <typename T_>
+std::vector<float> make_logits(const CrossEntropyShape& s, uint64_t seed) {
+  std::vector<float> logits = random_normal(int64_t(s.B) * s.T * s.Vp, seed, 2.0);
+  for (int64_t row = 0; row < int64_t(s.B) * s.T; ++row)
+    for (int v = s.V; v < s.Vp; ++v) logits[row * s.Vp + v] = 1000.0f;
+  return round_through<T_>(logits);
+}
+
+double sum_slack(int V) { return double(V) / 512.0 + 24.0; }
+
+TYPED_TEST(GpuCrossEntropy, ForwardMatchesCpu) {
+  GPT2_REQUIRE_GPU();
+  using T_ = TypeParam;
+  for (const CrossEntropyShape& s : kShapes) {
+    const int64_t BT = int64_t(s.B) * s.T;
+    const std::vector<float> logits = make_logits<T_>(s, 701);
+    const std::vector<int> targets = random_ints(BT, s.V, 702);
+    DeviceBuffer<T_> d_logits(logits.size());
+    DeviceBuffer<int> d_targets(BT);
+    DeviceBuffer<float> d_losses(BT);
+    upload_floats(d_logits, logits);
+    d_targets.upload(targets);
+    std::vector<unsigned char> bytes[2];
+    for (int run = 0; run < 2; ++run) {
+      d_losses.poison();
+      crossentropy_forward(d_losses.get(), d_logits.get(), d_targets.get(), s.B, s.T, s.V, s.Vp,
+                           nullptr);
+      bytes[run] = d_losses.download_bytes();
+    }
+    EXPECT_TRUE(bitwise_equal("crossentropy_forward run-to-run", bytes[0], bytes[1]));
+
+    std::vector<float> losses(BT), probs(logits.size());
+    cpu::crossentropy_forward<float>(losses.data(), probs.data(), logits.data(), targets.data(),
+                                     s.B, s.T, s.V, s.Vp);
+    std::vector<double> allowed(BT);
+    for (int64_t row = 0; row < BT; ++row) {
+      const float* x = logits.data() + row * s.Vp;
+      const double max = *std::max_element(x, x + s.V);
+      allowed[row] = sum_slack(s.V) * kFp32Roundoff *
+                     (1.0 + std::fabs(max) + std::fabs(x[targets[row]]) + std::fabs(losses[row]));
+    }
+    EXPECT_TRUE(expect_close(shape_tag("crossentropy_forward losses", Storage<T_>::kName, s),
+                             d_losses.download(), losses, allowed));
+  }
+}
+
+TYPED_TEST(GpuCrossEntropy, BackwardMatchesCpuInPlaceAndDeterministic) {
+  GPT2_REQUIRE_GPU();
+  using T_ = TypeParam;
+  constexpr double u = Storage<T_>::kUnitRoundoff;
+  for (const CrossEntropyShape& s : kShapes) {
+    const int64_t BT = int64_t(s.B) * s.T;
+    const std::vector<float> logits = make_logits<T_>(s, 801);
+    const std::vector<int> targets = random_ints(BT, s.V, 802);
+    std::vector<float> dlosses = random_normal(BT, 803, 0.25, 1.0);
+    for (float& d : dlosses) d /= float(BT);  // the model's 1/(B*T) scale, give or take
+    DeviceBuffer<T_> d_logits(logits.size()), d_dlogits(logits.size());
+    DeviceBuffer<int> d_targets(BT);
+    DeviceBuffer<float> d_dlosses(BT);
+    upload_floats(d_logits, logits);
+    d_targets.upload(targets);
+    d_dlosses.upload(dlosses);
+    std::vector<unsigned char> bytes[2];
+    for (int run = 0; run < 2; ++run) {
+      d_dlogits.poison();
+      crossentropy_backward(d_dlogits.get(), d_dlosses.get(), d_logits.get(), d_targets.get(),
+                            s.B, s.T, s.V, s.Vp, nullptr);
+      bytes[run] = d_dlogits.download_bytes();
+    }
+    EXPECT_TRUE(bitwise_equal("crossentropy_backward run-to-run", bytes[0], bytes[1]));
+
+    std::vector<float> losses(BT), probs(logits.size()), dlogits(logits.size());
+    cpu::crossentropy_forward<float>(losses.data(), probs.data(), logits.data(), targets.data(),
+                                     s.B, s.T, s.V, s.Vp);
+    cpu::crossentropy_backward<float>(dlogits.data(), dlosses.data(), probs.data(),
+                                      targets.data(), s.B, s.T, s.V, s.Vp);
+    std::vector<double> allowed = allowed_error(dlogits, 0.0, u);
+    for (int64_t row = 0; row < BT; ++row) {
+      const float* x = logits.data() + row * s.Vp;
+      const double max = *std::max_element(x, x + s.V);
+      for (int v = 0; v < s.V; ++v) {
+        const int64_t i = row * s.Vp + v;
+        allowed[i] += std::fabs(dlosses[row]) * probs[i] *
+                      (sum_slack(s.V) + std::fabs(x[v] - max)) * kFp32Roundoff;
+      }
+      for (int v = s.V; v < s.Vp; ++v) allowed[row * s.Vp + v] = 0.0;  // padding: exactly 0
+    }
+    EXPECT_TRUE(expect_close(shape_tag("crossentropy_backward dlogits", Storage<T_>::kName, s),
+                             download_floats(d_dlogits), dlogits, allowed));
+
+    // In place: dlogits written over the logits gives the very same bits.
+    crossentropy_backward(d_logits.get(), d_dlosses.get(), d_logits.get(), d_targets.get(), s.B,
+                          s.T, s.V, s.Vp, nullptr);
+    EXPECT_TRUE(bitwise_equal("crossentropy_backward in place", d_logits.download_bytes(),
+                              bytes[0]));
+  }
+}
+
+TYPED_TEST(GpuCrossEntropy, OutOfRangeTargetGivesNaN) {
+  GPT2_REQUIRE_GPU();
+  using T_ = TypeParam;
+  const CrossEntropyShape s{1, 3, 10, 16};
+  const std::vector<float> logits = make_logits<T_>(s, 901);
+  const std::vector<int> targets = {2, 10, -1};  // 10 == V is padding, not vocabulary
+  DeviceBuffer<T_> d_logits(logits.size()), d_dlogits(logits.size());
+  DeviceBuffer<int> d_targets(3);
+  DeviceBuffer<float> d_losses(3), d_dlosses(3);
+  upload_floats(d_logits, logits);
+  d_targets.upload(targets);
+  d_dlosses.upload({1.0f, 1.0f, 1.0f});
+  crossentropy_forward(d_losses.get(), d_logits.get(), d_targets.get(), s.B, s.T, s.V, s.Vp,
+                       nullptr);
+  crossentropy_backward(d_dlogits.get(), d_dlosses.get(), d_logits.get(), d_targets.get(), s.B,
+                        s.T, s.V, s.Vp, nullptr);
+  const std::vector<float> losses = d_losses.download();
+  const std::vector<float> dlogits = download_floats(d_dlogits);
+  EXPECT_TRUE(std::isfinite(losses[0]));
+  EXPECT_TRUE(std::isnan(losses[1]));
+  EXPECT_TRUE(std::isnan(losses[2]));
+  for (int v = 0; v < s.V; ++v) {
+    EXPECT_TRUE(std::isfinite(dlogits[v]));
+    EXPECT_TRUE(std::isnan(dlogits[s.Vp + v]));
+    EXPECT_TRUE(std::isnan(dlogits[2 * s.Vp + v]));
+  }
+}
+
+}  // namespace
+}  // namespace gpt2::gpu::test

@@ -1,0 +1,168 @@
+// Dense layer on the GPU (cuBLASLt path and cublasGemmEx fallback) against the CPU reference:
+// shapes with odd C and OC, with and without bias; backward's = / += contracts, the nullptr
+// skips, and bitwise determinism.
+//
+// Tolerances. A dot product of k terms summed in fp32 in any order errs by at most
+// k u32 sum|terms| (u32 = 2^-24); the CPU's sum is within that too (or better: double), so we
+// allow 2 k u32 sum|terms|, with sum|terms| computed by the CPU op on absolute values. This is
+// also what keeps fp32 honest about TF32: TF32 rounds inputs to 10-bit mantissas (errors
+// ~2^-11 per input), which breaks the bound by orders of magnitude at C = 64.
+// bf16 outputs are rounded once (Lt epilogue) or twice (fallback: GEMM result, then + bias):
+// we allow u_bf16 (2 |expected| + |bias|). dweight (beta = 1) is one rounding of acc + old.
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gpu_test_util.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/gpu/matmul.cuh"
+
+namespace gpt2::gpu::test {
+namespace {
+
+struct MatmulShape {
+  int B, T, C, OC;
+};
+const MatmulShape kShapes[] = {
+    {1, 1, 5, 3}, {2, 7, 64, 96}, {3, 65, 77, 131}, {2, 65, 256, 384}};
+
+template <typename T_>
+class GpuMatmul : public ::testing::Test {};
+TYPED_TEST_SUITE(GpuMatmul, StorageTypes, StorageName);
+
+std::string shape_tag(const char* what, const char* dtype, const MatmulShape& s, bool lt,
+                      bool with_bias) {
+  return str_cat(what, " ", dtype, lt ? " lt" : " gemmex", with_bias ? " bias" : "", " B=", s.B,
+                 " T=", s.T, " C=", s.C, " OC=", s.OC);
+}
+
+TYPED_TEST(GpuMatmul, ForwardMatchesCpu) {
+  GPT2_REQUIRE_GPU();
+  using T_ = TypeParam;
+  constexpr double u = Storage<T_>::kUnitRoundoff;
+  Context ctx;
+  for (const MatmulShape& s : kShapes) {
+    for (bool lt : {true, false}) {
+      for (bool with_bias : {true, false}) {
+        ctx.set_use_cublaslt(lt);
+        const int64_t BT = int64_t(s.B) * s.T;
+        const std::vector<float> inp = round_through<T_>(random_normal(BT * s.C, 501));
+        const std::vector<float> weight =
+            round_through<T_>(random_normal(int64_t(s.OC) * s.C, 502, 0.5));
+        const std::vector<float> bias = round_through<T_>(random_normal(s.OC, 503));
+        DeviceBuffer<T_> d_inp(inp.size()), d_w(weight.size()), d_bias(s.OC), d_out(BT * s.OC);
+        upload_floats(d_inp, inp);
+        upload_floats(d_w, weight);
+        upload_floats(d_bias, bias);
+        d_out.poison();
+        matmul_forward(d_out.get(), d_inp.get(), d_w.get(), with_bias ? d_bias.get() : nullptr,
+                       s.B, s.T, s.C, s.OC, ctx);
+
+        std::vector<float> out(BT * s.OC), out_size(BT * s.OC);
+        const float* bias_ptr = with_bias ? bias.data() : nullptr;
+        cpu::matmul_forward<float>(out.data(), inp.data(), weight.data(), bias_ptr, s.B, s.T, s.C,
+                                   s.OC);
+        const std::vector<float> inp_abs = abs_values(inp), weight_abs = abs_values(weight),
+                                 bias_abs = abs_values(bias);
+        cpu::matmul_forward<float>(out_size.data(), inp_abs.data(), weight_abs.data(),
+                                   with_bias ? bias_abs.data() : nullptr, s.B, s.T, s.C, s.OC);
+        std::vector<double> allowed = allowed_error(out, 0.0, 2 * u);
+        if (with_bias)
+          for (int64_t i = 0; i < BT * s.OC; ++i) allowed[i] += u * bias_abs[i % s.OC];
+        add_allowed(allowed, out_size, 2.0 * (s.C + 1) * kFp32Roundoff);
+        EXPECT_TRUE(expect_close(shape_tag("matmul_forward", Storage<T_>::kName, s, lt, with_bias),
+                                 download_floats(d_out), out, allowed));
+      }
+    }
+  }
+}
+
+TYPED_TEST(GpuMatmul, BackwardMatchesCpuAndIsDeterministic) {
+  GPT2_REQUIRE_GPU();
+  using T_ = TypeParam;
+  constexpr double u = Storage<T_>::kUnitRoundoff;
+  Context ctx;
+  for (const MatmulShape& s : kShapes) {
+    for (bool lt : {true, false}) {
+      ctx.set_use_cublaslt(lt);
+      const int64_t BT = int64_t(s.B) * s.T;
+      const std::vector<float> inp = round_through<T_>(random_normal(BT * s.C, 601));
+      const std::vector<float> weight =
+          round_through<T_>(random_normal(int64_t(s.OC) * s.C, 602, 0.5));
+      const std::vector<float> dout = round_through<T_>(random_normal(BT * s.OC, 603));
+      const std::vector<float> dw_before =
+          round_through<T_>(random_normal(int64_t(s.OC) * s.C, 604));
+      const std::vector<float> db_before = round_through<T_>(random_normal(s.OC, 605));
+      DeviceBuffer<T_> d_inp(inp.size()), d_w(weight.size()), d_dout(dout.size());
+      DeviceBuffer<T_> d_dinp(inp.size()), d_dw(weight.size()), d_db(s.OC);
+      DeviceBuffer<float> d_scratch(matmul_backward_scratch_floats(s.B, s.T, s.OC));
+      upload_floats(d_inp, inp);
+      upload_floats(d_w, weight);
+      upload_floats(d_dout, dout);
+
+      std::vector<unsigned char> bytes[2][3];
+      for (int run = 0; run < 2; ++run) {
+        d_dinp.poison();
+        upload_floats(d_dw, dw_before);
+        upload_floats(d_db, db_before);
+        d_scratch.poison();
+        matmul_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(),
+                        d_w.get(), s.B, s.T, s.C, s.OC, d_scratch.get(), ctx);
+        bytes[run][0] = d_dinp.download_bytes();
+        bytes[run][1] = d_dw.download_bytes();
+        bytes[run][2] = d_db.download_bytes();
+      }
+      EXPECT_TRUE(bitwise_equal("matmul_backward dinp run-to-run", bytes[0][0], bytes[1][0]));
+      EXPECT_TRUE(bitwise_equal("matmul_backward dweight run-to-run", bytes[0][1], bytes[1][1]));
+      EXPECT_TRUE(bitwise_equal("matmul_backward dbias run-to-run", bytes[0][2], bytes[1][2]));
+
+      std::vector<float> dinp(inp.size()), dw = dw_before, db = db_before;
+      cpu::matmul_backward<float>(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(),
+                                  weight.data(), s.B, s.T, s.C, s.OC);
+      const std::vector<float> inp_abs = abs_values(inp), weight_abs = abs_values(weight),
+                               dout_abs = abs_values(dout);
+      std::vector<float> dinp_size(inp.size()), dw_size = abs_values(dw_before),
+                                                db_size = abs_values(db_before);
+      cpu::matmul_backward<float>(dinp_size.data(), dw_size.data(), db_size.data(),
+                                  dout_abs.data(), inp_abs.data(), weight_abs.data(), s.B, s.T,
+                                  s.C, s.OC);
+      std::vector<double> dinp_allowed = allowed_error(dinp, 0.0, u);
+      add_allowed(dinp_allowed, dinp_size, 2.0 * (s.OC + 1) * kFp32Roundoff);
+      std::vector<double> dw_allowed = allowed_error(dw, 0.0, u);
+      add_allowed(dw_allowed, dw_size, 2.0 * double(BT + 1) * kFp32Roundoff);
+      std::vector<double> db_allowed = allowed_error(db, 0.0, u);
+      add_allowed(db_allowed, db_size, 2.0 * double(BT + 1) * kFp32Roundoff);
+      const char* dtype = Storage<T_>::kName;
+      const std::vector<float> got_dinp = download_floats(d_dinp);
+      const std::vector<float> got_dw = download_floats(d_dw);
+      const std::vector<float> got_db = download_floats(d_db);
+      EXPECT_TRUE(expect_close(shape_tag("matmul_backward dinp", dtype, s, lt, true), got_dinp,
+                               dinp, dinp_allowed));
+      EXPECT_TRUE(expect_close(shape_tag("matmul_backward dweight", dtype, s, lt, true), got_dw,
+                               dw, dw_allowed));
+      EXPECT_TRUE(expect_close(shape_tag("matmul_backward dbias", dtype, s, lt, true), got_db,
+                               db, db_allowed));
+
+      // dinp and dbias are optional: the weight gradient alone must come out the same.
+      upload_floats(d_dw, dw_before);
+      matmul_backward(static_cast<T_*>(nullptr), d_dw.get(), static_cast<T_*>(nullptr),
+                      d_dout.get(), d_inp.get(), d_w.get(), s.B, s.T, s.C, s.OC,
+                      static_cast<float*>(nullptr), ctx);
+      EXPECT_TRUE(bitwise_equal("matmul_backward dweight without dinp/dbias",
+                                d_dw.download_bytes(), bytes[0][1]));
+    }
+  }
+}
+
+TEST(GpuMatmulPreconditions, DbiasNeedsScratch) {
+  GPT2_REQUIRE_GPU();
+  Context ctx;
+  DeviceBuffer<float> d_a(16), d_b(16), d_c(16);
+  EXPECT_THROW(matmul_backward(d_a.get(), d_b.get(), d_c.get(), d_a.get(), d_b.get(), d_c.get(),
+                               1, 2, 2, 2, static_cast<float*>(nullptr), ctx),
+               Error);
+}
+
+}  // namespace
+}  // namespace gpt2::gpu::test
