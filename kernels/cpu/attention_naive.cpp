@@ -1,0 +1,157 @@
+/**
+ * @file attention_naive.cpp
+ * @brief Causal self-attention that materializes P (B,NH,T,T) (CPU reference).
+ *
+ * Forward, per (b, h, query t): s[t2] = scale * (q_t . k_t2) for t2 <= t (dot over HS in Real,
+ * scale = 1/sqrt(HS)), P = softmax(s) with max, exponentials and sum in double, stored as Real
+ * with the masked entries t2 > t written as 0; out_t = sum_t2 P[t2] v_t2 summed in double.
+ * Parallel over the B*NH*T query rows.
+ * Backward, per (b, h) (one thread each, in query order): dP = dO V^T and D = rowsum(P * dP)
+ * in double, dS = P * (dP - D); dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO summed in
+ * double; dqkv is overwritten (=) in full. Offsets into (B,NH,T,T) are 64-bit.
+ * The flash version (attention_flash.cpp) computes the scores with the same expression, so the
+ * two agree to rounding of the softmax and the sums.
+ */
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/common/error.h"
+#include "kernels/cpu/attention.h"
+
+namespace gpt2::cpu {
+namespace {
+
+// Below this much work (B*NH*T*T*HS) a parallel region costs more than it saves (much more
+// when the cores are shared), so small calls run on the calling thread.
+constexpr int64_t kMinParallelWork = int64_t{1} << 18;
+
+// scale * (q . k) over HS channels, in Real, in channel order (shared with the flash file).
+template <typename Real>
+inline Real attention_score(const Real* q, const Real* k, int HS, Real scale) {
+  Real dot = 0;
+  for (int i = 0; i < HS; ++i) dot += q[i] * k[i];
+  return dot * scale;
+}
+
+}  // namespace
+
+template <typename Real>
+void attention_naive_forward(Real* out, Real* probs, const Real* qkv, int B, int T, int C,
+                             int NH) {
+  GPT2_CHECK(B > 0 && T > 0 && NH > 0 && C > 0 && C % NH == 0, "B=", B, " T=", T, " C=", C,
+             " NH=", NH);
+  const int HS = C / NH;
+  const int64_t C3 = 3 * static_cast<int64_t>(C);
+  const Real scale = static_cast<Real>(1.0 / std::sqrt(static_cast<double>(HS)));
+  const int64_t num_rows = static_cast<int64_t>(B) * NH * T;
+#pragma omp parallel if (B * NH * int64_t{T} * T * HS >= kMinParallelWork)
+  {
+    std::vector<double> weights(T);
+    std::vector<double> acc(HS);
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t row = 0; row < num_rows; ++row) {
+      const int t = static_cast<int>(row % T);
+      const int h = static_cast<int>((row / T) % NH);
+      const int64_t b = row / (static_cast<int64_t>(T) * NH);
+      const Real* base = qkv + b * T * C3;
+      const Real* q = base + t * C3 + h * HS;
+      double max_score = -INFINITY;
+      for (int t2 = 0; t2 <= t; ++t2) {
+        weights[t2] = attention_score(q, base + t2 * C3 + C + h * HS, HS, scale);
+        max_score = std::max(max_score, weights[t2]);
+      }
+      double sum = 0.0;
+      for (int t2 = 0; t2 <= t; ++t2) {
+        weights[t2] = std::exp(weights[t2] - max_score);
+        sum += weights[t2];
+      }
+      const double inv_sum = 1.0 / sum;
+      Real* prob_row = probs + row * T;  // row = (b*NH + h)*T + t
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int t2 = 0; t2 <= t; ++t2) {
+        const double p = weights[t2] * inv_sum;
+        prob_row[t2] = static_cast<Real>(p);
+        const Real* v = base + t2 * C3 + 2 * C + h * HS;
+        for (int i = 0; i < HS; ++i) acc[i] += p * v[i];
+      }
+      for (int t2 = t + 1; t2 < T; ++t2) prob_row[t2] = Real(0);
+      Real* o = out + (b * T + t) * C + h * HS;
+      for (int i = 0; i < HS; ++i) o[i] = static_cast<Real>(acc[i]);
+    }
+  }
+}
+
+template <typename Real>
+void attention_naive_backward(Real* dqkv, const Real* dout, const Real* qkv, const Real* probs,
+                              int B, int T, int C, int NH) {
+  GPT2_CHECK(B > 0 && T > 0 && NH > 0 && C > 0 && C % NH == 0, "B=", B, " T=", T, " C=", C,
+             " NH=", NH);
+  const int HS = C / NH;
+  const int64_t C3 = 3 * static_cast<int64_t>(C);
+  const double scale = static_cast<Real>(1.0 / std::sqrt(static_cast<double>(HS)));
+  const int64_t num_heads = static_cast<int64_t>(B) * NH;
+#pragma omp parallel if (B * NH * int64_t{T} * T * HS >= kMinParallelWork)
+  {
+    std::vector<double> dprob(T);
+    std::vector<double> dq(HS);
+    std::vector<double> dk(static_cast<size_t>(T) * HS);  // (T, HS) of this head
+    std::vector<double> dv(static_cast<size_t>(T) * HS);
+#pragma omp for schedule(dynamic)
+    for (int64_t bh = 0; bh < num_heads; ++bh) {
+      const int64_t b = bh / NH;
+      const int h = static_cast<int>(bh % NH);
+      const Real* base = qkv + b * T * C3;
+      Real* dbase = dqkv + b * T * C3;
+      std::fill(dk.begin(), dk.end(), 0.0);
+      std::fill(dv.begin(), dv.end(), 0.0);
+      for (int t = 0; t < T; ++t) {
+        const Real* prob_row = probs + (bh * T + t) * T;
+        const Real* dO = dout + (b * T + t) * C + h * HS;
+        const Real* q = base + t * C3 + h * HS;
+        double row_dot = 0.0;  // D = sum_t2 P * dP
+        for (int t2 = 0; t2 <= t; ++t2) {
+          const Real* v = base + t2 * C3 + 2 * C + h * HS;
+          double dp = 0.0;
+          for (int i = 0; i < HS; ++i) dp += static_cast<double>(dO[i]) * v[i];
+          dprob[t2] = dp;
+          row_dot += prob_row[t2] * dp;
+        }
+        std::fill(dq.begin(), dq.end(), 0.0);
+        for (int t2 = 0; t2 <= t; ++t2) {
+          const double p = prob_row[t2];
+          const double ds = p * (dprob[t2] - row_dot);
+          const Real* k = base + t2 * C3 + C + h * HS;
+          double* dk_row = dk.data() + static_cast<int64_t>(t2) * HS;
+          double* dv_row = dv.data() + static_cast<int64_t>(t2) * HS;
+          for (int i = 0; i < HS; ++i) {
+            dq[i] += ds * k[i];
+            dk_row[i] += ds * q[i];
+            dv_row[i] += p * dO[i];
+          }
+        }
+        Real* dq_out = dbase + t * C3 + h * HS;
+        for (int i = 0; i < HS; ++i) dq_out[i] = static_cast<Real>(scale * dq[i]);
+      }
+      for (int t2 = 0; t2 < T; ++t2) {
+        Real* dk_out = dbase + t2 * C3 + C + h * HS;
+        Real* dv_out = dbase + t2 * C3 + 2 * C + h * HS;
+        for (int i = 0; i < HS; ++i) {
+          dk_out[i] = static_cast<Real>(scale * dk[static_cast<int64_t>(t2) * HS + i]);
+          dv_out[i] = static_cast<Real>(dv[static_cast<int64_t>(t2) * HS + i]);
+        }
+      }
+    }
+  }
+}
+
+template void attention_naive_forward<float>(float*, float*, const float*, int, int, int, int);
+template void attention_naive_forward<double>(double*, double*, const double*, int, int, int,
+                                              int);
+template void attention_naive_backward<float>(float*, const float*, const float*, const float*,
+                                              int, int, int, int);
+template void attention_naive_backward<double>(double*, const double*, const double*,
+                                               const double*, int, int, int, int);
+
+}  // namespace gpt2::cpu
