@@ -197,21 +197,16 @@ void report_summary(const TrainConfig& config, const Model& model, const RunTota
 }  // namespace
 
 void run_training(const TrainConfig& config) {
-  // Everything that can reject the input comes first, before --out is touched.
+  // Everything that can reject the input comes first, before --out is touched: the tokenizer,
+  // the shards (headers here, the first shard's tokens by the prefetch below) and the resume
+  // point.
   std::optional<Gpt2Tokenizer> tokenizer;
   if (config.sample_every > 0) tokenizer.emplace(Gpt2Tokenizer::from_default_files());
   DataLoader train_loader(loader_options(config, config.train_pattern, /*shuffle=*/true));
   std::unique_ptr<DataLoader> val_loader;
   if (config.val_every > 0)
     val_loader = std::make_unique<DataLoader>(loader_options(config, config.val_pattern, false));
-  print_configuration(config, train_loader, val_loader.get());
 
-  std::unique_ptr<Model> model = make_model(config);
-  std::printf("device: %s\n%s\n", model->device_name().c_str(),
-              model->memory_plan().to_string("memory plan").c_str());
-  std::fflush(stdout);
-
-  const size_t num_params = ParameterLayout::for_config(config.model_config).total;
   Rng sample_rng(config.seed ^ kSampleStreamSalt);
   int first_step = 1;
   std::optional<ResumePoint> resume_point;
@@ -225,14 +220,55 @@ void run_training(const TrainConfig& config) {
   }
   if (resume_point) {
     check_resume_compatible(config, *resume_point);
-    model->set_parameters(resume_point->model.params.data());
-    model->set_optimizer_state(resume_point->state.adam_m.data(),
-                               resume_point->state.adam_v.data());
     train_loader.set_position(resume_point->state.loader);
     sample_rng.set_state(resume_point->state.sample_rng);
     first_step = static_cast<int>(resume_point->step) + 1;
     std::printf("resume: continuing from %s at step %d\n", resume_point->model_path.c_str(),
                 first_step);
+    if (first_step > config.steps) {
+      std::printf("resume: the checkpoint is at step %d and --steps is %d: nothing to train\n",
+                  first_step - 1, config.steps);
+      return;
+    }
+  }
+
+  const size_t batch_tokens = size_t(config.batch_size) * size_t(config.seq_len);
+  std::vector<int> inputs(batch_tokens);
+  std::vector<int> targets(batch_tokens);
+  // The first batch of each loader is read now, so that a bad token in the first shard fails
+  // the run before it prints or writes anything; the training loop consumes this batch first.
+  train_loader.next_batch(inputs.data(), targets.data());
+  bool batch_pending = true;
+  int val_batches = 0;
+  if (val_loader) {
+    std::vector<int> probe_inputs(batch_tokens);
+    std::vector<int> probe_targets(batch_tokens);
+    val_loader->next_batch(probe_inputs.data(), probe_targets.data());
+    val_loader->reset();
+    val_batches =
+        static_cast<int>(std::min<int64_t>(config.val_steps, val_loader->batches_per_epoch()));
+  }
+
+  print_configuration(config, train_loader, val_loader.get());
+  if (val_loader && val_batches < config.val_steps) {
+    std::printf("validation: %s has %d batch(es) of B=%d T=%d; using %d instead of --val-steps %d\n",
+                config.val_pattern.c_str(), val_batches, config.batch_size, config.seq_len,
+                val_batches, config.val_steps);
+  }
+
+  std::unique_ptr<Model> model = make_model(config);
+  std::printf("device: %s\n%s\n", model->device_name().c_str(),
+              model->memory_plan().to_string("memory plan").c_str());
+  std::fflush(stdout);
+
+  const size_t num_params = ParameterLayout::for_config(config.model_config).total;
+  if (resume_point) {
+    model->set_parameters(resume_point->model.params.data());
+    model->set_optimizer_state(resume_point->state.adam_m.data(),
+                               resume_point->state.adam_v.data());
+    resume_point->model.params = {};  // the model holds them now
+    resume_point->state.adam_m = {};
+    resume_point->state.adam_v = {};
   } else if (config.model_from_checkpoint) {
     ModelCheckpoint checkpoint = read_model_checkpoint(config.model_name);
     GPT2_CHECK(checkpoint.params.size() == num_params);
@@ -241,11 +277,6 @@ void run_training(const TrainConfig& config) {
     std::vector<float> params(num_params);
     init_parameters(params.data(), config.model_config, config.seed);
     model->set_parameters(params.data());
-  }
-  if (first_step > config.steps) {
-    std::printf("resume: the checkpoint is at step %d and --steps is %d: nothing to train\n",
-                first_step - 1, config.steps);
-    return;
   }
 
   make_directories(config.out_dir);
@@ -259,19 +290,6 @@ void run_training(const TrainConfig& config) {
   std::unique_ptr<FILE, int (*)(FILE*)> metrics(std::fopen(metrics_file.c_str(), "a"), &std::fclose);
   if (!metrics) GPT2_FAIL(metrics_file, ": cannot open for appending");
 
-  int val_batches = 0;
-  if (val_loader) {
-    val_batches = static_cast<int>(std::min<int64_t>(config.val_steps, val_loader->batches_per_epoch()));
-    if (val_batches < config.val_steps) {
-      std::printf("validation: %s has %d batch(es) of B=%d T=%d; using %d instead of --val-steps %d\n",
-                  config.val_pattern.c_str(), val_batches, config.batch_size, config.seq_len,
-                  val_batches, config.val_steps);
-    }
-  }
-
-  const size_t batch_tokens = size_t(config.batch_size) * size_t(config.seq_len);
-  std::vector<int> inputs(batch_tokens);
-  std::vector<int> targets(batch_tokens);
   const int64_t tokens_per_step = config.total_batch_size;  // all ranks
   const float loss_scale = 1.0f / static_cast<float>(config.grad_accum_steps);
   RunTotals totals;
@@ -281,7 +299,8 @@ void run_training(const TrainConfig& config) {
     model->zero_grad();
     double loss_sum = 0.0;
     for (int micro = 0; micro < config.grad_accum_steps; ++micro) {
-      train_loader.next_batch(inputs.data(), targets.data());
+      if (!batch_pending) train_loader.next_batch(inputs.data(), targets.data());
+      batch_pending = false;
       loss_sum += model->forward_backward(inputs.data(), targets.data(), loss_scale);
     }
     const float loss = static_cast<float>(loss_sum / config.grad_accum_steps);

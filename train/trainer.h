@@ -7,13 +7,14 @@
  * success and for --help, 2 for gpt2::UsageError, 1 for any other error, after printing
  * "gpt2-train: error: <message>" to stderr.
  *
- * run_training() order, so that bad input fails before anything is written to --out:
- *   tokenizer (only when sampling) -> data loaders -> configuration printout -> model and its
- *   memory plan -> parameters (checkpoint, resume point or init) -> --out, metrics.jsonl ->
- *   steps. Per step: zero_grad, grad_accum_steps micro-batches of forward_backward with
- *   loss_scale 1/grad_accum_steps, clip by the global norm, AdamW at lr = schedule(step - 1);
- *   then validation, sampling, the metrics line and the checkpoint, in that order (a
- *   checkpoint at step N therefore follows the metrics line of step N).
+ * run_training() order, so that bad input fails before anything is printed or written:
+ *   tokenizer (only when sampling) -> data loaders -> resume point (--resume) -> first batch
+ *   of each loader (validates the first shards' tokens) -> configuration printout -> model
+ *   and its memory plan -> parameters (resume point, checkpoint or init) -> --out,
+ *   metrics.jsonl -> steps. Per step: zero_grad, grad_accum_steps micro-batches of
+ *   forward_backward with loss_scale 1/grad_accum_steps, clip by the global norm, AdamW at
+ *   lr = schedule(step - 1); then validation, sampling, the metrics line and the checkpoint,
+ *   in that order (a checkpoint at step N therefore follows the metrics line of step N).
  */
 #pragma once
 

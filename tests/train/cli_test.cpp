@@ -94,7 +94,7 @@ TEST(TrainCli, InconsistentValuesExitTwo) {
   expect_usage_error({"--grad-clip", "-1"}, {"--grad-clip", "'-1'"});
   expect_usage_error({"--weight-decay", "-0.1"}, {"--weight-decay", "'-0.1'"});
   expect_usage_error({"--val-every", "5", "--val-steps", "0"}, {"--val-steps", "'0'"});
-  expect_usage_error({"--precision", "bf16"}, {"--precision", "bf16", "cpu"});
+  expect_usage_error({"--precision", "bf16"}, {"--precision", "bf16", "CPU"});
 }
 
 TEST(TrainCli, CudaWithoutAGpuExitsOneSayingWhy) {
