@@ -76,5 +76,22 @@ TEST(TrainDataErrors, CorruptShardNamesTheFile) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(TrainDataErrors, MissingTokenizerFailsBeforeTrainingWhenSampling) {
+  const std::string dir = scratch_dir();
+  const std::string good = write_small_shard(dir + "/good.bin", 200);
+  std::vector<std::string> args = run_args(good, good, dir + "/out");
+  args.insert(args.end(), {"--sample-every", "1"});
+  // GPT2_DATA_DIR moves the tokenizer folder to dir/tokenizer, which does not exist.
+  const auto result = run_trainer(args, "GPT2_DATA_DIR=" + testing::shell_quote(dir));
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_EQ(result.output.rfind("gpt2-train: error: " + dir + "/tokenizer/", 0), 0u)
+      << result.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/out"));
+  // Without sampling the tokenizer is not needed and the same run succeeds.
+  const auto plain = run_trainer(run_args(good, good, dir + "/out"), "GPT2_DATA_DIR=" + dir);
+  EXPECT_EQ(plain.exit_code, 0) << plain.output;
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace gpt2

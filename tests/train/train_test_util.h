@@ -49,9 +49,12 @@ inline CommandResult run_command(const std::string& command) {
   return result;
 }
 
-/// Runs gpt2-train with the given (already separate) arguments.
-inline CommandResult run_trainer(const std::vector<std::string>& args) {
-  std::string command = shell_quote(GPT2_TRAIN_BINARY);
+/// Runs gpt2-train with the given (already separate) arguments; env_assignments (e.g.
+/// "GPT2_DATA_DIR=/x") prefix the command.
+inline CommandResult run_trainer(const std::vector<std::string>& args,
+                                 const std::string& env_assignments = "") {
+  std::string command = env_assignments.empty() ? "" : env_assignments + " ";
+  command += shell_quote(GPT2_TRAIN_BINARY);
   for (const std::string& arg : args) command += " " + shell_quote(arg);
   return run_command(command);
 }
