@@ -266,9 +266,10 @@ void run_training(const TrainConfig& config) {
     model->set_parameters(resume_point->model.params.data());
     model->set_optimizer_state(resume_point->state.adam_m.data(),
                                resume_point->state.adam_v.data());
-    resume_point->model.params = {};  // the model holds them now
-    resume_point->state.adam_m = {};
-    resume_point->state.adam_v = {};
+    // The model holds them now; swapping with empty vectors releases the host copies.
+    std::vector<float>().swap(resume_point->model.params);
+    std::vector<float>().swap(resume_point->state.adam_m);
+    std::vector<float>().swap(resume_point->state.adam_v);
   } else if (config.model_from_checkpoint) {
     ModelCheckpoint checkpoint = read_model_checkpoint(config.model_name);
     GPT2_CHECK(checkpoint.params.size() == num_params);
