@@ -71,7 +71,7 @@ struct Storage;
 template <>
 struct Storage<float> {
   static constexpr const char* kName = "fp32";
-  static constexpr double kUnitRoundoff = 0x1p-24;  // half an ulp of 1, relative
+  static constexpr double kUnitRoundoff = 0x1p-24;  // 24 significand bits: |round(x) - x| <= u |x|
   static float from_float(float x) { return x; }
   static float to_float(float x) { return x; }
 };
@@ -79,7 +79,7 @@ struct Storage<float> {
 template <>
 struct Storage<bf16> {
   static constexpr const char* kName = "bf16";
-  static constexpr double kUnitRoundoff = 0x1p-9;  // 8 significand bits (7 stored)
+  static constexpr double kUnitRoundoff = 0x1p-8;  // 8 significand bits (7 stored)
   static bf16 from_float(float x) {
     __nv_bfloat16_raw raw;
     raw.x = float_to_bf16_bits(x);
@@ -236,14 +236,16 @@ inline ::testing::AssertionResult expect_close(const std::string& what,
     const bool ok = !std::isnan(got[i]) && err <= allowed[i];
     if (!std::isnan(err)) {
       max_abs = std::max(max_abs, err);
-      max_rel = std::max(max_rel, err / std::max(std::fabs(static_cast<double>(expected[i])), 1e-30));
+      const double magnitude = std::fabs(static_cast<double>(expected[i]));
+      max_rel = std::max(max_rel, err / std::max(magnitude, 1e-30));
       if (allowed[i] > 0) worst_ratio = std::max(worst_ratio, err / allowed[i]);
     }
     if (!ok) {
       if (mismatches < 8) {
         char line[200];
-        std::snprintf(line, sizeof line, "\n    [%zu] got %.9g expected %.9g |err| %.3g allowed %.3g",
-                      i, got[i], expected[i], err, allowed[i]);
+        std::snprintf(line, sizeof line,
+                      "\n    [%zu] got %.9g expected %.9g |err| %.3g allowed %.3g", i, got[i],
+                      expected[i], err, allowed[i]);
         first += line;
       }
       ++mismatches;

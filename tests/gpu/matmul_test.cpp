@@ -1,6 +1,6 @@
 // Dense layer on the GPU (cuBLASLt path and cublasGemmEx fallback) against the CPU reference:
-// shapes with odd C and OC, with and without bias; backward's = / += contracts, the nullptr
-// skips, and bitwise determinism.
+// shapes with odd C and OC, without bias, with an aligned bias and with a misaligned one;
+// backward's = / += contracts, the nullptr skips, and bitwise determinism.
 //
 // Tolerances. A dot product of k terms summed in fp32 in any order errs by at most
 // k u32 sum|terms| (u32 = 2^-24); the CPU's sum is within that too (or better: double), so we
@@ -31,10 +31,22 @@ template <typename T_>
 class GpuMatmul : public ::testing::Test {};
 TYPED_TEST_SUITE(GpuMatmul, StorageTypes, StorageName);
 
-std::string shape_tag(const char* what, const char* dtype, const MatmulShape& s, bool lt,
-                      bool with_bias) {
-  return str_cat(what, " ", dtype, lt ? " lt" : " gemmex", with_bias ? " bias" : "", " B=", s.B,
-                 " T=", s.T, " C=", s.C, " OC=", s.OC);
+std::string shape_tag(const char* what, const char* dtype, const MatmulShape& s, bool lt) {
+  return str_cat(what, " ", dtype, lt ? " lt" : " gemmex", " B=", s.B, " T=", s.T, " C=", s.C,
+                 " OC=", s.OC);
+}
+
+// Bias: none, 16-byte aligned (fused into cuBLASLt's epilogue), or one element off (cuBLASLt
+// without bias, then the bias kernel).
+enum class BiasMode { kNone, kAligned, kMisaligned };
+
+const char* to_string(BiasMode mode) {
+  switch (mode) {
+    case BiasMode::kNone: return "";
+    case BiasMode::kAligned: return " bias";
+    case BiasMode::kMisaligned: return " bias+1";
+  }
+  return "?";
 }
 
 TYPED_TEST(GpuMatmul, ForwardMatchesCpu) {
@@ -44,14 +56,16 @@ TYPED_TEST(GpuMatmul, ForwardMatchesCpu) {
   Context ctx;
   for (const MatmulShape& s : kShapes) {
     for (bool lt : {true, false}) {
-      for (bool with_bias : {true, false}) {
+      for (BiasMode mode : {BiasMode::kNone, BiasMode::kAligned, BiasMode::kMisaligned}) {
         ctx.set_use_cublaslt(lt);
+        const bool with_bias = mode != BiasMode::kNone;
         const int64_t BT = int64_t(s.B) * s.T;
         const std::vector<float> inp = round_through<T_>(random_normal(BT * s.C, 501));
         const std::vector<float> weight =
             round_through<T_>(random_normal(int64_t(s.OC) * s.C, 502, 0.5));
         const std::vector<float> bias = round_through<T_>(random_normal(s.OC, 503));
-        DeviceBuffer<T_> d_inp(inp.size()), d_w(weight.size()), d_bias(s.OC), d_out(BT * s.OC);
+        DeviceBuffer<T_> d_inp(inp.size()), d_w(weight.size()), d_out(BT * s.OC);
+        DeviceBuffer<T_> d_bias(s.OC, mode == BiasMode::kMisaligned ? 1 : 0);
         upload_floats(d_inp, inp);
         upload_floats(d_w, weight);
         upload_floats(d_bias, bias);
@@ -60,9 +74,8 @@ TYPED_TEST(GpuMatmul, ForwardMatchesCpu) {
                        s.B, s.T, s.C, s.OC, ctx);
 
         std::vector<float> out(BT * s.OC), out_size(BT * s.OC);
-        const float* bias_ptr = with_bias ? bias.data() : nullptr;
-        cpu::matmul_forward<float>(out.data(), inp.data(), weight.data(), bias_ptr, s.B, s.T, s.C,
-                                   s.OC);
+        cpu::matmul_forward<float>(out.data(), inp.data(), weight.data(),
+                                   with_bias ? bias.data() : nullptr, s.B, s.T, s.C, s.OC);
         const std::vector<float> inp_abs = abs_values(inp), weight_abs = abs_values(weight),
                                  bias_abs = abs_values(bias);
         cpu::matmul_forward<float>(out_size.data(), inp_abs.data(), weight_abs.data(),
@@ -71,8 +84,10 @@ TYPED_TEST(GpuMatmul, ForwardMatchesCpu) {
         if (with_bias)
           for (int64_t i = 0; i < BT * s.OC; ++i) allowed[i] += u * bias_abs[i % s.OC];
         add_allowed(allowed, out_size, 2.0 * (s.C + 1) * kFp32Roundoff);
-        EXPECT_TRUE(expect_close(shape_tag("matmul_forward", Storage<T_>::kName, s, lt, with_bias),
-                                 download_floats(d_out), out, allowed));
+        EXPECT_TRUE(expect_close(
+            str_cat("matmul_forward ", Storage<T_>::kName, lt ? " lt" : " gemmex",
+                    to_string(mode), " B=", s.B, " T=", s.T, " C=", s.C, " OC=", s.OC),
+            download_floats(d_out), out, allowed));
       }
     }
   }
@@ -137,11 +152,11 @@ TYPED_TEST(GpuMatmul, BackwardMatchesCpuAndIsDeterministic) {
       const std::vector<float> got_dinp = download_floats(d_dinp);
       const std::vector<float> got_dw = download_floats(d_dw);
       const std::vector<float> got_db = download_floats(d_db);
-      EXPECT_TRUE(expect_close(shape_tag("matmul_backward dinp", dtype, s, lt, true), got_dinp,
+      EXPECT_TRUE(expect_close(shape_tag("matmul_backward dinp", dtype, s, lt), got_dinp,
                                dinp, dinp_allowed));
-      EXPECT_TRUE(expect_close(shape_tag("matmul_backward dweight", dtype, s, lt, true), got_dw,
+      EXPECT_TRUE(expect_close(shape_tag("matmul_backward dweight", dtype, s, lt), got_dw,
                                dw, dw_allowed));
-      EXPECT_TRUE(expect_close(shape_tag("matmul_backward dbias", dtype, s, lt, true), got_db,
+      EXPECT_TRUE(expect_close(shape_tag("matmul_backward dbias", dtype, s, lt), got_db,
                                db, db_allowed));
 
       // dinp and dbias are optional: the weight gradient alone must come out the same.
