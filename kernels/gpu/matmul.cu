@@ -11,6 +11,8 @@
  * with leading dimensions lda = ldb = the row length of the stored row-major matrix, and
  * ldd = the row length of the output. The bias epilogue adds a length-m vector to every
  * column of D: m = OC is exactly out's per-row bias.
+ * cuBLASLt: the algorithm comes from its heuristic (first result) for the shape, the pointers'
+ * alignment and the Context's workspace; split-K is allowed only with fp32 partials.
  */
 #include "kernels/gpu/matmul.cuh"
 
@@ -106,6 +108,10 @@ bool gemm_cublaslt(const Context& ctx, const Gemm& g) {
   set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_bytes(g.b));
   set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_bytes(g.d));
   set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_bytes(g.d));
+  // Split-K only with fp32 partials in the workspace (COMPUTE_TYPE): the in-place and
+  // output-type schemes add the partial products up in bf16, one rounding per split.
+  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                 CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
 
   cublasLtMatmulHeuristicResult_t heuristic{};
   int num_results = 0;
