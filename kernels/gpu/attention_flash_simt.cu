@@ -1,0 +1,329 @@
+/**
+ * @file attention_flash_simt.cu
+ * @brief Flash attention in plain fp32 (no tensor cores): the --precision fp32 path.
+ *
+ * Same contract as the bf16 kernels (kernels/gpu/attention.cuh) and the same algorithm as
+ * cpu::attention_flash_forward/backward, with exact fp32 arithmetic and no atomics, so results
+ * are bitwise reproducible. A group of kGroup = HS/32 consecutive lanes owns one row (query or
+ * key), each lane 32 of its channels; dot products are reduced across the group by shuffles.
+ *  forward: a block of 128 threads owns 128/kGroup queries; key/value tiles of kTileRows rows go
+ *    through shared memory; per key: s = q.k * scale, online softmax update, o += p v.
+ *  backward: D = rowsum(dO O) (shared with the bf16 path's formula); then one kernel per key
+ *    group (dK, dV: loop over the queries at or after the key) and one per query group
+ *    (dQ: loop over the keys at or before the query), each recomputing p = exp(s - lse).
+ * Throughput is SIMT fp32 (slow at long T); correctness and exactness are the point.
+ */
+#include "kernels/gpu/attention.cuh"
+
+#include <cmath>
+
+#include "kernels/common/error.h"
+
+namespace gpt2::gpu {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kTileRows = 32;
+constexpr int kLaneDims = 32;  // channels per lane
+
+template <int kGroup>
+__device__ __forceinline__ float group_sum(float v) {
+#pragma unroll
+  for (int s = 1; s < kGroup; s *= 2) v += __shfl_xor_sync(0xffffffffu, v, s);
+  return v;
+}
+
+// Rows [row0, row0 + kTileRows) of one head (row stride `stride` floats) into smem, 0 past T.
+template <int kHeadDim>
+__device__ __forceinline__ void load_tile(float* tile, const float* head_base, int64_t stride,
+                                          int row0, int T) {
+  for (int i = threadIdx.x; i < kTileRows * kHeadDim; i += blockDim.x) {
+    const int r = i / kHeadDim;
+    const int d = i % kHeadDim;
+    tile[i] = row0 + r < T ? head_base[static_cast<int64_t>(row0 + r) * stride + d] : 0.f;
+  }
+}
+
+template <int kHeadDim>
+__global__ void __launch_bounds__(kThreads)
+    flash_forward_simt_kernel(float* out, float* lse, const float* qkv, int T, int C, int NH,
+                              float scale) {
+  constexpr int kGroup = kHeadDim / kLaneDims;
+  constexpr int kRowsPerBlock = kThreads / kGroup;
+  __shared__ float k_tile[kTileRows * kHeadDim];
+  __shared__ float v_tile[kTileRows * kHeadDim];
+
+  const int bh = blockIdx.y;
+  const int b = bh / NH;
+  const int h = bh % NH;
+  const int part = threadIdx.x % kGroup;
+  const int q0 = blockIdx.x * kRowsPerBlock;
+  const int query = q0 + threadIdx.x / kGroup;
+  const int64_t stride = 3LL * C;
+  const float* q_base = qkv + static_cast<int64_t>(b) * T * stride + h * kHeadDim;
+
+  float q[kLaneDims];
+  float o[kLaneDims];
+#pragma unroll
+  for (int d = 0; d < kLaneDims; ++d) {
+    q[d] = query < T ? q_base[static_cast<int64_t>(query) * stride + part * kLaneDims + d] : 0.f;
+    o[d] = 0.f;
+  }
+  float row_max = -INFINITY;
+  float row_sum = 0.f;
+  const int key_end = min(T, q0 + kRowsPerBlock);
+  for (int n0 = 0; n0 < key_end; n0 += kTileRows) {
+    load_tile<kHeadDim>(k_tile, q_base + C, stride, n0, T);
+    load_tile<kHeadDim>(v_tile, q_base + 2 * C, stride, n0, T);
+    __syncthreads();
+    for (int j = 0; j < kTileRows; ++j) {
+      const float* k_row = k_tile + j * kHeadDim + part * kLaneDims;
+      float dot = 0.f;
+#pragma unroll
+      for (int d = 0; d < kLaneDims; ++d) dot += q[d] * k_row[d];
+      const float s = group_sum<kGroup>(dot) * scale;
+      const int key = n0 + j;
+      if (key <= query && key < T) {
+        const float new_max = fmaxf(row_max, s);
+        const float correction = expf(row_max - new_max);
+        const float prob = expf(s - new_max);
+        row_sum = row_sum * correction + prob;
+        const float* v_row = v_tile + j * kHeadDim + part * kLaneDims;
+#pragma unroll
+        for (int d = 0; d < kLaneDims; ++d) o[d] = o[d] * correction + prob * v_row[d];
+        row_max = new_max;
+      }
+    }
+    __syncthreads();
+  }
+  if (query < T) {
+    float* out_row = out + (static_cast<int64_t>(b) * T + query) * C + h * kHeadDim;
+    const float inv_sum = 1.f / row_sum;
+#pragma unroll
+    for (int d = 0; d < kLaneDims; ++d) out_row[part * kLaneDims + d] = o[d] * inv_sum;
+    if (part == 0) lse[static_cast<int64_t>(bh) * T + query] = row_max + logf(row_sum);
+  }
+}
+
+// D[b,h,t] = sum_d dO O over one head's row; one group per row.
+template <int kHeadDim>
+__global__ void flash_dsum_simt_kernel(float* dsum, const float* dout, const float* out, int T,
+                                       int C, int NH) {
+  constexpr int kGroup = kHeadDim / kLaneDims;
+  const int bh = blockIdx.y;
+  const int b = bh / NH;
+  const int h = bh % NH;
+  const int part = threadIdx.x % kGroup;
+  const int t = blockIdx.x * (kThreads / kGroup) + threadIdx.x / kGroup;
+  float sum = 0.f;
+  if (t < T) {
+    const int64_t offset = (static_cast<int64_t>(b) * T + t) * C + h * kHeadDim + part * kLaneDims;
+#pragma unroll
+    for (int d = 0; d < kLaneDims; ++d) sum += dout[offset + d] * out[offset + d];
+  }
+  sum = group_sum<kGroup>(sum);
+  if (t < T && part == 0) dsum[static_cast<int64_t>(bh) * T + t] = sum;
+}
+
+// dK, dV for one key per group: loop over queries >= key.
+template <int kHeadDim>
+__global__ void __launch_bounds__(kThreads)
+    flash_backward_kv_simt_kernel(float* dqkv, const float* dout, const float* qkv,
+                                  const float* lse, const float* dsum, int T, int C, int NH,
+                                  float scale) {
+  constexpr int kGroup = kHeadDim / kLaneDims;
+  constexpr int kRowsPerBlock = kThreads / kGroup;
+  __shared__ float q_tile[kTileRows * kHeadDim];
+  __shared__ float do_tile[kTileRows * kHeadDim];
+  __shared__ float lse_tile[kTileRows];
+  __shared__ float dsum_tile[kTileRows];
+
+  const int bh = blockIdx.y;
+  const int b = bh / NH;
+  const int h = bh % NH;
+  const int part = threadIdx.x % kGroup;
+  const int k0 = blockIdx.x * kRowsPerBlock;
+  const int key = k0 + threadIdx.x / kGroup;
+  const int64_t stride = 3LL * C;
+  const float* q_base = qkv + static_cast<int64_t>(b) * T * stride + h * kHeadDim;
+  const float* do_base = dout + static_cast<int64_t>(b) * T * C + h * kHeadDim;
+
+  float k[kLaneDims], v[kLaneDims], dk[kLaneDims], dv[kLaneDims];
+#pragma unroll
+  for (int d = 0; d < kLaneDims; ++d) {
+    const int64_t offset = static_cast<int64_t>(key) * stride + part * kLaneDims + d;
+    k[d] = key < T ? q_base[offset + C] : 0.f;
+    v[d] = key < T ? q_base[offset + 2 * C] : 0.f;
+    dk[d] = dv[d] = 0.f;
+  }
+  for (int m0 = k0 / kTileRows * kTileRows; m0 < T; m0 += kTileRows) {
+    load_tile<kHeadDim>(q_tile, q_base, stride, m0, T);
+    load_tile<kHeadDim>(do_tile, do_base, C, m0, T);
+    for (int i = threadIdx.x; i < kTileRows; i += blockDim.x) {
+      lse_tile[i] = m0 + i < T ? lse[static_cast<int64_t>(bh) * T + m0 + i] : 0.f;
+      dsum_tile[i] = m0 + i < T ? dsum[static_cast<int64_t>(bh) * T + m0 + i] : 0.f;
+    }
+    __syncthreads();
+    for (int i = 0; i < kTileRows; ++i) {
+      const float* q_row = q_tile + i * kHeadDim + part * kLaneDims;
+      const float* do_row = do_tile + i * kHeadDim + part * kLaneDims;
+      float qk = 0.f, dov = 0.f;
+#pragma unroll
+      for (int d = 0; d < kLaneDims; ++d) {
+        qk += q_row[d] * k[d];
+        dov += do_row[d] * v[d];
+      }
+      qk = group_sum<kGroup>(qk);
+      dov = group_sum<kGroup>(dov);
+      const int query = m0 + i;
+      if (query >= key && query < T && key < T) {
+        const float prob = expf(qk * scale - lse_tile[i]);
+        const float ds = prob * (dov - dsum_tile[i]);
+#pragma unroll
+        for (int d = 0; d < kLaneDims; ++d) {
+          dv[d] += prob * do_row[d];
+          dk[d] += ds * q_row[d];
+        }
+      }
+    }
+    __syncthreads();
+  }
+  if (key < T) {
+    float* dk_row = dqkv + (static_cast<int64_t>(b) * T + key) * stride + C + h * kHeadDim +
+                    part * kLaneDims;
+#pragma unroll
+    for (int d = 0; d < kLaneDims; ++d) {
+      dk_row[d] = dk[d] * scale;
+      dk_row[C + d] = dv[d];
+    }
+  }
+}
+
+// dQ for one query per group: loop over keys <= query.
+template <int kHeadDim>
+__global__ void __launch_bounds__(kThreads)
+    flash_backward_q_simt_kernel(float* dqkv, const float* dout, const float* qkv,
+                                 const float* lse, const float* dsum, int T, int C, int NH,
+                                 float scale) {
+  constexpr int kGroup = kHeadDim / kLaneDims;
+  constexpr int kRowsPerBlock = kThreads / kGroup;
+  __shared__ float k_tile[kTileRows * kHeadDim];
+  __shared__ float v_tile[kTileRows * kHeadDim];
+
+  const int bh = blockIdx.y;
+  const int b = bh / NH;
+  const int h = bh % NH;
+  const int part = threadIdx.x % kGroup;
+  const int q0 = blockIdx.x * kRowsPerBlock;
+  const int query = q0 + threadIdx.x / kGroup;
+  const int64_t stride = 3LL * C;
+  const float* q_base = qkv + static_cast<int64_t>(b) * T * stride + h * kHeadDim;
+
+  float q[kLaneDims], dov[kLaneDims], dq[kLaneDims];
+#pragma unroll
+  for (int d = 0; d < kLaneDims; ++d) {
+    q[d] = query < T ? q_base[static_cast<int64_t>(query) * stride + part * kLaneDims + d] : 0.f;
+    dov[d] = query < T ? dout[(static_cast<int64_t>(b) * T + query) * C + h * kHeadDim +
+                              part * kLaneDims + d]
+                       : 0.f;
+    dq[d] = 0.f;
+  }
+  const float row_lse = query < T ? lse[static_cast<int64_t>(bh) * T + query] : 0.f;
+  const float row_dsum = query < T ? dsum[static_cast<int64_t>(bh) * T + query] : 0.f;
+  const int key_end = min(T, q0 + kRowsPerBlock);
+  for (int n0 = 0; n0 < key_end; n0 += kTileRows) {
+    load_tile<kHeadDim>(k_tile, q_base + C, stride, n0, T);
+    load_tile<kHeadDim>(v_tile, q_base + 2 * C, stride, n0, T);
+    __syncthreads();
+    for (int j = 0; j < kTileRows; ++j) {
+      const float* k_row = k_tile + j * kHeadDim + part * kLaneDims;
+      const float* v_row = v_tile + j * kHeadDim + part * kLaneDims;
+      float qk = 0.f, dp = 0.f;
+#pragma unroll
+      for (int d = 0; d < kLaneDims; ++d) {
+        qk += q[d] * k_row[d];
+        dp += dov[d] * v_row[d];
+      }
+      qk = group_sum<kGroup>(qk);
+      dp = group_sum<kGroup>(dp);
+      const int key = n0 + j;
+      if (key <= query && query < T) {
+        const float ds = expf(qk * scale - row_lse) * (dp - row_dsum);
+#pragma unroll
+        for (int d = 0; d < kLaneDims; ++d) dq[d] += ds * k_row[d];
+      }
+    }
+    __syncthreads();
+  }
+  if (query < T) {
+    float* dq_row = dqkv + (static_cast<int64_t>(b) * T + query) * stride + h * kHeadDim +
+                    part * kLaneDims;
+#pragma unroll
+    for (int d = 0; d < kLaneDims; ++d) dq_row[d] = dq[d] * scale;
+  }
+}
+
+void check_shape(int B, int T, int C, int NH) {
+  GPT2_CHECK(B >= 1 && T >= 1 && NH >= 1 && C % NH == 0, "B=", B, " T=", T, " C=", C, " NH=", NH);
+  GPT2_CHECK(B * NH <= 65535, "B*NH=", B * NH, " exceeds the grid's y limit");
+  GPT2_CHECK(C / NH == 64 || C / NH == 128, "flash attention supports head size 64 or 128, got ",
+             C / NH);
+}
+
+template <int kHeadDim>
+dim3 row_grid(int B, int T, int NH) {
+  constexpr int kRowsPerBlock = kThreads / (kHeadDim / kLaneDims);
+  return dim3((T + kRowsPerBlock - 1) / kRowsPerBlock, B * NH);
+}
+
+template <int kHeadDim>
+void flash_forward_simt(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                        cudaStream_t stream) {
+  const float scale = static_cast<float>(1.0 / std::sqrt(double(kHeadDim)));
+  flash_forward_simt_kernel<kHeadDim>
+      <<<row_grid<kHeadDim>(B, T, NH), kThreads, 0, stream>>>(out, lse, qkv, T, C, NH, scale);
+  GPT2_CUDA_CHECK_LAUNCH();
+}
+
+template <int kHeadDim>
+void flash_backward_simt(float* dqkv, const float* dout, const float* qkv, const float* out,
+                         const float* lse, int B, int T, int C, int NH, float* dsum,
+                         cudaStream_t stream) {
+  const float scale = static_cast<float>(1.0 / std::sqrt(double(kHeadDim)));
+  const dim3 grid = row_grid<kHeadDim>(B, T, NH);
+  flash_dsum_simt_kernel<kHeadDim><<<grid, kThreads, 0, stream>>>(dsum, dout, out, T, C, NH);
+  GPT2_CUDA_CHECK_LAUNCH();
+  flash_backward_kv_simt_kernel<kHeadDim>
+      <<<grid, kThreads, 0, stream>>>(dqkv, dout, qkv, lse, dsum, T, C, NH, scale);
+  GPT2_CUDA_CHECK_LAUNCH();
+  flash_backward_q_simt_kernel<kHeadDim>
+      <<<grid, kThreads, 0, stream>>>(dqkv, dout, qkv, lse, dsum, T, C, NH, scale);
+  GPT2_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+template <>
+void attention_flash_forward<float>(float* out, float* lse, const float* qkv, int B, int T, int C,
+                                    int NH, cudaStream_t stream) {
+  check_shape(B, T, C, NH);
+  if (C / NH == 64) {
+    flash_forward_simt<64>(out, lse, qkv, B, T, C, NH, stream);
+  } else {
+    flash_forward_simt<128>(out, lse, qkv, B, T, C, NH, stream);
+  }
+}
+
+template <>
+void attention_flash_backward<float>(float* dqkv, const float* dout, const float* qkv,
+                                     const float* out, const float* lse, int B, int T, int C,
+                                     int NH, float* scratch, cudaStream_t stream) {
+  check_shape(B, T, C, NH);
+  if (C / NH == 64) {
+    flash_backward_simt<64>(dqkv, dout, qkv, out, lse, B, T, C, NH, scratch, stream);
+  } else {
+    flash_backward_simt<128>(dqkv, dout, qkv, out, lse, B, T, C, NH, scratch, stream);
+  }
+}
+
+}  // namespace gpt2::gpu

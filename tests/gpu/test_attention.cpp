@@ -1,0 +1,284 @@
+// GPU attention (naive and flash, bf16 and fp32) against an fp64 CPU reference.
+//
+// The rule for bf16 (FlashAttention's): the kernel's error against the fp64 reference is at
+// most twice the error of the plain same-precision implementation (our naive GPU attention:
+// cuBLAS GEMMs with bf16 outputs and a materialized bf16 P) plus a small epsilon. Errors are
+// relative L2 norms over whole tensors (out, lse, dqkv), reported for every case. Inputs are
+// rounded to the storage type first, so every implementation sees the same values; outputs are
+// poisoned with NaN before each launch, so an unwritten element fails.
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gpu/gpu_test_util.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/gpu/attention.cuh"
+#include "kernels/gpu/context.cuh"
+
+namespace gpt2::gpu::test {
+namespace {
+
+struct AttentionShape {
+  int B, T, NH, HS;
+  double input_scale;  // std of q, k, v (larger = peakier softmax)
+};
+
+std::string describe(const AttentionShape& s) {
+  return str_cat("B=", s.B, " T=", s.T, " NH=", s.NH, " HS=", s.HS, " scale=", s.input_scale);
+}
+
+// ||got - ref|| / ||ref||, and whether every value is finite.
+double relative_l2(const std::vector<float>& got, const std::vector<double>& ref, bool* finite) {
+  double diff = 0.0, norm = 0.0;
+  *finite = true;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(got[i])) *finite = false;
+    diff += (got[i] - ref[i]) * (got[i] - ref[i]);
+    norm += ref[i] * ref[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-300));
+}
+
+struct AttentionResult {
+  std::vector<float> out, lse, dqkv;
+};
+
+struct Reference {
+  std::vector<double> out, lse, dqkv;
+};
+
+Reference reference_attention(const std::vector<float>& qkv, const std::vector<float>& dout,
+                              const AttentionShape& s) {
+  const int C = s.NH * s.HS;
+  std::vector<double> qkv_d(qkv.begin(), qkv.end());
+  std::vector<double> dout_d(dout.begin(), dout.end());
+  Reference ref;
+  ref.out.resize(static_cast<size_t>(s.B) * s.T * C);
+  ref.lse.resize(static_cast<size_t>(s.B) * s.NH * s.T);
+  ref.dqkv.resize(qkv.size());
+  std::vector<double> probs(static_cast<size_t>(s.B) * s.NH * s.T * s.T);
+  cpu::attention_naive_forward(ref.out.data(), probs.data(), qkv_d.data(), s.B, s.T, C, s.NH);
+  cpu::attention_naive_backward(ref.dqkv.data(), dout_d.data(), qkv_d.data(), probs.data(), s.B,
+                                s.T, C, s.NH);
+  std::vector<double> flash_out(ref.out.size());
+  cpu::attention_flash_forward(flash_out.data(), ref.lse.data(), qkv_d.data(), s.B, s.T, C, s.NH);
+  return ref;
+}
+
+template <typename T_>
+AttentionResult run_flash(const std::vector<float>& qkv, const std::vector<float>& dout,
+                          const AttentionShape& s) {
+  const int C = s.NH * s.HS;
+  const int64_t n_out = static_cast<int64_t>(s.B) * s.T * C;
+  DeviceBuffer<T_> d_qkv(3 * n_out), d_dout(n_out), d_out(n_out), d_dqkv(3 * n_out);
+  DeviceBuffer<float> d_lse(static_cast<int64_t>(s.B) * s.NH * s.T);
+  DeviceBuffer<float> scratch(static_cast<int64_t>(attention_flash_scratch_floats(s.B, s.T, C, s.NH)));
+  upload_floats(d_qkv, qkv);
+  upload_floats(d_dout, dout);
+  d_out.poison();
+  d_lse.poison();
+  d_dqkv.poison();
+  scratch.poison();
+  attention_flash_forward(d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.T, C, s.NH, nullptr);
+  attention_flash_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), s.B,
+                           s.T, C, s.NH, scratch.get(), nullptr);
+  GPT2_CUDA_CHECK(cudaDeviceSynchronize());
+  return {download_floats(d_out), d_lse.download(), download_floats(d_dqkv)};
+}
+
+template <typename T_>
+AttentionResult run_naive(const std::vector<float>& qkv, const std::vector<float>& dout,
+                          const AttentionShape& s, const Context& ctx) {
+  const int C = s.NH * s.HS;
+  const int64_t n_out = static_cast<int64_t>(s.B) * s.T * C;
+  const int64_t n_probs = static_cast<int64_t>(s.B) * s.NH * s.T * s.T;
+  DeviceBuffer<T_> d_qkv(3 * n_out), d_dout(n_out), d_out(n_out), d_dqkv(3 * n_out);
+  DeviceBuffer<T_> probs(n_probs), dprobs(n_probs);
+  DeviceBuffer<T_> scratch(static_cast<int64_t>(attention_naive_scratch_elems(s.B, s.T, C, true)));
+  upload_floats(d_qkv, qkv);
+  upload_floats(d_dout, dout);
+  d_out.poison();
+  d_dqkv.poison();
+  probs.poison();
+  dprobs.poison();
+  scratch.poison();
+  attention_naive_forward(d_out.get(), probs.get(), d_qkv.get(), s.B, s.T, C, s.NH, scratch.get(),
+                          ctx);
+  attention_naive_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), probs.get(), s.B, s.T, C,
+                           s.NH, scratch.get(), dprobs.get(), ctx);
+  ctx.synchronize();
+  return {download_floats(d_out), {}, download_floats(d_dqkv)};
+}
+
+template <typename T_>
+void check_attention(const AttentionShape& s, uint64_t seed) {
+  const int C = s.NH * s.HS;
+  const int64_t n_out = static_cast<int64_t>(s.B) * s.T * C;
+  const std::vector<float> qkv = round_through<T_>(random_normal(3 * n_out, seed, s.input_scale));
+  const std::vector<float> dout = round_through<T_>(random_normal(n_out, seed + 1));
+  const Reference ref = reference_attention(qkv, dout, s);
+  Context ctx;
+  const AttentionResult flash = run_flash<T_>(qkv, dout, s);
+  const AttentionResult naive = run_naive<T_>(qkv, dout, s, ctx);
+
+  bool finite = true;
+  const double flash_out = relative_l2(flash.out, ref.out, &finite);
+  EXPECT_TRUE(finite) << "flash out has non-finite values";
+  const double flash_lse = relative_l2(flash.lse, ref.lse, &finite);
+  EXPECT_TRUE(finite) << "flash lse has non-finite values";
+  const double flash_grad = relative_l2(flash.dqkv, ref.dqkv, &finite);
+  EXPECT_TRUE(finite) << "flash dqkv has non-finite values";
+  const double naive_out = relative_l2(naive.out, ref.out, &finite);
+  EXPECT_TRUE(finite) << "naive out has non-finite values";
+  const double naive_grad = relative_l2(naive.dqkv, ref.dqkv, &finite);
+  EXPECT_TRUE(finite) << "naive dqkv has non-finite values";
+  std::printf("[ attention] %-4s %-38s rel-L2 vs fp64: out flash %.2e naive %.2e | "
+              "dqkv flash %.2e naive %.2e | lse flash %.2e\n",
+              Storage<T_>::kName, describe(s).c_str(), flash_out, naive_out, flash_grad,
+              naive_grad, flash_lse);
+
+  // fp32 is exact arithmetic up to accumulation order; bf16 follows the 2x-naive rule.
+  const bool is_bf16 = std::is_same_v<T_, bf16>;
+  const double eps = is_bf16 ? 1e-4 : 2e-6;
+  const double abs_limit = is_bf16 ? 2e-2 : 2e-5;
+  EXPECT_LE(flash_out, 2 * naive_out + eps) << describe(s);
+  EXPECT_LE(flash_grad, 2 * naive_grad + eps) << describe(s);
+  EXPECT_LE(flash_out, abs_limit) << describe(s);
+  EXPECT_LE(flash_grad, abs_limit) << describe(s);
+  EXPECT_LE(naive_out, abs_limit) << describe(s);
+  EXPECT_LE(naive_grad, abs_limit) << describe(s);
+  EXPECT_LE(flash_lse, is_bf16 ? 1e-3 : 1e-6) << describe(s);  // lse stays fp32 throughout
+}
+
+class GpuAttentionTest : public ::testing::TestWithParam<AttentionShape> {};
+
+TEST_P(GpuAttentionTest, Bf16FlashAndNaiveMatchFp64Reference) {
+  GPT2_REQUIRE_GPU();
+  check_attention<bf16>(GetParam(), 1000 + GetParam().T);
+}
+
+TEST_P(GpuAttentionTest, Fp32FlashAndNaiveMatchFp64Reference) {
+  GPT2_REQUIRE_GPU();
+  check_attention<float>(GetParam(), 2000 + GetParam().T);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GpuAttentionTest,
+    ::testing::Values(AttentionShape{2, 1, 3, 64, 1.0}, AttentionShape{2, 63, 3, 64, 1.0},
+                      AttentionShape{2, 64, 3, 64, 1.0}, AttentionShape{2, 65, 3, 64, 1.0},
+                      AttentionShape{1, 1000, 2, 64, 1.0}, AttentionShape{1, 4096, 2, 64, 1.0},
+                      AttentionShape{2, 97, 2, 64, 3.0}, AttentionShape{1, 1, 2, 128, 1.0},
+                      AttentionShape{2, 65, 2, 128, 1.0}, AttentionShape{1, 300, 2, 128, 2.0}),
+    [](const ::testing::TestParamInfo<AttentionShape>& shape_info) {
+      const AttentionShape& s = shape_info.param;
+      return str_cat("B", s.B, "_T", s.T, "_NH", s.NH, "_HS", s.HS, "_x",
+                     static_cast<int>(s.input_scale));
+    });
+
+// Rows of out and dQ at a few query positions, from the fp64 definition, for shapes too large
+// for a full reference: out_t = sum_j P_tj V_j, dQ_t = scale sum_j P_tj (dP_tj - D_t) K_j.
+void reference_rows(const std::vector<float>& qkv, const std::vector<float>& dout, int T, int NH,
+                    int HS, int t, int h, std::vector<double>* out_row,
+                    std::vector<double>* dq_row) {
+  const int C = NH * HS;
+  const double scale = 1.0 / std::sqrt(double(HS));
+  auto q = [&](int pos, int d) { return double(qkv[static_cast<size_t>(pos) * 3 * C + h * HS + d]); };
+  auto k = [&](int pos, int d) { return double(qkv[static_cast<size_t>(pos) * 3 * C + C + h * HS + d]); };
+  auto v = [&](int pos, int d) { return double(qkv[static_cast<size_t>(pos) * 3 * C + 2 * C + h * HS + d]); };
+  std::vector<double> p(t + 1), dp(t + 1);
+  double max_s = -INFINITY;
+  for (int j = 0; j <= t; ++j) {
+    double dot = 0;
+    for (int d = 0; d < HS; ++d) dot += q(t, d) * k(j, d);
+    p[j] = dot * scale;
+    max_s = std::max(max_s, p[j]);
+  }
+  double sum = 0;
+  for (int j = 0; j <= t; ++j) sum += (p[j] = std::exp(p[j] - max_s));
+  for (int j = 0; j <= t; ++j) p[j] /= sum;
+  out_row->assign(HS, 0.0);
+  dq_row->assign(HS, 0.0);
+  for (int j = 0; j <= t; ++j)
+    for (int d = 0; d < HS; ++d) (*out_row)[d] += p[j] * v(j, d);
+  double dsum = 0;
+  for (int d = 0; d < HS; ++d) dsum += double(dout[static_cast<size_t>(t) * C + h * HS + d]) * (*out_row)[d];
+  for (int j = 0; j <= t; ++j) {
+    double dot = 0;
+    for (int d = 0; d < HS; ++d) dot += double(dout[static_cast<size_t>(t) * C + h * HS + d]) * v(j, d);
+    const double ds = p[j] * (dot - dsum);
+    for (int d = 0; d < HS; ++d) (*dq_row)[d] += scale * ds * k(j, d);
+  }
+  (void)T;
+}
+
+// B*NH*T*T = 8 * 16384^2 = 2^31 elements: the naive T x T buffers need 64-bit indexing. The
+// last rows address the very end of them. Flash runs the same shape (no T x T buffer).
+TEST(GpuAttentionLarge, NaiveAndFlashPast2To31Elements) {
+  GPT2_REQUIRE_GPU();
+  AttentionShape s{1, 16384, 8, 64, 1.0};
+  const int C = s.NH * s.HS;
+  const int64_t n_out = static_cast<int64_t>(s.B) * s.T * C;
+  ASSERT_GE(static_cast<int64_t>(s.B) * s.NH * s.T * s.T, int64_t(1) << 31);
+  const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 77));
+  const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 78));
+  Context ctx;
+  const AttentionResult naive = run_naive<bf16>(qkv, dout, s, ctx);
+  const AttentionResult flash = run_flash<bf16>(qkv, dout, s);
+  for (int t : {0, 1, 8191, s.T - 2, s.T - 1}) {
+    for (int h : {0, s.NH - 1}) {
+      std::vector<double> out_row, dq_row;
+      reference_rows(qkv, dout, s.T, s.NH, s.HS, t, h, &out_row, &dq_row);
+      std::vector<float> naive_out(s.HS), flash_out(s.HS), naive_dq(s.HS), flash_dq(s.HS);
+      for (int d = 0; d < s.HS; ++d) {
+        naive_out[d] = naive.out[static_cast<size_t>(t) * C + h * s.HS + d];
+        flash_out[d] = flash.out[static_cast<size_t>(t) * C + h * s.HS + d];
+        naive_dq[d] = naive.dqkv[static_cast<size_t>(t) * 3 * C + h * s.HS + d];
+        flash_dq[d] = flash.dqkv[static_cast<size_t>(t) * 3 * C + h * s.HS + d];
+      }
+      bool finite = true;
+      const double e_naive_out = relative_l2(naive_out, out_row, &finite);
+      EXPECT_TRUE(finite);
+      const double e_flash_out = relative_l2(flash_out, out_row, &finite);
+      EXPECT_TRUE(finite);
+      const double e_naive_dq = relative_l2(naive_dq, dq_row, &finite);
+      EXPECT_TRUE(finite);
+      const double e_flash_dq = relative_l2(flash_dq, dq_row, &finite);
+      EXPECT_TRUE(finite);
+      std::printf("[ attention] T=16384 row t=%d h=%d: out naive %.2e flash %.2e | dq naive %.2e "
+                  "flash %.2e\n", t, h, e_naive_out, e_flash_out, e_naive_dq, e_flash_dq);
+      // Long rows: bf16 P (naive) and bf16 P V operands (flash) each cost ~1e-2 at most.
+      EXPECT_LE(e_naive_out, 5e-2) << "t=" << t << " h=" << h;
+      EXPECT_LE(e_flash_out, 5e-2) << "t=" << t << " h=" << h;
+      EXPECT_LE(e_naive_dq, 1e-1) << "t=" << t << " h=" << h;
+      EXPECT_LE(e_flash_dq, 1e-1) << "t=" << t << " h=" << h;
+    }
+  }
+}
+
+// Flash fp32 is fully deterministic; flash bf16 is, except dQ (fp32 atomics across key blocks).
+TEST(GpuAttentionDeterminism, RepeatedRunsGiveIdenticalBits) {
+  GPT2_REQUIRE_GPU();
+  const AttentionShape s{2, 777, 4, 64, 1.0};
+  const int C = s.NH * s.HS;
+  const int64_t n_out = static_cast<int64_t>(s.B) * s.T * C;
+  const std::vector<float> qkv = random_normal(3 * n_out, 5);
+  const std::vector<float> dout = random_normal(n_out, 6);
+  const AttentionResult f32_a = run_flash<float>(qkv, dout, s);
+  const AttentionResult f32_b = run_flash<float>(qkv, dout, s);
+  EXPECT_EQ(f32_a.out, f32_b.out);
+  EXPECT_EQ(f32_a.lse, f32_b.lse);
+  EXPECT_EQ(f32_a.dqkv, f32_b.dqkv);
+  const AttentionResult bf_a = run_flash<bf16>(qkv, dout, s);
+  const AttentionResult bf_b = run_flash<bf16>(qkv, dout, s);
+  EXPECT_EQ(bf_a.out, bf_b.out);
+  EXPECT_EQ(bf_a.lse, bf_b.lse);
+  // dK and dV (columns C..3C of each row) are written once from registers: identical.
+  for (int64_t row = 0; row < static_cast<int64_t>(s.B) * s.T; ++row)
+    for (int c = C; c < 3 * C; ++c)
+      ASSERT_EQ(bf_a.dqkv[row * 3 * C + c], bf_b.dqkv[row * 3 * C + c]) << "row " << row << " c " << c;
+}
+
+}  // namespace
+}  // namespace gpt2::gpu::test
