@@ -1,0 +1,648 @@
+/**
+ * @file cuda_model.cu
+ * @brief CudaModel<T_>: GPT-2 forward, backward and AdamW over kernels/gpu (T_ = bf16 | fp32).
+ *
+ * The layer structure, the residual-gradient discipline and the buffer names are those of
+ * CpuGpt2 (model/cpu_model.cpp): one residual-gradient buffer for the whole stream, zeroed once
+ * per backward; layernorm_backward adds into it; matmul / attention / gelu overwrite their
+ * activation gradients; every parameter gradient accumulates (+=). Differences, all for memory:
+ * the attproj / fcproj outputs live in one shared (B,T,C) buffer (only the residual sums are
+ * needed later); the probabilities of the classifier are never stored and dlogits overwrite
+ * the logits in place. Per-layer activations are (L,B,T,X) buffers whose layer l starts at
+ * l*B*T*X for the (B,T) of the current forward, so a shorter forward (sampling) fits inside.
+ * Every buffer is one cudaMalloc named by its memory-plan item (the plan is built first).
+ * Everything runs on the Context's stream; methods that return host values synchronize.
+ */
+#include "model/cuda_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "kernels/common/error.h"
+#include "kernels/gpu/adamw.cuh"
+#include "kernels/gpu/attention.cuh"
+#include "kernels/gpu/common.cuh"
+#include "kernels/gpu/context.cuh"
+#include "kernels/gpu/crossentropy.cuh"
+#include "kernels/gpu/encoder.cuh"
+#include "kernels/gpu/gelu.cuh"
+#include "kernels/gpu/global_norm.cuh"
+#include "kernels/gpu/layernorm.cuh"
+#include "kernels/gpu/matmul.cuh"
+#include "kernels/gpu/residual.cuh"
+#include "model/parameters.h"
+
+namespace gpt2 {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+// Every device buffer of the model, in allocation (and plan) order.
+enum GpuBuffer : int {
+  kParams, kMaster, kGrads, kAdamM, kAdamV,
+  kEncoded, kLn1, kLn1Mean, kLn1Rstd, kQkv, kLn2, kLn2Mean, kLn2Rstd, kFch, kFchGelu,
+  kResidual2, kResidual3, kLnf, kLnfMean, kLnfRstd, kLogits, kLosses,
+  kAtty, kAttProbs, kAttLse, kAttScratch, kAttDProbs,
+  kProj, kDLosses, kDLnf, kDResidual, kDFchGelu, kDFch, kDLn2, kDAtty, kDQkv, kDLn1,
+  kMatmulScratch, kLayernormScratch, kEncoderScratch, kNormPartials, kNormResult, kInputs,
+  kTargets,
+  kNumGpuBuffers
+};
+
+struct GpuBufferSpec {
+  const char* group = "";
+  std::string name;
+  size_t bytes = 0;
+};
+
+std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
+  const ModelConfig& cfg = options.config;
+  const size_t B = options.batch_size, T = options.seq_len, C = cfg.channels;
+  const size_t L = cfg.num_layers, NH = cfg.num_heads, Vp = cfg.padded_vocab_size;
+  const size_t BT = B * T;
+  const bool bf16_storage = options.precision == Precision::kBf16;
+  const size_t x = bf16_storage ? 2 : 4;  // bytes of one stored value
+  const size_t f = 4;
+  const bool naive = options.attention == AttentionKind::kNaive;
+  const size_t num_params = ParameterLayout::for_config(cfg).total;
+  const int Bi = options.batch_size, Ti = options.seq_len, Ci = cfg.channels;
+  const size_t max_oc = std::max<size_t>(4 * C, 3 * C);
+  const size_t matmul_scratch =
+      static_cast<size_t>(gpu::matmul_backward_scratch_floats(Bi, Ti, static_cast<int>(max_oc)));
+  const size_t attention_scratch_bytes =
+      naive ? gpu::attention_naive_scratch_elems(Bi, Ti, Ci, /*backward=*/true) * x
+            : gpu::attention_flash_scratch_floats(Bi, Ti, Ci, cfg.num_heads) * f;
+
+  std::vector<GpuBufferSpec> s(kNumGpuBuffers);
+  auto set = [&s](GpuBuffer id, const char* group, std::string name, size_t bytes) {
+    s[id] = {group, std::move(name), bytes};
+  };
+  const char* dtype = bf16_storage ? "bf16" : "fp32";
+  set(kParams, "parameters", str_cat("parameters (", dtype, ")"), num_params * x);
+  set(kMaster, "parameters", "master parameters (fp32)", bf16_storage ? num_params * f : 0);
+  set(kGrads, "gradients", str_cat("gradients (", dtype, ")"), num_params * x);
+  set(kAdamM, "optimizer", "AdamW m (fp32)", num_params * f);
+  set(kAdamV, "optimizer", "AdamW v (fp32)", num_params * f);
+  set(kEncoded, "activations", "encoded (B,T,C)", BT * C * x);
+  set(kLn1, "activations", "ln1 (L,B,T,C)", L * BT * C * x);
+  set(kLn1Mean, "activations", "ln1 mean (L,B,T) fp32", L * BT * f);
+  set(kLn1Rstd, "activations", "ln1 rstd (L,B,T) fp32", L * BT * f);
+  set(kQkv, "activations", "qkv (L,B,T,3C)", L * BT * 3 * C * x);
+  set(kLn2, "activations", "ln2 (L,B,T,C)", L * BT * C * x);
+  set(kLn2Mean, "activations", "ln2 mean (L,B,T) fp32", L * BT * f);
+  set(kLn2Rstd, "activations", "ln2 rstd (L,B,T) fp32", L * BT * f);
+  set(kFch, "activations", "fch (L,B,T,4C)", L * BT * 4 * C * x);
+  set(kFchGelu, "activations", "fch_gelu (L,B,T,4C)", L * BT * 4 * C * x);
+  set(kResidual2, "activations", "residual2 (L,B,T,C)", L * BT * C * x);
+  set(kResidual3, "activations", "residual3 (L,B,T,C)", L * BT * C * x);
+  set(kLnf, "activations", "lnf (B,T,C)", BT * C * x);
+  set(kLnfMean, "activations", "lnf mean (B,T) fp32", BT * f);
+  set(kLnfRstd, "activations", "lnf rstd (B,T) fp32", BT * f);
+  set(kLogits, "activations", "logits, then dlogits in place (B,T,Vp)", BT * Vp * x);
+  set(kLosses, "activations", "losses (B,T) fp32", BT * f);
+  set(kAtty, "attention", "attention output (L,B,T,C)", L * BT * C * x);
+  set(kAttProbs, "attention", "attention probabilities P (L,B,NH,T,T)",
+      naive ? L * B * NH * T * T * x : 0);
+  set(kAttLse, "attention", "attention log-sum-exp (L,B,NH,T) fp32", naive ? 0 : L * B * NH * T * f);
+  set(kAttScratch, "attention",
+      naive ? "attention scratch: Q,K,V,dO,dQ,dK,dV per head (7,B,T,C)"
+            : "attention scratch: D (B,NH,T) + fp32 dQ (B,T,C)",
+      attention_scratch_bytes);
+  set(kAttDProbs, "attention", "attention dP / dS scratch (B,NH,T,T)",
+      naive ? B * NH * T * T * x : 0);
+  set(kProj, "workspace", "attproj / fcproj output (B,T,C)", BT * C * x);
+  set(kDLosses, "workspace", "dlosses (B,T) fp32", BT * f);
+  set(kDLnf, "workspace", "dlnf (B,T,C)", BT * C * x);
+  set(kDResidual, "workspace", "dresidual (B,T,C)", BT * C * x);
+  set(kDFchGelu, "workspace", "dfch_gelu (B,T,4C)", BT * 4 * C * x);
+  set(kDFch, "workspace", "dfch (B,T,4C)", BT * 4 * C * x);
+  set(kDLn2, "workspace", "dln2 (B,T,C)", BT * C * x);
+  set(kDAtty, "workspace", "datty (B,T,C)", BT * C * x);
+  set(kDQkv, "workspace", "dqkv (B,T,3C)", BT * 3 * C * x);
+  set(kDLn1, "workspace", "dln1 (B,T,C)", BT * C * x);
+  set(kMatmulScratch, "workspace", "matmul bias-gradient partial sums fp32", matmul_scratch * f);
+  set(kLayernormScratch, "workspace", "layernorm parameter-gradient partial sums fp32",
+      static_cast<size_t>(gpu::layernorm_backward_scratch_floats(Bi, Ti, Ci)) * f);
+  set(kEncoderScratch, "workspace", "encoder-gradient token buckets int32",
+      static_cast<size_t>(gpu::encoder_backward_scratch_ints(Bi, Ti)) * sizeof(int));
+  set(kNormPartials, "workspace", "gradient-norm partial sums fp32",
+      static_cast<size_t>(gpu::global_norm_num_blocks(static_cast<int64_t>(num_params))) * f);
+  set(kNormResult, "workspace", "gradient-norm result fp64", sizeof(double));
+  set(kInputs, "workspace", "inputs (B,T) int32", BT * sizeof(int));
+  set(kTargets, "workspace", "targets (B,T) int32", BT * sizeof(int));
+  return s;
+}
+
+void validate_cuda_options(const ModelOptions& options) {
+  const ModelConfig& config = options.config;
+  validate_config(config);
+  if (options.batch_size < 1)
+    GPT2_USAGE_FAIL("batch size must be >= 1 (got ", options.batch_size, ")");
+  if (options.seq_len < 1 || options.seq_len > config.max_seq_len)
+    GPT2_USAGE_FAIL("sequence length must be in [1, maxT=", config.max_seq_len, "] (got ",
+                    options.seq_len, ")");
+  const int head_size = config.head_size();
+  if (options.attention == AttentionKind::kFlash && head_size != 64 && head_size != 128)
+    GPT2_USAGE_FAIL("flash attention on the GPU needs head size 64 or 128 (model has ", head_size,
+                    ")");
+  if (config.channels % 8 != 0)
+    GPT2_USAGE_FAIL("the CUDA backend needs the channel count to be a multiple of 8 (got ",
+                    config.channels, ")");
+  if (static_cast<int64_t>(options.batch_size) * config.num_heads > 65535)
+    GPT2_USAGE_FAIL("B*NH = ", static_cast<int64_t>(options.batch_size) * config.num_heads,
+                    " exceeds the CUDA grid limit of 65535");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small kernels of the model itself
+
+template <typename To, typename From>
+__global__ void convert_kernel(To* out, const From* in, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = gpu::from_float<To>(gpu::to_float(in[i]));
+}
+
+__global__ void fill_kernel(float* out, float value, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = value;
+}
+
+template <typename To, typename From>
+void convert(To* out, const From* in, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  constexpr int kThreads = 256;
+  convert_kernel<<<gpu::grid_size(n, kThreads), kThreads, 0, stream>>>(out, in, n);
+  GPT2_CUDA_CHECK_LAUNCH();
+}
+
+float host_float(float x) { return x; }
+float host_float(bf16 x) {
+  uint16_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const uint32_t widened = static_cast<uint32_t>(bits) << 16;
+  float out;
+  std::memcpy(&out, &widened, sizeof out);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+template <typename T_>
+class CudaModel final : public CudaModelBase {
+ public:
+  explicit CudaModel(const ModelOptions& options);
+  ~CudaModel() override;
+
+  const ModelOptions& options() const override { return options_; }
+  DeviceKind device() const override { return DeviceKind::kCuda; }
+  std::string device_name() const override { return ctx_->device_name(); }
+
+  void set_parameters(const float* params) override;
+  void get_parameters(float* params) const override;
+  void get_gradients(float* grads) const override;
+  void get_losses(float* losses) const override;
+  void get_residual_gradient(float* dresidual) const override;
+
+  void zero_grad() override;
+  float forward_backward(const int* inputs, const int* targets, float loss_scale) override;
+  float evaluate(const int* inputs, const int* targets) override;
+  void next_token_probs(const int* tokens, int length, float* probs) override;
+
+  float grad_norm() override;
+  void adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_scale) override;
+
+  void get_optimizer_state(float* m, float* v) const override;
+  void set_optimizer_state(const float* m, const float* v) override;
+
+  const MemoryPlan& memory_plan() const override { return plan_; }
+  size_t peak_memory_bytes() const override { return peak_used_bytes_; }
+
+ private:
+  template <typename U>
+  U* buf(GpuBuffer id) const {
+    return static_cast<U*>(buffers_[id]);
+  }
+  T_* act(GpuBuffer id) const { return buf<T_>(id); }
+  T_* param(int tensor) const { return buf<T_>(kParams) + layout_.offsets[tensor]; }
+  T_* grad(int tensor) const { return buf<T_>(kGrads) + layout_.offsets[tensor]; }
+
+  void allocate_all(const std::vector<GpuBufferSpec>& specs);
+  void upload_tokens(const int* inputs, const int* targets, int B, int T);
+  void forward(int B, int T, bool with_loss);
+  void backward(float loss_scale);
+  float mean_loss(int B, int T) const;
+  void sample_memory();
+
+  ModelOptions options_;
+  ModelConfig config_;
+  ParameterLayout layout_;
+  MemoryPlan plan_;
+  std::unique_ptr<gpu::Context> ctx_;
+  std::vector<void*> buffers_;          // indexed by GpuBuffer; nullptr for empty items
+  std::vector<int> inputs_host_;        // the last forward's inputs (encoder backward buckets)
+  int cur_B_ = 0, cur_T_ = 0;
+  bool have_targets_ = false;
+  size_t peak_used_bytes_ = 0;
+};
+
+template <typename T_>
+CudaModel<T_>::CudaModel(const ModelOptions& options)
+    : options_(options), config_(options.config), plan_(plan_cuda_model_memory(options)) {
+  static_assert(std::is_same_v<T_, float> || std::is_same_v<T_, bf16>);
+  constexpr bool kIsBf16 = std::is_same_v<T_, bf16>;
+  GPT2_CHECK((options.precision == Precision::kBf16) == kIsBf16);
+  layout_ = ParameterLayout::for_config(config_);
+  ctx_ = std::make_unique<gpu::Context>();
+  allocate_all(gpu_buffer_specs(options));
+  inputs_host_.assign(static_cast<size_t>(options.batch_size) * options.seq_len, 0);
+  GPT2_CUDA_CHECK(cudaMemsetAsync(buffers_[kGrads], 0, plan_.items[kGrads].bytes, ctx_->stream()));
+  GPT2_CUDA_CHECK(cudaMemsetAsync(buffers_[kAdamM], 0, plan_.items[kAdamM].bytes, ctx_->stream()));
+  GPT2_CUDA_CHECK(cudaMemsetAsync(buffers_[kAdamV], 0, plan_.items[kAdamV].bytes, ctx_->stream()));
+  ctx_->synchronize();
+  sample_memory();
+}
+
+template <typename T_>
+CudaModel<T_>::~CudaModel() {
+  for (void* p : buffers_)
+    if (p != nullptr) GPT2_CUDA_CHECK_NOTHROW(cudaFree(p));
+}
+
+template <typename T_>
+void CudaModel<T_>::allocate_all(const std::vector<GpuBufferSpec>& specs) {
+  size_t free_bytes = 0, total_bytes = 0;
+  GPT2_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  // Walk the plan first: name the first buffer that cannot fit before allocating anything.
+  size_t cumulative = 0;
+  for (const GpuBufferSpec& spec : specs) {
+    cumulative += spec.bytes;
+    if (cumulative > free_bytes)
+      GPT2_FAIL("out of GPU memory: ", spec.name, " needs ", spec.bytes, " bytes (",
+                format_bytes(spec.bytes), ") but only ", free_bytes - (cumulative - spec.bytes),
+                " bytes (", format_bytes(free_bytes - (cumulative - spec.bytes)),
+                ") are free after the buffers planned before it; the plan needs ",
+                plan_.total(), " bytes (", format_bytes(plan_.total()), "), the device has ",
+                free_bytes, " bytes (", format_bytes(free_bytes), ") free of ",
+                format_bytes(total_bytes), ". Use a smaller --batch-size or --seq-len",
+                options_.attention == AttentionKind::kNaive ? ", or --attn flash" : "");
+  }
+  buffers_.assign(kNumGpuBuffers, nullptr);
+  for (int id = 0; id < kNumGpuBuffers; ++id) {
+    if (specs[id].bytes == 0) continue;
+    const cudaError_t err = cudaMalloc(&buffers_[id], specs[id].bytes);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the sticky-free allocation error
+      size_t now_free = 0;
+      (void)cudaMemGetInfo(&now_free, &total_bytes);
+      GPT2_FAIL("out of GPU memory allocating ", specs[id].name, ": it needs ", specs[id].bytes,
+                " bytes (", format_bytes(specs[id].bytes), ") and ", now_free, " bytes (",
+                format_bytes(now_free), ") are free (", cudaGetErrorString(err), ")");
+    }
+  }
+}
+
+template <typename T_>
+void CudaModel<T_>::sample_memory() {
+  size_t free_bytes = 0, total_bytes = 0;
+  GPT2_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  peak_used_bytes_ = std::max(peak_used_bytes_, total_bytes - free_bytes);
+}
+
+template <typename T_>
+void CudaModel<T_>::set_parameters(const float* params) {
+  const size_t n = layout_.total;
+  cudaStream_t stream = ctx_->stream();
+  if constexpr (std::is_same_v<T_, float>) {
+    GPT2_CUDA_CHECK(cudaMemcpy(buffers_[kParams], params, n * sizeof(float), cudaMemcpyHostToDevice));
+  } else {
+    GPT2_CUDA_CHECK(cudaMemcpy(buffers_[kMaster], params, n * sizeof(float), cudaMemcpyHostToDevice));
+    convert(buf<bf16>(kParams), buf<float>(kMaster), static_cast<int64_t>(n), stream);
+  }
+  ctx_->synchronize();
+}
+
+template <typename T_>
+void CudaModel<T_>::get_parameters(float* params) const {
+  const size_t n = layout_.total;
+  const GpuBuffer source = std::is_same_v<T_, float> ? kParams : kMaster;
+  ctx_->synchronize();
+  GPT2_CUDA_CHECK(cudaMemcpy(params, buffers_[source], n * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+template <typename T_>
+void CudaModel<T_>::get_gradients(float* grads) const {
+  const size_t n = layout_.total;
+  std::vector<T_> host(n);
+  ctx_->synchronize();
+  GPT2_CUDA_CHECK(cudaMemcpy(host.data(), buffers_[kGrads], n * sizeof(T_), cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < n; ++i) grads[i] = host_float(host[i]);
+}
+
+template <typename T_>
+void CudaModel<T_>::get_losses(float* losses) const {
+  ctx_->synchronize();
+  GPT2_CUDA_CHECK(cudaMemcpy(losses, buffers_[kLosses],
+                             static_cast<size_t>(cur_B_) * cur_T_ * sizeof(float),
+                             cudaMemcpyDeviceToHost));
+}
+
+template <typename T_>
+void CudaModel<T_>::get_residual_gradient(float* dresidual) const {
+  const size_t n = static_cast<size_t>(cur_B_) * cur_T_ * config_.channels;
+  std::vector<T_> host(n);
+  ctx_->synchronize();
+  GPT2_CUDA_CHECK(cudaMemcpy(host.data(), buffers_[kDResidual], n * sizeof(T_),
+                             cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < n; ++i) dresidual[i] = host_float(host[i]);
+}
+
+template <typename T_>
+void CudaModel<T_>::zero_grad() {
+  GPT2_CUDA_CHECK(cudaMemsetAsync(buffers_[kGrads], 0, plan_.items[kGrads].bytes, ctx_->stream()));
+}
+
+template <typename T_>
+void CudaModel<T_>::upload_tokens(const int* inputs, const int* targets, int B, int T) {
+  const size_t n = static_cast<size_t>(B) * T;
+  const int V = config_.vocab_size;
+  // An out-of-range id would index outside wte on the device: refuse it here, with its place.
+  for (size_t i = 0; i < n; ++i) {
+    GPT2_CHECK(inputs[i] >= 0 && inputs[i] < V, "input token ", inputs[i], " at ", i, ", V=", V);
+    GPT2_CHECK(!targets || (targets[i] >= 0 && targets[i] < V), "target token ", targets[i],
+               " at ", i, ", V=", V);
+  }
+  std::copy(inputs, inputs + n, inputs_host_.begin());
+  GPT2_CUDA_CHECK(cudaMemcpyAsync(buffers_[kInputs], inputs, n * sizeof(int),
+                                  cudaMemcpyHostToDevice, ctx_->stream()));
+  if (targets)
+    GPT2_CUDA_CHECK(cudaMemcpyAsync(buffers_[kTargets], targets, n * sizeof(int),
+                                    cudaMemcpyHostToDevice, ctx_->stream()));
+  cur_B_ = B;
+  cur_T_ = T;
+  have_targets_ = targets != nullptr;
+}
+
+template <typename T_>
+void CudaModel<T_>::forward(int B, int T, bool with_loss) {
+  const gpu::Context& ctx = *ctx_;
+  cudaStream_t stream = ctx.stream();
+  const int C = config_.channels, L = config_.num_layers, NH = config_.num_heads;
+  const int V = config_.vocab_size, Vp = config_.padded_vocab_size;
+  const size_t BT = static_cast<size_t>(B) * T, Cs = C;
+  const size_t att_rows = static_cast<size_t>(B) * NH * T;
+  const bool naive = options_.attention == AttentionKind::kNaive;
+
+  gpu::encoder_forward(act(kEncoded), buf<int>(kInputs), param(kWte), param(kWpe), B, T, C, stream);
+  for (int l = 0; l < L; ++l) {
+    const T_* residual = l == 0 ? act(kEncoded) : act(kResidual3) + (l - 1) * BT * Cs;
+    T_* ln1 = act(kLn1) + l * BT * Cs;
+    float* ln1_mean = buf<float>(kLn1Mean) + l * BT;
+    float* ln1_rstd = buf<float>(kLn1Rstd) + l * BT;
+    T_* qkv = act(kQkv) + l * BT * 3 * Cs;
+    T_* atty = act(kAtty) + l * BT * Cs;
+    T_* residual2 = act(kResidual2) + l * BT * Cs;
+    T_* ln2 = act(kLn2) + l * BT * Cs;
+    float* ln2_mean = buf<float>(kLn2Mean) + l * BT;
+    float* ln2_rstd = buf<float>(kLn2Rstd) + l * BT;
+    T_* fch = act(kFch) + l * BT * 4 * Cs;
+    T_* fch_gelu = act(kFchGelu) + l * BT * 4 * Cs;
+    T_* residual3 = act(kResidual3) + l * BT * Cs;
+    T_* proj = act(kProj);
+
+    gpu::layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, param(kLn1w) + l * Cs,
+                           param(kLn1b) + l * Cs, B, T, C, stream);
+    gpu::matmul_forward(qkv, ln1, param(kQkvw) + l * 3 * Cs * Cs, param(kQkvb) + l * 3 * Cs, B, T,
+                        C, 3 * C, ctx);
+    if (naive) {
+      gpu::attention_naive_forward(atty, act(kAttProbs) + l * att_rows * T, qkv, B, T, C, NH,
+                                   act(kAttScratch), ctx);
+    } else {
+      gpu::attention_flash_forward(atty, buf<float>(kAttLse) + l * att_rows, qkv, B, T, C, NH,
+                                   stream);
+    }
+    gpu::matmul_forward(proj, atty, param(kAttprojw) + l * Cs * Cs, param(kAttprojb) + l * Cs, B,
+                        T, C, C, ctx);
+    gpu::residual_forward(residual2, residual, proj, static_cast<int64_t>(BT * Cs), stream);
+    gpu::layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, param(kLn2w) + l * Cs,
+                           param(kLn2b) + l * Cs, B, T, C, stream);
+    gpu::matmul_forward(fch, ln2, param(kFcw) + l * 4 * Cs * Cs, param(kFcb) + l * 4 * Cs, B, T, C,
+                        4 * C, ctx);
+    gpu::gelu_forward(fch_gelu, fch, static_cast<int64_t>(BT * 4 * Cs), stream);
+    gpu::matmul_forward(proj, fch_gelu, param(kFcprojw) + l * Cs * 4 * Cs,
+                        param(kFcprojb) + l * Cs, B, T, 4 * C, C, ctx);
+    gpu::residual_forward(residual3, residual2, proj, static_cast<int64_t>(BT * Cs), stream);
+  }
+  gpu::layernorm_forward(act(kLnf), buf<float>(kLnfMean), buf<float>(kLnfRstd),
+                         act(kResidual3) + (L - 1) * BT * Cs, param(kLnfw), param(kLnfb), B, T, C,
+                         stream);
+  gpu::matmul_forward(act(kLogits), act(kLnf), param(kWte), static_cast<const T_*>(nullptr), B, T,
+                      C, Vp, ctx);
+  if (with_loss)
+    gpu::crossentropy_forward(buf<float>(kLosses), act(kLogits), buf<int>(kTargets), B, T, V, Vp,
+                              stream);
+}
+
+template <typename T_>
+void CudaModel<T_>::backward(float loss_scale) {
+  GPT2_CHECK(have_targets_, "backward needs a forward with targets");
+  const gpu::Context& ctx = *ctx_;
+  cudaStream_t stream = ctx.stream();
+  const int B = cur_B_, T = cur_T_;
+  const int C = config_.channels, L = config_.num_layers, NH = config_.num_heads;
+  const int V = config_.vocab_size, Vp = config_.padded_vocab_size;
+  const size_t BT = static_cast<size_t>(B) * T, Cs = C;
+  const size_t att_rows = static_cast<size_t>(B) * NH * T;
+  const bool naive = options_.attention == AttentionKind::kNaive;
+  float* matmul_scratch = buf<float>(kMatmulScratch);
+  float* ln_scratch = buf<float>(kLayernormScratch);
+
+  constexpr int kThreads = 256;
+  fill_kernel<<<gpu::grid_size(static_cast<int64_t>(BT), kThreads), kThreads, 0, stream>>>(
+      buf<float>(kDLosses), static_cast<float>(static_cast<double>(loss_scale) / double(BT)),
+      static_cast<int64_t>(BT));
+  GPT2_CUDA_CHECK_LAUNCH();
+  T_* dlogits = act(kLogits);  // in place
+  gpu::crossentropy_backward(dlogits, buf<float>(kDLosses), act(kLogits), buf<int>(kTargets), B, T,
+                             V, Vp, stream);
+  gpu::matmul_backward(act(kDLnf), grad(kWte), static_cast<T_*>(nullptr), dlogits, act(kLnf),
+                       param(kWte), B, T, C, Vp, static_cast<float*>(nullptr), ctx);
+  T_* dresidual = act(kDResidual);
+  GPT2_CUDA_CHECK(cudaMemsetAsync(dresidual, 0, BT * Cs * sizeof(T_), stream));
+  gpu::layernorm_backward(dresidual, grad(kLnfw), grad(kLnfb), act(kDLnf),
+                          act(kResidual3) + (L - 1) * BT * Cs, param(kLnfw), buf<float>(kLnfMean),
+                          buf<float>(kLnfRstd), B, T, C, ln_scratch, stream);
+
+  T_* dfch_gelu = act(kDFchGelu);
+  T_* dfch = act(kDFch);
+  T_* dln2 = act(kDLn2);
+  T_* datty = act(kDAtty);
+  T_* dqkv = act(kDQkv);
+  T_* dln1 = act(kDLn1);
+  for (int l = L - 1; l >= 0; --l) {
+    const T_* residual = l == 0 ? act(kEncoded) : act(kResidual3) + (l - 1) * BT * Cs;
+    const T_* ln1 = act(kLn1) + l * BT * Cs;
+    const T_* qkv = act(kQkv) + l * BT * 3 * Cs;
+    const T_* atty = act(kAtty) + l * BT * Cs;
+    const T_* residual2 = act(kResidual2) + l * BT * Cs;
+    const T_* ln2 = act(kLn2) + l * BT * Cs;
+    const T_* fch = act(kFch) + l * BT * 4 * Cs;
+    const T_* fch_gelu = act(kFchGelu) + l * BT * 4 * Cs;
+
+    // dresidual holds d(residual3): the fcproj branch and the skip to residual2 both get it.
+    gpu::matmul_backward(dfch_gelu, grad(kFcprojw) + l * Cs * 4 * Cs, grad(kFcprojb) + l * Cs,
+                         dresidual, fch_gelu, param(kFcprojw) + l * Cs * 4 * Cs, B, T, 4 * C, C,
+                         matmul_scratch, ctx);
+    gpu::gelu_backward(dfch, fch, dfch_gelu, static_cast<int64_t>(BT * 4 * Cs), stream);
+    gpu::matmul_backward(dln2, grad(kFcw) + l * 4 * Cs * Cs, grad(kFcb) + l * 4 * Cs, dfch, ln2,
+                         param(kFcw) + l * 4 * Cs * Cs, B, T, C, 4 * C, matmul_scratch, ctx);
+    gpu::layernorm_backward(dresidual, grad(kLn2w) + l * Cs, grad(kLn2b) + l * Cs, dln2, residual2,
+                            param(kLn2w) + l * Cs, buf<float>(kLn2Mean) + l * BT,
+                            buf<float>(kLn2Rstd) + l * BT, B, T, C, ln_scratch, stream);
+    // Now d(residual2): the attproj branch and the skip to the block input get it.
+    gpu::matmul_backward(datty, grad(kAttprojw) + l * Cs * Cs, grad(kAttprojb) + l * Cs,
+                         dresidual, atty, param(kAttprojw) + l * Cs * Cs, B, T, C, C,
+                         matmul_scratch, ctx);
+    if (naive) {
+      gpu::attention_naive_backward(dqkv, datty, qkv, act(kAttProbs) + l * att_rows * T, B, T, C,
+                                    NH, act(kAttScratch), act(kAttDProbs), ctx);
+    } else {
+      gpu::attention_flash_backward(dqkv, datty, qkv, atty, buf<float>(kAttLse) + l * att_rows, B,
+                                    T, C, NH, buf<float>(kAttScratch), stream);
+    }
+    gpu::matmul_backward(dln1, grad(kQkvw) + l * 3 * Cs * Cs, grad(kQkvb) + l * 3 * Cs, dqkv, ln1,
+                         param(kQkvw) + l * 3 * Cs * Cs, B, T, C, 3 * C, matmul_scratch, ctx);
+    gpu::layernorm_backward(dresidual, grad(kLn1w) + l * Cs, grad(kLn1b) + l * Cs, dln1, residual,
+                            param(kLn1w) + l * Cs, buf<float>(kLn1Mean) + l * BT,
+                            buf<float>(kLn1Rstd) + l * BT, B, T, C, ln_scratch, stream);
+  }
+  gpu::encoder_backward(grad(kWte), grad(kWpe), dresidual, buf<int>(kInputs), B, T, C,
+                        inputs_host_.data(), buf<int>(kEncoderScratch), stream);
+}
+
+template <typename T_>
+float CudaModel<T_>::mean_loss(int B, int T) const {
+  const size_t n = static_cast<size_t>(B) * T;
+  std::vector<float> losses(n);
+  GPT2_CUDA_CHECK(cudaMemcpyAsync(losses.data(), buffers_[kLosses], n * sizeof(float),
+                                  cudaMemcpyDeviceToHost, ctx_->stream()));
+  ctx_->synchronize();
+  double sum = 0.0;
+  for (float x : losses) sum += x;  // in position order: deterministic
+  return static_cast<float>(sum / static_cast<double>(n));
+}
+
+template <typename T_>
+float CudaModel<T_>::forward_backward(const int* inputs, const int* targets, float loss_scale) {
+  GPT2_CHECK(targets != nullptr);
+  const int B = options_.batch_size, T = options_.seq_len;
+  upload_tokens(inputs, targets, B, T);
+  forward(B, T, /*with_loss=*/true);
+  backward(loss_scale);
+  const float loss = mean_loss(B, T);  // synchronizes
+  sample_memory();
+  return loss;
+}
+
+template <typename T_>
+float CudaModel<T_>::evaluate(const int* inputs, const int* targets) {
+  GPT2_CHECK(targets != nullptr);
+  const int B = options_.batch_size, T = options_.seq_len;
+  upload_tokens(inputs, targets, B, T);
+  forward(B, T, /*with_loss=*/true);
+  const float loss = mean_loss(B, T);
+  sample_memory();
+  return loss;
+}
+
+template <typename T_>
+void CudaModel<T_>::next_token_probs(const int* tokens, int length, float* probs) {
+  GPT2_CHECK(length >= 1 && length <= options_.seq_len, "length ", length, ", T ",
+             options_.seq_len);
+  upload_tokens(tokens, nullptr, 1, length);
+  forward(1, length, /*with_loss=*/false);
+  const size_t Vp = config_.padded_vocab_size;
+  const int V = config_.vocab_size;
+  std::vector<T_> row(Vp);
+  GPT2_CUDA_CHECK(cudaMemcpyAsync(row.data(), act(kLogits) + (length - 1) * Vp, Vp * sizeof(T_),
+                                  cudaMemcpyDeviceToHost, ctx_->stream()));
+  ctx_->synchronize();
+  double max_logit = -INFINITY;
+  for (int v = 0; v < V; ++v) max_logit = std::max(max_logit, double(host_float(row[v])));
+  double sum = 0.0;
+  for (int v = 0; v < V; ++v) sum += std::exp(double(host_float(row[v])) - max_logit);
+  for (int v = 0; v < V; ++v)
+    probs[v] = static_cast<float>(std::exp(double(host_float(row[v])) - max_logit) / sum);
+  sample_memory();
+}
+
+template <typename T_>
+float CudaModel<T_>::grad_norm() {
+  const double squared = gpu::global_norm_squared_to_host(
+      buf<T_>(kGrads), static_cast<int64_t>(layout_.total), buf<float>(kNormPartials),
+      buf<double>(kNormResult), ctx_->stream());
+  return static_cast<float>(std::sqrt(squared));
+}
+
+template <typename T_>
+void CudaModel<T_>::adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_scale) {
+  GPT2_CHECK(step >= 1, "AdamW steps are 1-based (got ", step, ")");
+  for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
+    cpu::AdamWHyper tensor_hyper = hyper;
+    if (!ParameterLayout::decays(tensor)) tensor_hyper.weight_decay = 0.0f;
+    const size_t offset = layout_.offsets[tensor];
+    float* master = std::is_same_v<T_, bf16> ? buf<float>(kMaster) + offset : nullptr;
+    gpu::adamw_update(buf<T_>(kParams) + offset, master, buf<T_>(kGrads) + offset,
+                      buf<float>(kAdamM) + offset, buf<float>(kAdamV) + offset,
+                      static_cast<int64_t>(layout_.sizes[tensor]), tensor_hyper, step, grad_scale,
+                      ctx_->stream());
+  }
+  ctx_->synchronize();
+  sample_memory();
+}
+
+template <typename T_>
+void CudaModel<T_>::get_optimizer_state(float* m, float* v) const {
+  const size_t bytes = layout_.total * sizeof(float);
+  ctx_->synchronize();
+  GPT2_CUDA_CHECK(cudaMemcpy(m, buffers_[kAdamM], bytes, cudaMemcpyDeviceToHost));
+  GPT2_CUDA_CHECK(cudaMemcpy(v, buffers_[kAdamV], bytes, cudaMemcpyDeviceToHost));
+}
+
+template <typename T_>
+void CudaModel<T_>::set_optimizer_state(const float* m, const float* v) {
+  const size_t bytes = layout_.total * sizeof(float);
+  ctx_->synchronize();
+  GPT2_CUDA_CHECK(cudaMemcpy(buffers_[kAdamM], m, bytes, cudaMemcpyHostToDevice));
+  GPT2_CUDA_CHECK(cudaMemcpy(buffers_[kAdamV], v, bytes, cudaMemcpyHostToDevice));
+}
+
+}  // namespace
+
+MemoryPlan plan_cuda_model_memory(const ModelOptions& options) {
+  validate_cuda_options(options);
+  MemoryPlan plan;
+  // Items 0..kNumGpuBuffers-1 are the model's buffers, in GpuBuffer order (zero-byte items
+  // included, so the enum indexes the plan); the Context allocates the cuBLASLt workspace.
+  for (const GpuBufferSpec& spec : gpu_buffer_specs(options))
+    plan.add(spec.group, spec.name, spec.bytes);
+  plan.add("workspace", "cuBLASLt workspace (allocated by the CUDA context)",
+           gpu::Context::kDefaultLtWorkspaceBytes);
+  return plan;
+}
+
+bool cuda_backend_available(std::string* why_not) { return gpu::gpu_available(why_not); }
+
+std::unique_ptr<Model> make_cuda_model(const ModelOptions& options) {
+  std::string why;
+  if (!gpu::gpu_available(&why)) GPT2_FAIL("--device cuda: no usable GPU: ", why);
+  if (options.precision == Precision::kBf16) return std::make_unique<CudaModel<bf16>>(options);
+  return std::make_unique<CudaModel<float>>(options);
+}
+
+}  // namespace gpt2

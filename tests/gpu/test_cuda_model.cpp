@@ -1,0 +1,281 @@
+// The CUDA GPT-2 backend against the CPU reference model, and its training behaviour.
+//
+// A small model (L=2, C=128, NH=2, HS=64, V=250 padded to 256, T=37: odd on purpose) takes one
+// forward+backward on the GPU and on the CPU from the same parameters and tokens; the loss, the
+// residual-stream gradient and every parameter gradient tensor are compared. fp32 on the GPU is
+// exact arithmetic up to summation order (tight tolerances); bf16 stores activations, weights and
+// gradients in bf16 (relative L2 error per tensor at the percent level).
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "data/dataloader.h"
+#include "data/paths.h"
+#include "gpu/gpu_test_util.h"
+#include "model/cpu_model.h"
+#include "model/cuda_model.h"
+#include "model/parameters.h"
+
+namespace gpt2::gpu::test {
+namespace {
+
+ModelConfig small_config() {
+  ModelConfig config;
+  config.max_seq_len = 64;
+  config.vocab_size = 250;
+  config.padded_vocab_size = 256;
+  config.num_layers = 2;
+  config.num_heads = 2;
+  config.channels = 128;
+  return config;
+}
+
+std::unique_ptr<CudaModelBase> make_gpu_model(const ModelOptions& options) {
+  std::unique_ptr<Model> model = make_cuda_model(options);
+  auto* cuda = dynamic_cast<CudaModelBase*>(model.get());
+  GPT2_CHECK(cuda != nullptr);
+  model.release();
+  return std::unique_ptr<CudaModelBase>(cuda);
+}
+
+double rel_l2(const float* got, const float* ref, size_t n) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < n; ++i) {
+    diff += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+    norm += double(ref[i]) * ref[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-300));
+}
+
+struct StepCase {
+  Precision precision;
+  AttentionKind attention;
+};
+
+class CudaModelStepTest : public ::testing::TestWithParam<StepCase> {};
+
+TEST_P(CudaModelStepTest, OneStepMatchesCpuModel) {
+  GPT2_REQUIRE_GPU();
+  const StepCase c = GetParam();
+  const ModelConfig config = small_config();
+  const int B = 2, T = 37;
+  ModelOptions options{config, B, T, c.attention, c.precision};
+  const ParameterLayout layout = ParameterLayout::for_config(config);
+  std::vector<float> params(layout.total);
+  init_parameters(params.data(), config, 42);
+  const bool bf16_storage = c.precision == Precision::kBf16;
+  // Both models start from the same (storage-rounded) parameters.
+  if (bf16_storage) params = round_through<bf16>(params);
+  const std::vector<int> inputs = random_ints(B * T, config.vocab_size, 7);
+  const std::vector<int> targets = random_ints(B * T, config.vocab_size, 8);
+
+  CpuGpt2<float> cpu(config, B, T, c.attention);
+  std::copy(params.begin(), params.end(), cpu.params());
+  const float cpu_loss = cpu.forward(inputs.data(), targets.data());
+  cpu.backward(1.0f);
+
+  auto gpu = make_gpu_model(options);
+  gpu->set_parameters(params.data());
+  gpu->zero_grad();
+  const float gpu_loss = gpu->forward_backward(inputs.data(), targets.data(), 1.0f);
+  std::vector<float> grads(layout.total);
+  gpu->get_gradients(grads.data());
+  std::vector<float> dresidual(static_cast<size_t>(B) * T * config.channels);
+  gpu->get_residual_gradient(dresidual.data());
+
+  const double loss_tol = bf16_storage ? 1e-2 : 1e-5;
+  const double grad_tol = bf16_storage ? 5e-2 : 1e-4;
+  std::printf("[ model    ] %s %s loss gpu %.7f cpu %.7f\n", to_string(c.precision),
+              to_string(c.attention), gpu_loss, cpu_loss);
+  EXPECT_NEAR(gpu_loss, cpu_loss, loss_tol * std::fabs(cpu_loss));
+  const double dres_err =
+      rel_l2(dresidual.data(), cpu.buffer(kBufDResidual), dresidual.size());
+  std::printf("[ model    ]   dresidual rel-L2 %.2e\n", dres_err);
+  EXPECT_LE(dres_err, grad_tol);
+  for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
+    const size_t offset = layout.offsets[tensor], n = layout.sizes[tensor];
+    const double err = rel_l2(grads.data() + offset, cpu.grads() + offset, n);
+    bool finite = true;
+    for (size_t i = 0; i < n; ++i) finite = finite && std::isfinite(grads[offset + i]);
+    std::printf("[ model    ]   d%-9s rel-L2 %.2e\n", ParameterLayout::name(tensor), err);
+    EXPECT_TRUE(finite) << ParameterLayout::name(tensor);
+    EXPECT_LE(err, grad_tol) << ParameterLayout::name(tensor);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    PrecisionAndAttention, CudaModelStepTest,
+    ::testing::Values(StepCase{Precision::kFp32, AttentionKind::kNaive},
+                      StepCase{Precision::kFp32, AttentionKind::kFlash},
+                      StepCase{Precision::kBf16, AttentionKind::kNaive},
+                      StepCase{Precision::kBf16, AttentionKind::kFlash}),
+    [](const ::testing::TestParamInfo<StepCase>& step_info) {
+      return str_cat(to_string(step_info.param.precision), "_",
+                     to_string(step_info.param.attention));
+    });
+
+// The llm.c lesson: parameter gradients accumulate (a second backward doubles them) while
+// activation gradients are overwritten (the residual-stream gradient is unchanged).
+TEST(CudaModel, BackwardTwiceDoublesParameterGradientsOnly) {
+  GPT2_REQUIRE_GPU();
+  const ModelConfig config = small_config();
+  const int B = 2, T = 37;
+  const ParameterLayout layout = ParameterLayout::for_config(config);
+  std::vector<float> params(layout.total);
+  init_parameters(params.data(), config, 3);
+  const std::vector<int> inputs = random_ints(B * T, config.vocab_size, 11);
+  const std::vector<int> targets = random_ints(B * T, config.vocab_size, 12);
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    for (AttentionKind attention : {AttentionKind::kNaive, AttentionKind::kFlash}) {
+      SCOPED_TRACE(str_cat(to_string(precision), " ", to_string(attention)));
+      auto gpu = make_gpu_model(ModelOptions{config, B, T, attention, precision});
+      gpu->set_parameters(params.data());
+      gpu->zero_grad();
+      const float loss1 = gpu->forward_backward(inputs.data(), targets.data(), 1.0f);
+      std::vector<float> once(layout.total), twice(layout.total);
+      std::vector<float> dres_once(static_cast<size_t>(B) * T * config.channels);
+      std::vector<float> dres_twice(dres_once.size());
+      gpu->get_gradients(once.data());
+      gpu->get_residual_gradient(dres_once.data());
+      const float loss2 = gpu->forward_backward(inputs.data(), targets.data(), 1.0f);
+      gpu->get_gradients(twice.data());
+      gpu->get_residual_gradient(dres_twice.data());
+      EXPECT_EQ(loss1, loss2);
+      // One accumulation per backward doubles exactly in fp32: round(x + round(x)) == 2 round(x).
+      // wte and wpe take several per backward (wte: classifier GEMM, then the encoder's sums;
+      // wpe: the encoder's per-position sums), so they double up to rounding; so does every
+      // bf16 gradient (each += rounds to bf16).
+      const bool exact = precision == Precision::kFp32;
+      size_t bad = 0;
+      const size_t embeddings_end = layout.offsets[kWpe] + layout.sizes[kWpe];
+      for (size_t i = 0; i < layout.total; ++i) {
+        const double expected = 2.0 * once[i];
+        const double rel = exact ? (i < embeddings_end ? 1e-6 : 0.0) : 1e-2;
+        const double tol = rel * std::fabs(expected) + (rel > 0 ? 1e-9 : 0.0);
+        if (std::fabs(twice[i] - expected) > tol && bad++ < 5)
+          ADD_FAILURE() << "grad " << i << ": once " << once[i] << " twice " << twice[i];
+      }
+      EXPECT_EQ(bad, 0u);
+      const double dres_change = rel_l2(dres_twice.data(), dres_once.data(), dres_once.size());
+      const bool deterministic = exact || attention == AttentionKind::kNaive;
+      if (deterministic) {
+        EXPECT_EQ(dres_twice, dres_once);
+      } else {
+        EXPECT_LE(dres_change, 1e-2);  // equal up to dQ's atomic ordering; never doubled
+      }
+    }
+  }
+}
+
+// 20 bf16 steps on the embedded data lower the loss with each attention, and the two loss
+// curves agree within bf16 tolerance.
+TEST(CudaModel, TwentyStepsLowerTheLossAndCurvesAgree) {
+  GPT2_REQUIRE_GPU();
+  const ModelConfig config = model_config_from_preset("d2", 256);
+  const int B = 8, T = 256, kSteps = 20;
+  const ParameterLayout layout = ParameterLayout::for_config(config);
+  std::vector<float> params(layout.total);
+  init_parameters(params.data(), config, 1337);
+  std::vector<std::vector<float>> curves;
+  for (AttentionKind attention : {AttentionKind::kNaive, AttentionKind::kFlash}) {
+    DataLoaderOptions loader_options;
+    loader_options.pattern = default_train_pattern();
+    loader_options.batch_size = B;
+    loader_options.seq_len = T;
+    loader_options.vocab_size = config.vocab_size;
+    loader_options.shuffle = true;
+    loader_options.seed = 1;
+    DataLoader loader(loader_options);
+    auto gpu = make_gpu_model(ModelOptions{config, B, T, attention, Precision::kBf16});
+    gpu->set_parameters(params.data());
+    std::vector<int> inputs(B * T), targets(B * T);
+    std::vector<float> curve;
+    cpu::AdamWHyper hyper;
+    hyper.lr = 1e-3f;
+    hyper.weight_decay = 0.1f;
+    for (int step = 1; step <= kSteps; ++step) {
+      loader.next_batch(inputs.data(), targets.data());
+      gpu->zero_grad();
+      curve.push_back(gpu->forward_backward(inputs.data(), targets.data(), 1.0f));
+      const float norm = gpu->grad_norm();
+      gpu->adamw_step(hyper, step, norm > 1.0f ? 1.0f / norm : 1.0f);
+    }
+    std::printf("[ model    ] %s losses:", to_string(attention));
+    for (float l : curve) std::printf(" %.4f", l);
+    std::printf("\n");
+    EXPECT_LT(curve.back(), curve.front() - 1.0f) << to_string(attention);
+    curves.push_back(curve);
+  }
+  for (int i = 0; i < kSteps; ++i)
+    EXPECT_NEAR(curves[1][i], curves[0][i], 2e-2 * curves[0][i]) << "step " << i + 1;
+}
+
+// A plan that cannot fit is refused before anything is allocated, naming the buffer.
+TEST(CudaModel, PlanThatDoesNotFitIsRefusedBeforeAllocating) {
+  GPT2_REQUIRE_GPU();
+  const ModelConfig config = model_config_from_preset("d12", 32768);
+  ModelOptions options{config, 4, 32768, AttentionKind::kNaive, Precision::kBf16};
+  size_t free_before = 0, total = 0;
+  GPT2_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
+  ASSERT_GT(plan_cuda_model_memory(options).total(), total);
+  try {
+    make_cuda_model(options);
+    FAIL() << "expected an out-of-memory error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    std::printf("[ model    ] refused: %s\n", message.c_str());
+    EXPECT_NE(message.find("out of GPU memory"), std::string::npos);
+    EXPECT_NE(message.find("attention probabilities"), std::string::npos);
+    EXPECT_NE(message.find("bytes"), std::string::npos);
+    EXPECT_NE(message.find("free"), std::string::npos);
+  }
+  size_t free_after = 0;
+  GPT2_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+  // The Context's cuBLAS workspace came and went; nothing of the plan stayed allocated.
+  EXPECT_GE(free_after + (size_t(64) << 20), free_before);
+}
+
+TEST(CudaModel, ParametersOptimizerStateAndSamplingRoundTrip) {
+  GPT2_REQUIRE_GPU();
+  const ModelConfig config = small_config();
+  const ParameterLayout layout = ParameterLayout::for_config(config);
+  std::vector<float> params(layout.total), m(layout.total), v(layout.total);
+  init_parameters(params.data(), config, 5);
+  for (size_t i = 0; i < layout.total; ++i) {
+    m[i] = 1e-3f * static_cast<float>(i % 97);
+    v[i] = 1e-6f * static_cast<float>(i % 89);
+  }
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    SCOPED_TRACE(to_string(precision));
+    auto gpu = make_gpu_model(ModelOptions{config, 1, 16, AttentionKind::kFlash, precision});
+    gpu->set_parameters(params.data());
+    std::vector<float> back(layout.total), m_back(layout.total), v_back(layout.total);
+    gpu->get_parameters(back.data());
+    EXPECT_EQ(back, params);  // fp32, or the bf16 model's fp32 master copy: exact
+    gpu->set_optimizer_state(m.data(), v.data());
+    gpu->get_optimizer_state(m_back.data(), v_back.data());
+    EXPECT_EQ(m_back, m);
+    EXPECT_EQ(v_back, v);
+
+    const std::vector<int> tokens = random_ints(16, config.vocab_size, 9);
+    std::vector<float> probs(config.vocab_size);
+    gpu->next_token_probs(tokens.data(), 11, probs.data());
+    CpuGpt2<float> cpu(config, 1, 16, AttentionKind::kFlash);
+    std::vector<float> rounded = precision == Precision::kBf16 ? round_through<bf16>(params) : params;
+    std::copy(rounded.begin(), rounded.end(), cpu.params());
+    cpu.forward(tokens.data(), nullptr, 1, 11);
+    const float* cpu_probs = cpu.buffer(kBufProbs) + 10 * config.padded_vocab_size;
+    double sum = 0;
+    for (float p : probs) sum += p;
+    EXPECT_NEAR(sum, 1.0, 1e-5);
+    const double err = rel_l2(probs.data(), cpu_probs, probs.size());
+    std::printf("[ model    ] %s next-token probs rel-L2 vs CPU %.2e\n", to_string(precision), err);
+    EXPECT_LE(err, precision == Precision::kFp32 ? 1e-5 : 5e-2);
+  }
+}
+
+}  // namespace
+}  // namespace gpt2::gpu::test
