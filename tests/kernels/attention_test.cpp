@@ -193,7 +193,8 @@ INSTANTIATE_TEST_SUITE_P(
                       FlashCase{17, {32, 8}}, FlashCase{17, {7, 13}}, FlashCase{97, {16, 16}},
                       FlashCase{97, {32, 8}}, FlashCase{97, {7, 13}}, FlashCase{97, {64, 64}},
                       FlashCase{130, {16, 16}}, FlashCase{130, {32, 8}}, FlashCase{130, {7, 13}},
-                      FlashCase{130, {64, 64}}, FlashCase{130, {1, 1}}, FlashCase{130, {200, 200}}));
+                      FlashCase{130, {64, 64}}, FlashCase{130, {1, 1}},
+                      FlashCase{130, {200, 200}}));
 
 TEST(Attention, BitIdenticalForAnyThreadCount) {
   constexpr int B = 2, T = 130, NH = 3, HS = 8, C = NH * HS;  // above the parallel threshold
