@@ -1,0 +1,387 @@
+/**
+ * @file sweep.cpp
+ * @brief gpt2-sweep: naive vs flash attention, end to end, across context lengths.
+ *
+ * For every T in --seq-lens and every --attn kind, runs gpt2-train in its own process (own CUDA
+ * context, own memory high-water mark) for --steps steps of d12 (default) at batch size
+ * B = max(1, --tokens-per-step / T), so tokens per step are constant until B reaches 1. From the
+ * run's metrics.jsonl it takes the median step time over the steps after the first
+ * --warmup-steps and reports tokens/s = B*T / median step time, next to the measured peak device
+ * memory from summary.json. A run refused by the memory plan is marked OOM with the bytes the
+ * plan needed; any other failure is marked FAILED (its log is kept). Never asserts.
+ * Writes OUT/sweep.csv, OUT/sweep.md (table with device and date) and OUT/sweep.svg (tokens/s
+ * and peak memory vs T, both attention kinds), and prints the table.
+ */
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <cxxopts.hpp>
+
+#include "data/file_io.h"
+#include "kernels/common/error.h"
+#include "model/config.h"
+#include "model/memory_plan.h"
+
+namespace gpt2 {
+namespace {
+
+struct SweepOptions {
+  std::string train_binary;
+  std::string model = "d12";
+  std::vector<int> seq_lens;
+  std::vector<std::string> attns;
+  int tokens_per_step = 16384;
+  int steps = 8;
+  int warmup_steps = 3;
+  std::string precision = "bf16";
+  std::string device = "cuda";
+  std::string out_dir = "out/sweep";
+  std::string extra_args;
+};
+
+struct RunResult {
+  int seq_len = 0;
+  int batch_size = 0;
+  std::string attn;
+  std::string status;  // "ok", "OOM", "FAILED"
+  double tokens_per_s = 0;
+  double median_step_ms = 0;
+  double peak_mem_bytes = 0;
+  double planned_mem_bytes = 0;
+  double mfu = 0;
+  double final_loss = 0;
+  std::string device_name;
+  std::string log_path;
+};
+
+std::string self_dir() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return ".";
+  std::string path(buf, static_cast<size_t>(n));
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  std::stringstream in(s);
+  std::string part;
+  while (std::getline(in, part, sep))
+    if (!part.empty()) parts.push_back(part);
+  return parts;
+}
+
+// Value of "key": in a flat JSON object line (numbers and strings); empty when absent.
+std::string json_field(const std::string& json, const std::string& key) {
+  const std::string needle = "\"" + key + "\":";
+  const size_t at = json.find(needle);
+  if (at == std::string::npos) return "";
+  size_t begin = at + needle.size();
+  if (begin < json.size() && json[begin] == '"') {
+    const size_t end = json.find('"', begin + 1);
+    return json.substr(begin + 1, end - begin - 1);
+  }
+  size_t end = begin;
+  while (end < json.size() && json[end] != ',' && json[end] != '}') ++end;
+  return json.substr(begin, end - begin);
+}
+
+double json_number(const std::string& json, const std::string& key) {
+  const std::string v = json_field(json, key);
+  return v.empty() || v == "null" ? 0.0 : std::stod(v);
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+RunResult run_one(const SweepOptions& o, int T, const std::string& attn) {
+  RunResult r;
+  r.seq_len = T;
+  r.batch_size = std::max(1, o.tokens_per_step / T);
+  r.attn = attn;
+  const std::string run_dir = str_cat(o.out_dir, "/", attn, "_T", T);
+  r.log_path = run_dir + ".log";
+  const std::string command = str_cat(
+      shell_quote(o.train_binary), " --device ", o.device, " --model ", shell_quote(o.model),
+      " --max-seq-len ", T, " --seq-len ", T, " --batch-size ", r.batch_size,
+      " --total-batch-size ", static_cast<long long>(r.batch_size) * T, " --steps ", o.steps,
+      " --attn ", attn, " --precision ", o.precision,
+      " --val-every 0 --sample-every 0 --checkpoint-every 0 --out ", shell_quote(run_dir), " ",
+      o.extra_args, " > ", shell_quote(r.log_path), " 2>&1");
+  std::printf("  running %-5s T=%-6d B=%-3d ... ", attn.c_str(), T, r.batch_size);
+  std::fflush(stdout);
+  const int raw = std::system(command.c_str());
+  const int code = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  const std::string log = file_exists(r.log_path) ? read_file_text(r.log_path) : "";
+  if (code != 0) {
+    r.status = log.find("out of GPU memory") != std::string::npos ? "OOM" : "FAILED";
+    // The plan total is printed by the trainer before it refuses: "the plan needs N bytes".
+    const size_t at = log.find("the plan needs ");
+    if (at != std::string::npos) r.planned_mem_bytes = std::stod(log.substr(at + 15));
+    std::printf("%s (exit %d, log %s)\n", r.status.c_str(), code, r.log_path.c_str());
+    return r;
+  }
+  const std::string summary = read_file_text(run_dir + "/summary.json");
+  r.peak_mem_bytes = json_number(summary, "peak_mem_bytes");
+  r.planned_mem_bytes = json_number(summary, "planned_mem_bytes");
+  r.mfu = json_number(summary, "mfu");
+  r.final_loss = json_number(summary, "final_train_loss");
+  r.device_name = json_field(summary, "device_name");
+  std::vector<double> step_ms;
+  std::istringstream lines(read_file_text(run_dir + "/metrics.jsonl"));
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (json_number(line, "step") > o.warmup_steps) step_ms.push_back(json_number(line, "ms"));
+  }
+  if (step_ms.empty()) {
+    r.status = "FAILED";
+    std::printf("FAILED (no timed steps in metrics.jsonl)\n");
+    return r;
+  }
+  std::sort(step_ms.begin(), step_ms.end());
+  const size_t n = step_ms.size();
+  r.median_step_ms = n % 2 ? step_ms[n / 2] : 0.5 * (step_ms[n / 2 - 1] + step_ms[n / 2]);
+  r.tokens_per_s = static_cast<double>(r.batch_size) * T / (r.median_step_ms / 1000.0);
+  r.status = "ok";
+  std::printf("%.0f tokens/s, peak %s\n", r.tokens_per_s,
+              format_bytes(static_cast<size_t>(r.peak_mem_bytes)).c_str());
+  return r;
+}
+
+std::string cell(const RunResult* r, bool memory) {
+  if (r == nullptr) return "-";
+  if (r->status == "OOM")
+    return r->planned_mem_bytes > 0
+               ? str_cat("OOM (needs ", format_bytes(static_cast<size_t>(r->planned_mem_bytes)), ")")
+               : "OOM";
+  if (r->status != "ok") return r->status;
+  char buf[64];
+  if (memory) return format_bytes(static_cast<size_t>(r->peak_mem_bytes));
+  std::snprintf(buf, sizeof buf, "%.0f", r->tokens_per_s);
+  return buf;
+}
+
+// --------------------------------------------------------------------------------------------
+// SVG: two panels (tokens/s, peak GiB) against log2 T, one polyline per attention kind.
+
+std::string svg_plot(const SweepOptions& o, const std::vector<RunResult>& results,
+                     const std::string& title) {
+  const int width = 960, height = 420, panel_w = 400, panel_h = 300, top = 70;
+  const int lefts[2] = {80, 560};
+  const char* colors[2] = {"#d62728", "#1f77b4"};
+  const double t_min = std::log2(*std::min_element(o.seq_lens.begin(), o.seq_lens.end()));
+  const double t_max = std::log2(*std::max_element(o.seq_lens.begin(), o.seq_lens.end()));
+  std::ostringstream svg;
+  svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << height
+      << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' "
+         "fill='white'/>\n<text x='" << width / 2 << "' y='24' text-anchor='middle' "
+         "font-size='15'>" << title << "</text>\n";
+  for (int panel = 0; panel < 2; ++panel) {
+    const bool memory = panel == 1;
+    double y_max = 0;
+    for (const RunResult& r : results)
+      if (r.status == "ok")
+        y_max = std::max(y_max, memory ? r.peak_mem_bytes / 1073741824.0 : r.tokens_per_s);
+    if (y_max <= 0) y_max = 1;
+    const double mag = std::pow(10.0, std::floor(std::log10(y_max)));
+    y_max = std::ceil(y_max / mag) * mag;
+    const int left = lefts[panel];
+    auto x_of = [&](double t) {
+      return left + (t_max > t_min ? (std::log2(t) - t_min) / (t_max - t_min) : 0.5) * panel_w;
+    };
+    auto y_of = [&](double v) { return top + panel_h - v / y_max * panel_h; };
+    svg << "<rect x='" << left << "' y='" << top << "' width='" << panel_w << "' height='"
+        << panel_h << "' fill='none' stroke='#444'/>\n";
+    svg << "<text x='" << left + panel_w / 2 << "' y='" << top - 10
+        << "' text-anchor='middle'>" << (memory ? "peak device memory (GiB)" : "tokens / s")
+        << "</text>\n";
+    for (int i = 0; i <= 5; ++i) {
+      const double v = y_max * i / 5;
+      svg << "<line x1='" << left << "' x2='" << left + panel_w << "' y1='" << y_of(v)
+          << "' y2='" << y_of(v) << "' stroke='#ddd'/>\n<text x='" << left - 6 << "' y='"
+          << y_of(v) + 4 << "' text-anchor='end'>"
+          << (memory ? str_cat(static_cast<int>(std::lround(v))) : str_cat(std::lround(v / 1000), "K"))
+          << "</text>\n";
+    }
+    for (int T : o.seq_lens) {
+      svg << "<text x='" << x_of(T) << "' y='" << top + panel_h + 16 << "' text-anchor='middle'>"
+          << (T >= 1024 ? str_cat(T / 1024, "K") : str_cat(T)) << "</text>\n";
+    }
+    svg << "<text x='" << left + panel_w / 2 << "' y='" << top + panel_h + 34
+        << "' text-anchor='middle'>sequence length T</text>\n";
+    for (size_t a = 0; a < o.attns.size() && a < 2; ++a) {
+      std::string points;
+      for (const RunResult& r : results) {
+        if (r.attn != o.attns[a] || r.status != "ok") continue;
+        const double v = memory ? r.peak_mem_bytes / 1073741824.0 : r.tokens_per_s;
+        points += str_cat(x_of(r.seq_len), ",", y_of(v), " ");
+        svg << "<circle cx='" << x_of(r.seq_len) << "' cy='" << y_of(v) << "' r='3' fill='"
+            << colors[a] << "'/>\n";
+      }
+      for (const RunResult& r : results)
+        if (r.attn == o.attns[a] && r.status == "OOM")
+          svg << "<text x='" << x_of(r.seq_len) << "' y='" << top + 14 + 14 * a
+              << "' text-anchor='middle' fill='" << colors[a] << "'>OOM</text>\n";
+      svg << "<polyline fill='none' stroke-width='2' stroke='" << colors[a] << "' points='"
+          << points << "'/>\n";
+      svg << "<text x='" << left + 10 << "' y='" << top + panel_h + 52 + 0 * a << "' dx='"
+          << 90 * a << "' fill='" << colors[a] << "'>&#9632; " << o.attns[a] << "</text>\n";
+    }
+  }
+  svg << "</svg>\n";
+  return svg.str();
+}
+
+std::string today() {
+  char buf[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&now));
+  return buf;
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  AtomicFileWriter writer(path);
+  writer.write(text.data(), text.size());
+  writer.commit();
+}
+
+int sweep_main(int argc, char** argv) {
+  cxxopts::Options cli("gpt2-sweep",
+                       "Train a model briefly at several context lengths with naive and flash "
+                       "attention; report tokens/s (median step, warm-up excluded), measured "
+                       "peak memory and the speedup; write CSV, Markdown and an SVG plot.");
+  cli.add_options()
+      ("model", "model preset", cxxopts::value<std::string>()->default_value("d12"))
+      ("seq-lens", "comma-separated context lengths",
+       cxxopts::value<std::string>()->default_value("1024,2048,4096,8192,16384,32768,65536"))
+      ("attn", "comma-separated attention kinds", cxxopts::value<std::string>()->default_value("naive,flash"))
+      ("tokens-per-step", "B = max(1, tokens-per-step / T)", cxxopts::value<int>()->default_value("16384"))
+      ("steps", "steps per run", cxxopts::value<int>()->default_value("8"))
+      ("warmup-steps", "leading steps left out of the timing", cxxopts::value<int>()->default_value("3"))
+      ("precision", "bf16 or fp32", cxxopts::value<std::string>()->default_value("bf16"))
+      ("device", "cuda (or cpu, for a smoke test)", cxxopts::value<std::string>()->default_value("cuda"))
+      ("out", "output directory", cxxopts::value<std::string>()->default_value("out/sweep"))
+      ("train-binary", "gpt2-train to run (default: next to this program)", cxxopts::value<std::string>())
+      ("extra", "more arguments for gpt2-train", cxxopts::value<std::string>()->default_value(""))
+      ("h,help", "print this help");
+  cxxopts::ParseResult args;
+  try {
+    args = cli.parse(argc, argv);
+  } catch (const std::exception& e) {
+    GPT2_USAGE_FAIL(e.what());
+  }
+  if (args.count("help")) {
+    std::printf("%s\n", cli.help().c_str());
+    return 0;
+  }
+  SweepOptions o;
+  o.model = args["model"].as<std::string>();
+  for (const std::string& t : split(args["seq-lens"].as<std::string>(), ',')) {
+    int value = 0;
+    try {
+      value = std::stoi(t);
+    } catch (const std::exception&) {
+      GPT2_USAGE_FAIL("--seq-lens: '", t, "' is not a number");
+    }
+    if (value < 1) GPT2_USAGE_FAIL("--seq-lens: ", value, " must be >= 1");
+    o.seq_lens.push_back(value);
+  }
+  o.attns = split(args["attn"].as<std::string>(), ',');
+  for (const std::string& a : o.attns)
+    if (a != "naive" && a != "flash") GPT2_USAGE_FAIL("--attn: '", a, "' is not naive or flash");
+  o.tokens_per_step = args["tokens-per-step"].as<int>();
+  o.steps = args["steps"].as<int>();
+  o.warmup_steps = args["warmup-steps"].as<int>();
+  if (o.seq_lens.empty() || o.attns.empty()) GPT2_USAGE_FAIL("nothing to sweep");
+  if (o.tokens_per_step < 1) GPT2_USAGE_FAIL("--tokens-per-step must be >= 1");
+  if (o.warmup_steps < 0 || o.steps <= o.warmup_steps)
+    GPT2_USAGE_FAIL("--steps (", o.steps, ") must exceed --warmup-steps (", o.warmup_steps, ")");
+  if (!is_model_preset(o.model)) GPT2_USAGE_FAIL("--model: unknown preset '", o.model, "'");
+  o.precision = args["precision"].as<std::string>();
+  o.device = args["device"].as<std::string>();
+  if (o.device != "cuda" && o.device != "cpu") GPT2_USAGE_FAIL("--device: '", o.device, "' is not cuda or cpu");
+  o.out_dir = args["out"].as<std::string>();
+  o.extra_args = args["extra"].as<std::string>();
+  o.train_binary = args.count("train-binary") ? args["train-binary"].as<std::string>()
+                                              : self_dir() + "/gpt2-train";
+  if (!file_exists(o.train_binary)) GPT2_FAIL(o.train_binary, ": gpt2-train not found");
+  make_directories(o.out_dir);
+
+  std::printf("gpt2-sweep: %s, %s, %d steps per run (first %d untimed), %d tokens per step\n",
+              o.model.c_str(), o.precision.c_str(), o.steps, o.warmup_steps, o.tokens_per_step);
+  std::vector<RunResult> results;
+  for (int T : o.seq_lens)
+    for (const std::string& attn : o.attns) results.push_back(run_one(o, T, attn));
+
+  std::string device = "unknown device";
+  for (const RunResult& r : results)
+    if (!r.device_name.empty()) device = r.device_name;
+  auto find = [&](int T, const std::string& attn) -> const RunResult* {
+    for (const RunResult& r : results)
+      if (r.seq_len == T && r.attn == attn) return &r;
+    return nullptr;
+  };
+
+  std::ostringstream csv;
+  csv << "seq_len,batch_size,attn,status,tokens_per_s,median_step_ms,peak_mem_bytes,"
+         "planned_mem_bytes,mfu,final_train_loss\n";
+  for (const RunResult& r : results)
+    csv << r.seq_len << ',' << r.batch_size << ',' << r.attn << ',' << r.status << ','
+        << r.tokens_per_s << ',' << r.median_step_ms << ',' << std::llround(r.peak_mem_bytes) << ','
+        << std::llround(r.planned_mem_bytes) << ',' << r.mfu << ',' << r.final_loss << '\n';
+  write_text(o.out_dir + "/sweep.csv", csv.str());
+
+  const std::string heading =
+      str_cat(o.model, " ", o.precision, ", ", device, ", ", today(), ": median of ",
+              o.steps - o.warmup_steps, " timed steps after ", o.warmup_steps, " warm-up steps");
+  std::ostringstream md;
+  md << heading << "\n\n| T | B | naive tokens/s | naive peak memory | flash tokens/s | "
+                   "flash peak memory | flash / naive |\n|---|---|---|---|---|---|---|\n";
+  for (int T : o.seq_lens) {
+    const RunResult* naive = find(T, "naive");
+    const RunResult* flash = find(T, "flash");
+    std::string speedup = "-";
+    if (naive && flash && naive->status == "ok" && flash->status == "ok") {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.2fx", flash->tokens_per_s / naive->tokens_per_s);
+      speedup = buf;
+    }
+    md << "| " << T << " | " << std::max(1, o.tokens_per_step / T) << " | " << cell(naive, false)
+       << " | " << cell(naive, true) << " | " << cell(flash, false) << " | " << cell(flash, true)
+       << " | " << speedup << " |\n";
+  }
+  write_text(o.out_dir + "/sweep.md", md.str());
+  write_text(o.out_dir + "/sweep.svg", svg_plot(o, results, heading));
+  std::printf("\n%s\nwrote %s/sweep.csv, sweep.md, sweep.svg\n", md.str().c_str(),
+              o.out_dir.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace gpt2
+
+int main(int argc, char** argv) {
+  try {
+    return gpt2::sweep_main(argc, argv);
+  } catch (const gpt2::UsageError& e) {
+    std::fprintf(stderr, "gpt2-sweep: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpt2-sweep: error: %s\n", e.what());
+    return 1;
+  }
+}
