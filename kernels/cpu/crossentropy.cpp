@@ -8,7 +8,8 @@
  * padding columns [V, Vp).
  * Backward: dlogits[v] = (probs[v] - [v == target]) * dlosses[bt] for v < V, 0 for padding;
  * overwritten (=). Parallel over rows; each row is one thread's, so results do not depend on
- * the thread count. Row offsets bt * Vp are 64-bit. targets must be in [0, V) (checked).
+ * the thread count. Row offsets bt * Vp are 64-bit. targets must be in [0, V) (checked, before
+ * the parallel loop: nothing may throw inside an OpenMP region).
  */
 #include "kernels/cpu/crossentropy.h"
 
@@ -59,6 +60,8 @@ void crossentropy_backward(Real* dlogits, const Real* dlosses, const Real* probs
                            const int* targets, int B, int T, int V, int Vp) {
   GPT2_CHECK(B > 0 && T > 0 && V > 0 && V <= Vp, "B=", B, " T=", T, " V=", V, " Vp=", Vp);
   const int64_t BT = static_cast<int64_t>(B) * T;
+  for (int64_t bt = 0; bt < BT; ++bt)
+    GPT2_CHECK(targets[bt] >= 0 && targets[bt] < V, "target ", targets[bt], " at ", bt);
 #pragma omp parallel for schedule(static) if (BT * Vp >= kMinParallelElements)
   for (int64_t bt = 0; bt < BT; ++bt) {
     const Real* prob_row = probs + bt * Vp;

@@ -10,6 +10,7 @@
 #include <ostream>
 #include <vector>
 
+#include "kernels/common/error.h"
 #include "tests/kernels/kernel_test_utils.h"
 
 namespace gpt2::cpu {
@@ -94,6 +95,23 @@ TEST(CrossEntropy, GradientMatchesFiniteDifferencesInDouble) {
   // The padded columns get 0 from both sides: the objective does not depend on them.
   EXPECT_TRUE(all_close(dlogits, test::numeric_gradient(logits, objective), 1e-6, 1e-7,
                         "dlogits"));
+}
+
+TEST(CrossEntropy, TargetOutsideTheVocabularyIsAnError) {
+  constexpr int B = 1, T = 2, V = 5, Vp = 8;
+  const auto logits = random_normal<float>(B * T * Vp, 31);
+  std::vector<float> losses(B * T), probs(B * T * Vp), dlosses(B * T, 1.f), dlogits(B * T * Vp);
+  for (const int bad_target : {V, Vp, -1}) {  // a padding column is not a token either
+    const std::vector<int> targets = {0, bad_target};
+    EXPECT_THROW(crossentropy_forward(losses.data(), probs.data(), logits.data(), targets.data(),
+                                      B, T, V, Vp),
+                 gpt2::Error)
+        << bad_target;
+    EXPECT_THROW(crossentropy_backward(dlogits.data(), dlosses.data(), probs.data(),
+                                       targets.data(), B, T, V, Vp),
+                 gpt2::Error)
+        << bad_target;
+  }
 }
 
 TEST(CrossEntropy, BitIdenticalForAnyThreadCount) {
