@@ -27,7 +27,7 @@ namespace {
 
 // Register tile of the micro-kernel (kRows x kCols accumulators). Chosen by measurement with
 // GCC 12 at -O3 on SSE2: some shapes (e.g. float 6x8, 3x16) vectorize into shuffle-heavy code
-// at a fifth of the speed, so change these only with a benchmark at hand.
+// at a sixth of the speed or less, so change these only with a benchmark at hand.
 template <typename Acc>
 struct MicroTile;
 template <>
