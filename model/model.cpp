@@ -10,6 +10,10 @@
 #include "model/model.h"
 
 #include "kernels/common/error.h"
+#include "model/cpu_model.h"
+#ifdef GPT2_WITH_CUDA_BACKEND
+#include "model/cuda_model.h"
+#endif
 
 namespace gpt2 {
 
@@ -35,6 +39,15 @@ const char* to_string(Precision precision) {
     case Precision::kBf16: return "bf16";
   }
   return "unknown";
+}
+
+MemoryPlan plan_model_memory(const ModelOptions& options, DeviceKind device) {
+  if (device == DeviceKind::kCpu) return plan_cpu_model_memory(options);
+#ifdef GPT2_WITH_CUDA_BACKEND
+  return plan_cuda_model_memory(options);
+#else
+  GPT2_FAIL("this build has no CUDA backend (no CUDA compiler was found at configure time)");
+#endif
 }
 
 #ifndef GPT2_WITH_CUDA_BACKEND

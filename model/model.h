@@ -75,6 +75,11 @@ class Model {
   virtual size_t peak_memory_bytes() const = 0;
 };
 
+/// The plan the backend for `device` would allocate by, computed without allocating (validates
+/// the options like the backend's constructor). Throws gpt2::Error for cuda in a build without
+/// the CUDA backend.
+MemoryPlan plan_model_memory(const ModelOptions& options, DeviceKind device);
+
 /// CPU backend (always available).
 std::unique_ptr<Model> make_cpu_model(const ModelOptions& options);
 /// CUDA backend; throws gpt2::Error when not built or no GPU is present.

@@ -35,14 +35,14 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-std::unique_ptr<Model> make_model(const TrainConfig& config) {
+ModelOptions model_options(const TrainConfig& config) {
   ModelOptions options;
   options.config = config.model_config;
   options.batch_size = config.batch_size;
   options.seq_len = config.seq_len;
   options.attention = config.attention;
   options.precision = config.precision;
-  return config.device == DeviceKind::kCuda ? make_cuda_model(options) : make_cpu_model(options);
+  return options;
 }
 
 DataLoaderOptions loader_options(const TrainConfig& config, const std::string& pattern,
@@ -256,9 +256,16 @@ void run_training(const TrainConfig& config) {
                 val_batches, config.val_steps);
   }
 
-  std::unique_ptr<Model> model = make_model(config);
-  std::printf("device: %s\n%s\n", model->device_name().c_str(),
-              model->memory_plan().to_string("memory plan").c_str());
+  // The plan is printed before anything is allocated: when it does not fit, the backend's
+  // constructor refuses (naming the buffer) right after it, with the plan on the screen.
+  const ModelOptions options = model_options(config);
+  std::printf("%s\n", plan_model_memory(options, config.device)
+                          .to_string("memory plan (before allocation)")
+                          .c_str());
+  std::fflush(stdout);
+  std::unique_ptr<Model> model = config.device == DeviceKind::kCuda ? make_cuda_model(options)
+                                                                    : make_cpu_model(options);
+  std::printf("device: %s\n", model->device_name().c_str());
   std::fflush(stdout);
 
   const size_t num_params = ParameterLayout::for_config(config.model_config).total;
