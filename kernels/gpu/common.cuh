@@ -149,15 +149,29 @@ __global__ void column_partial_sums_kernel(float* partials, const T_* matrix, in
   partials[chunk * cols + c] = sum;
 }
 
-/// target[c] += sum over chunks (in order) of partials[chunk, c].
+/// target[c] += sum over chunks of partials[chunk, c]. One warp per column: lane l sums chunks
+/// l, l+32, l+64, ... in order, then the fixed xor butterfly combines the lanes, so the result
+/// is the same on every run (a thread per column left most of the GPU idle: cols is only C..4C).
+constexpr int kAddPartialsWarps = 8;
+
 template <typename T_>
 __global__ void add_column_partials_kernel(T_* target, const float* partials, int64_t chunks,
                                            int cols) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
+  const int c = blockIdx.x * kAddPartialsWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (c >= cols) return;  // the whole warp shares c
   float sum = 0.0f;
-  for (int64_t k = 0; k < chunks; ++k) sum += partials[k * cols + c];
-  target[c] = from_float<T_>(to_float(target[c]) + sum);
+  for (int64_t k = lane; k < chunks; k += 32) sum += partials[k * cols + c];
+  sum = warp_reduce_sum(sum);
+  if (lane == 0) target[c] = from_float<T_>(to_float(target[c]) + sum);
+}
+
+template <typename T_>
+void launch_add_column_partials(T_* target, const float* partials, int64_t chunks, int cols,
+                                cudaStream_t stream) {
+  add_column_partials_kernel<<<grid_size(cols, kAddPartialsWarps), 32 * kAddPartialsWarps, 0,
+                               stream>>>(target, partials, chunks, cols);
+  GPT2_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace gpt2::gpu

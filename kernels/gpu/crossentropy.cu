@@ -20,15 +20,61 @@ struct RowSoftmax {
   float sum;  // sum of exp(logit - max) over the V real columns
 };
 
-/// Max and sum of exponentials of one row, returned to every thread of the block.
+// Online softmax statistics: (max, sum of exp(x - max)) updated one value at a time with one
+// exp per value, and merged pairwise; a NaN logit propagates into the sum.
+__device__ __forceinline__ void accumulate(RowSoftmax& stats, float x) {
+  if (x > stats.max) {
+    stats.sum = stats.sum * expf(stats.max - x) + 1.0f;
+    stats.max = x;
+  } else {
+    stats.sum += expf(x - stats.max);
+  }
+}
+
+__device__ __forceinline__ void merge(RowSoftmax& a, const RowSoftmax& b) {
+  const float m = fmaxf(a.max, b.max);
+  if (m == -INFINITY) return;  // both empty so far
+  a.sum = a.sum * expf(a.max - m) + b.sum * expf(b.max - m);
+  a.max = m;
+}
+
+/// True when rows can be read and written as 16-byte packs.
 template <typename T_>
-__device__ RowSoftmax row_softmax_stats(const T_* row, int V, float* scratch) {
-  float local_max = -INFINITY;
-  for (int v = threadIdx.x; v < V; v += blockDim.x) local_max = fmaxf(local_max, to_float(row[v]));
-  const float row_max = block_reduce_max(local_max, scratch);
-  float local_sum = 0.0f;
-  for (int v = threadIdx.x; v < V; v += blockDim.x) local_sum += expf(to_float(row[v]) - row_max);
-  return {row_max, block_reduce_sum(local_sum, scratch)};
+bool packed_rows(int Vp, const void* a, const void* b) {
+  return Vp % Pack16<T_>::kSize == 0 && is_aligned16(a) && is_aligned16(b);
+}
+
+/// Max and sum of exponentials of one row in a single pass, returned to every thread. Each
+/// thread takes fixed elements (16-byte packs of the first V/kPack*kPack columns when `packed`,
+/// then the tail) and the partials merge in a fixed order (xor butterfly, then warps in order),
+/// so the result is the same on every run.
+template <typename T_>
+__device__ RowSoftmax row_softmax_stats(const T_* row, int V, bool packed, RowSoftmax* scratch) {
+  constexpr int kPack = Pack16<T_>::kSize;
+  RowSoftmax stats{-INFINITY, 0.0f};
+  int scalar_begin = 0;
+  if (packed) {
+    const int full_packs = V / kPack;
+    for (int p = threadIdx.x; p < full_packs; p += blockDim.x) {
+      const Pack16<T_> pack = load_pack16(row + static_cast<int64_t>(p) * kPack);
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) accumulate(stats, to_float(pack.values[j]));
+    }
+    scalar_begin = full_packs * kPack;
+  }
+  for (int v = scalar_begin + threadIdx.x; v < V; v += blockDim.x) accumulate(stats, to_float(row[v]));
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const RowSoftmax other{__shfl_xor_sync(kFullWarpMask, stats.max, offset),
+                           __shfl_xor_sync(kFullWarpMask, stats.sum, offset)};
+    merge(stats, other);
+  }
+  const int warp = threadIdx.x / 32;
+  if (threadIdx.x % 32 == 0) scratch[warp] = stats;
+  __syncthreads();
+  RowSoftmax total{-INFINITY, 0.0f};
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) merge(total, scratch[w]);
+  return total;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -37,11 +83,11 @@ __device__ RowSoftmax row_softmax_stats(const T_* row, int V, float* scratch) {
 /// One block per row.
 template <typename T_>
 __global__ void crossentropy_forward_kernel(float* losses, const T_* logits, const int* targets,
-                                            int V, int Vp) {
-  __shared__ float scratch[32];
+                                            int V, int Vp, bool packed) {
+  __shared__ RowSoftmax scratch[32];
   const int64_t row = blockIdx.x;
   const T_* x = logits + row * Vp;
-  const RowSoftmax stats = row_softmax_stats(x, V, scratch);
+  const RowSoftmax stats = row_softmax_stats(x, V, packed, scratch);
   if (threadIdx.x == 0) {
     const int target = targets[row];
     losses[row] = (target >= 0 && target < V)
@@ -50,26 +96,37 @@ __global__ void crossentropy_forward_kernel(float* losses, const T_* logits, con
   }
 }
 
-/// One block per row; the row's reads all finish inside row_softmax_stats (its block
-/// reductions end with barriers) before the first write, so dlogits may alias logits.
+/// One block per row; the row's reads all finish inside row_softmax_stats (it ends with a
+/// barrier) before the first write, and in the write pass each thread reads only the values it
+/// then overwrites, so dlogits may alias logits.
 template <typename T_>
 __global__ void crossentropy_backward_kernel(T_* dlogits, const float* dlosses, const T_* logits,
-                                             const int* targets, int V, int Vp) {
-  __shared__ float scratch[32];
+                                             const int* targets, int V, int Vp, bool packed) {
+  constexpr int kPack = Pack16<T_>::kSize;
+  __shared__ RowSoftmax scratch[32];
   const int64_t row = blockIdx.x;
   const T_* x = logits + row * Vp;
-  const RowSoftmax stats = row_softmax_stats(x, V, scratch);
+  const RowSoftmax stats = row_softmax_stats(x, V, packed, scratch);
   const int target = targets[row];
   const float dloss = (target >= 0 && target < V) ? dlosses[row] : NAN;
   const float inv_sum = 1.0f / stats.sum;
   T_* dx = dlogits + row * Vp;
-  for (int v = threadIdx.x; v < Vp; v += blockDim.x) {
-    float grad = 0.0f;
-    if (v < V) {
-      const float prob = expf(to_float(x[v]) - stats.max) * inv_sum;
-      grad = (prob - (v == target ? 1.0f : 0.0f)) * dloss;
+  auto gradient = [&](int v, float logit) {
+    if (v >= V) return 0.0f;  // padding columns
+    const float prob = expf(logit - stats.max) * inv_sum;
+    return (prob - (v == target ? 1.0f : 0.0f)) * dloss;
+  };
+  if (packed) {
+    for (int p = threadIdx.x; p < Vp / kPack; p += blockDim.x) {
+      const Pack16<T_> in = load_pack16(x + static_cast<int64_t>(p) * kPack);
+      Pack16<T_> out;
+#pragma unroll
+      for (int j = 0; j < kPack; ++j)
+        out.values[j] = from_float<T_>(gradient(p * kPack + j, to_float(in.values[j])));
+      store_pack16(dx + static_cast<int64_t>(p) * kPack, out);
     }
-    dx[v] = from_float<T_>(grad);
+  } else {
+    for (int v = threadIdx.x; v < Vp; v += blockDim.x) dx[v] = from_float<T_>(gradient(v, to_float(x[v])));
   }
 }
 
@@ -89,8 +146,8 @@ void crossentropy_forward(float* losses, const T_* logits, const int* targets, i
   check_shapes(B, T, V, Vp);
   GPT2_CHECK(losses != nullptr && logits != nullptr && targets != nullptr);
   const int64_t rows = static_cast<int64_t>(B) * T;
-  crossentropy_forward_kernel<<<grid_size(rows, 1), kThreads, 0, stream>>>(losses, logits,
-                                                                           targets, V, Vp);
+  crossentropy_forward_kernel<<<grid_size(rows, 1), kThreads, 0, stream>>>(
+      losses, logits, targets, V, Vp, packed_rows<T_>(Vp, logits, logits));
   GPT2_CUDA_CHECK_LAUNCH();
 }
 
@@ -101,7 +158,7 @@ void crossentropy_backward(T_* dlogits, const float* dlosses, const T_* logits,
   GPT2_CHECK(dlogits != nullptr && dlosses != nullptr && logits != nullptr && targets != nullptr);
   const int64_t rows = static_cast<int64_t>(B) * T;
   crossentropy_backward_kernel<<<grid_size(rows, 1), kThreads, 0, stream>>>(
-      dlogits, dlosses, logits, targets, V, Vp);
+      dlogits, dlosses, logits, targets, V, Vp, packed_rows<T_>(Vp, logits, dlogits));
   GPT2_CUDA_CHECK_LAUNCH();
 }
 

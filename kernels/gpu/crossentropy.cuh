@@ -11,7 +11,9 @@
  *           v < V, 0 for padding columns (overwritten, =). dlosses fp32 (B,T).
  *   dlogits may alias logits (in place): each row is fully read (max, sum) before any write.
  * A target outside [0, V) yields a NaN loss / a NaN row of dlogits (visible, not a crash).
- * T_ = float or __nv_bfloat16; max and sum of exponentials in fp32 (expf), two passes.
+ * T_ = float or __nv_bfloat16; max and sum of exponentials in fp32 (expf) in one online pass
+ * (forward reads the logits once; backward reads them twice and writes once), with 16-byte
+ * accesses when Vp and the pointers allow.
  * Parallel scheme: one block per (b,t) row, threads striding over the vocabulary, block
  *   reductions in a fixed order: deterministic. Row offsets are 64-bit (B*T*Vp).
  */

@@ -3,9 +3,13 @@
  * @brief LayerNorm forward and backward (deterministic parameter gradients); see layernorm.cuh.
  *
  * norm is recomputed in backward as (x - mean) * rstd from the saved fp32 mean/rstd, with the
- * same expression in the row kernel and the column kernel, so both see the same values.
+ * same expression in the row kernels and the column kernel, so both see the same values.
+ * Row kernels (forward, and backward's dinp) come in two forms: packed (16-byte accesses, the row
+ * held in registers: one read of each input) when C and the pointers allow, scalar otherwise.
  */
 #include "kernels/gpu/layernorm.cuh"
+
+#include <initializer_list>
 
 #include "kernels/common/error.h"
 #include "kernels/cpu/layernorm.h"
@@ -104,6 +108,131 @@ __global__ void layernorm_backward_partials_kernel(float* partial_dweight, float
   partial_dbias[chunk * C + c] = sum_dbias;
 }
 
+// Packed row kernels: one warp per row, the row held in registers as 16-byte packs (lane l owns
+// packs l, l+32, ...), so x and dout are read from memory once and every access is 16 bytes.
+// Used when C is a multiple of the pack size, the row fits kMaxPacksPerLane packs per lane, and
+// every pointer is 16-byte aligned (the launchers check); otherwise the scalar kernels above.
+constexpr int kMaxPacksPerLane = 8;
+
+template <typename T_>
+bool packed_rows_fit(int C, std::initializer_list<const void*> pointers) {
+  constexpr int kPack = Pack16<T_>::kSize;
+  if (C % kPack != 0 || C / kPack > 32 * kMaxPacksPerLane) return false;
+  for (const void* p : pointers)
+    if (p != nullptr && !is_aligned16(p)) return false;
+  return true;
+}
+
+template <typename T_>
+__global__ void layernorm_forward_packed_kernel(T_* out, float* mean, float* rstd, const T_* inp,
+                                                const T_* weight, const T_* bias, int64_t rows,
+                                                int C) {
+  constexpr int kPack = Pack16<T_>::kSize;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;  // whole warps leave together
+  const int packs = C / kPack;
+  const T_* x = inp + row * C;
+  Pack16<T_> xs[kMaxPacksPerLane];
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kMaxPacksPerLane; ++i) {
+    const int p = lane + 32 * i;
+    if (p < packs) {
+      xs[i] = load_pack16(x + p * kPack);
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) sum += to_float(xs[i].values[j]);
+    }
+  }
+  const float row_mean = warp_reduce_sum(sum) / C;
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kMaxPacksPerLane; ++i) {
+    if (lane + 32 * i < packs) {
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) {
+        const float d = to_float(xs[i].values[j]) - row_mean;
+        sum_sq += d * d;
+      }
+    }
+  }
+  const float row_rstd = 1.0f / sqrtf(warp_reduce_sum(sum_sq) / C + kEps);
+  T_* y = out + row * C;
+#pragma unroll
+  for (int i = 0; i < kMaxPacksPerLane; ++i) {
+    const int p = lane + 32 * i;
+    if (p < packs) {
+      const Pack16<T_> w = load_pack16(weight + p * kPack);
+      const Pack16<T_> b = load_pack16(bias + p * kPack);
+      Pack16<T_> result;
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) {
+        const float norm = (to_float(xs[i].values[j]) - row_mean) * row_rstd;
+        result.values[j] = from_float<T_>(norm * to_float(w.values[j]) + to_float(b.values[j]));
+      }
+      store_pack16(y + p * kPack, result);
+    }
+  }
+  if (lane == 0) {
+    if (mean) mean[row] = row_mean;
+    if (rstd) rstd[row] = row_rstd;
+  }
+}
+
+template <typename T_>
+__global__ void layernorm_backward_dinp_packed_kernel(T_* dinp, const T_* dout, const T_* inp,
+                                                      const T_* weight, const float* mean,
+                                                      const float* rstd, int64_t rows, int C) {
+  constexpr int kPack = Pack16<T_>::kSize;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const int packs = C / kPack;
+  const T_* x = inp + row * C;
+  const T_* g = dout + row * C;
+  const float row_mean = mean[row];
+  const float row_rstd = rstd[row];
+  Pack16<T_> xs[kMaxPacksPerLane];
+  Pack16<T_> gs[kMaxPacksPerLane];
+  float sum_dnorm = 0.0f;
+  float sum_dnorm_norm = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kMaxPacksPerLane; ++i) {
+    const int p = lane + 32 * i;
+    if (p < packs) {
+      xs[i] = load_pack16(x + p * kPack);
+      gs[i] = load_pack16(g + p * kPack);
+      const Pack16<T_> w = load_pack16(weight + p * kPack);
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) {
+        const float norm = (to_float(xs[i].values[j]) - row_mean) * row_rstd;
+        const float dnorm = to_float(gs[i].values[j]) * to_float(w.values[j]);
+        sum_dnorm += dnorm;
+        sum_dnorm_norm += dnorm * norm;
+      }
+    }
+  }
+  const float mean_dnorm = warp_reduce_sum(sum_dnorm) / C;
+  const float mean_dnorm_norm = warp_reduce_sum(sum_dnorm_norm) / C;
+  T_* dx = dinp + row * C;
+#pragma unroll
+  for (int i = 0; i < kMaxPacksPerLane; ++i) {
+    const int p = lane + 32 * i;
+    if (p < packs) {
+      const Pack16<T_> w = load_pack16(weight + p * kPack);
+      Pack16<T_> d = load_pack16(dx + p * kPack);
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) {
+        const float norm = (to_float(xs[i].values[j]) - row_mean) * row_rstd;
+        const float dnorm = to_float(gs[i].values[j]) * to_float(w.values[j]);
+        const float grad = row_rstd * (dnorm - mean_dnorm - norm * mean_dnorm_norm);
+        d.values[j] = from_float<T_>(to_float(d.values[j]) + grad);
+      }
+      store_pack16(dx + p * kPack, d);
+    }
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -115,8 +244,13 @@ void layernorm_forward(T_* out, float* mean, float* rstd, const T_* inp, const T
   GPT2_CHECK(B >= 1 && T >= 1 && C >= 1, "B=", B, " T=", T, " C=", C);
   GPT2_CHECK(out != nullptr && inp != nullptr && weight != nullptr && bias != nullptr);
   const int64_t rows = static_cast<int64_t>(B) * T;
-  layernorm_forward_kernel<<<grid_size(rows, kWarpsPerBlock), kRowThreads, 0, stream>>>(
-      out, mean, rstd, inp, weight, bias, rows, C);
+  if (packed_rows_fit<T_>(C, {out, inp, weight, bias})) {
+    layernorm_forward_packed_kernel<<<grid_size(rows, kWarpsPerBlock), kRowThreads, 0, stream>>>(
+        out, mean, rstd, inp, weight, bias, rows, C);
+  } else {
+    layernorm_forward_kernel<<<grid_size(rows, kWarpsPerBlock), kRowThreads, 0, stream>>>(
+        out, mean, rstd, inp, weight, bias, rows, C);
+  }
   GPT2_CUDA_CHECK_LAUNCH();
 }
 
@@ -136,8 +270,13 @@ void layernorm_backward(T_* dinp, T_* dweight, T_* dbias, const T_* dout, const 
   const int64_t chunks = ceil_div(rows, kColumnSumRowsPerChunk);
   GPT2_CHECK(chunks <= 65535, "B*T = ", rows, " exceeds the column-sum grid");
 
-  layernorm_backward_dinp_kernel<<<grid_size(rows, kWarpsPerBlock), kRowThreads, 0, stream>>>(
-      dinp, dout, inp, weight, mean, rstd, rows, C);
+  if (packed_rows_fit<T_>(C, {dinp, dout, inp, weight})) {
+    layernorm_backward_dinp_packed_kernel<<<grid_size(rows, kWarpsPerBlock), kRowThreads, 0,
+                                            stream>>>(dinp, dout, inp, weight, mean, rstd, rows, C);
+  } else {
+    layernorm_backward_dinp_kernel<<<grid_size(rows, kWarpsPerBlock), kRowThreads, 0, stream>>>(
+        dinp, dout, inp, weight, mean, rstd, rows, C);
+  }
   GPT2_CUDA_CHECK_LAUNCH();
 
   float* partial_dweight = scratch;
@@ -146,12 +285,8 @@ void layernorm_backward(T_* dinp, T_* dweight, T_* dbias, const T_* dout, const 
   layernorm_backward_partials_kernel<<<partials_grid, kColumnSumThreads, 0, stream>>>(
       partial_dweight, partial_dbias, dout, inp, mean, rstd, rows, C);
   GPT2_CUDA_CHECK_LAUNCH();
-  add_column_partials_kernel<<<grid_size(C, kColumnSumThreads), kColumnSumThreads, 0, stream>>>(
-      dweight, partial_dweight, chunks, C);
-  GPT2_CUDA_CHECK_LAUNCH();
-  add_column_partials_kernel<<<grid_size(C, kColumnSumThreads), kColumnSumThreads, 0, stream>>>(
-      dbias, partial_dbias, chunks, C);
-  GPT2_CUDA_CHECK_LAUNCH();
+  launch_add_column_partials(dweight, partial_dweight, chunks, C, stream);
+  launch_add_column_partials(dbias, partial_dbias, chunks, C, stream);
 }
 
 template void layernorm_forward<float>(float*, float*, float*, const float*, const float*,

@@ -210,9 +210,7 @@ void matmul_backward(T_* dinp, T_* dweight, T_* dbias, const T_* dout, const T_*
     column_partial_sums_kernel<<<grid, kColumnSumThreads, 0, ctx.stream()>>>(dbias_scratch, dout,
                                                                               BT, OC);
     GPT2_CUDA_CHECK_LAUNCH();
-    add_column_partials_kernel<<<grid_size(OC, kColumnSumThreads), kColumnSumThreads, 0,
-                                 ctx.stream()>>>(dbias, dbias_scratch, chunks, OC);
-    GPT2_CUDA_CHECK_LAUNCH();
+    launch_add_column_partials(dbias, dbias_scratch, chunks, OC, ctx.stream());
   }
 }
 

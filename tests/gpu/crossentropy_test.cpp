@@ -29,7 +29,8 @@ struct CrossEntropyShape {
   int B, T, V, Vp;
 };
 const CrossEntropyShape kShapes[] = {
-    {1, 1, 3, 8}, {2, 7, 997, 1024}, {3, 5, 1000, 1000}, {1, 7, 50257, 50304}};
+    {1, 1, 3, 8}, {2, 7, 997, 1024}, {3, 5, 1000, 1000}, {2, 3, 37, 37},  // 37: scalar path
+    {1, 7, 50257, 50304}};
 
 template <typename T_>
 class GpuCrossEntropy : public ::testing::Test {};
