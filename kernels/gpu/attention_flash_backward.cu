@@ -329,14 +329,9 @@ __global__ void flash_backward_write_dq_kernel(bf16* dqkv, const float* dq_accum
 
 template <typename Traits>
 void launch_flash_backward(const FlashBackwardParams& params, int B, cudaStream_t stream) {
-  auto kernel = flash_backward_kernel<Traits>;
-  if (Traits::kSmemBytes > 48 * 1024) {
-    GPT2_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         Traits::kSmemBytes));
-  }
   const dim3 grid((params.T + Traits::kBlockN - 1) / Traits::kBlockN, B * params.NH);
-  kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params);
-  GPT2_CUDA_CHECK_LAUNCH();
+  flash::launch_with_smem(flash_backward_kernel<Traits>, grid, Traits::kThreads,
+                          Traits::kSmemBytes, params, stream);
 }
 
 }  // namespace
@@ -350,11 +345,7 @@ template <>
 void attention_flash_backward<bf16>(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                                     const float* lse, int B, int T, int C, int NH, float* scratch,
                                     cudaStream_t stream) {
-  GPT2_CHECK(B >= 1 && T >= 1 && NH >= 1 && C % NH == 0, "B=", B, " T=", T, " C=", C, " NH=", NH);
-  GPT2_CHECK(B * NH <= 65535, "B*NH=", B * NH, " exceeds the grid's y limit");
-  const int head_size = C / NH;
-  GPT2_CHECK(head_size == 64 || head_size == 128,
-             "flash attention supports head size 64 or 128, got ", head_size);
+  const int head_size = flash::checked_head_size(B, T, C, NH);
   float* dsum = scratch;
   float* dq_accum = scratch + static_cast<size_t>(B) * NH * T;
   const int64_t rows = static_cast<int64_t>(B) * T;

@@ -231,14 +231,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
 
 template <typename Traits>
 void launch_flash_forward(const FlashForwardParams& params, int B, cudaStream_t stream) {
-  auto kernel = flash_forward_kernel<Traits>;
-  if (Traits::kSmemBytes > 48 * 1024) {
-    GPT2_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         Traits::kSmemBytes));
-  }
   const dim3 grid((params.T + Traits::kBlockM - 1) / Traits::kBlockM, B * params.NH);
-  kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params);
-  GPT2_CUDA_CHECK_LAUNCH();
+  flash::launch_with_smem(flash_forward_kernel<Traits>, grid, Traits::kThreads,
+                          Traits::kSmemBytes, params, stream);
 }
 
 }  // namespace
@@ -247,17 +242,13 @@ void launch_flash_forward(const FlashForwardParams& params, int B, cudaStream_t 
 template <>
 void attention_flash_forward<bf16>(bf16* out, float* lse, const bf16* qkv, int B, int T, int C,
                                    int NH, cudaStream_t stream) {
-  GPT2_CHECK(B >= 1 && T >= 1 && NH >= 1 && C % NH == 0, "B=", B, " T=", T, " C=", C, " NH=", NH);
-  GPT2_CHECK(B * NH <= 65535, "B*NH=", B * NH, " exceeds the grid's y limit");
-  const int head_size = C / NH;
+  const int head_size = flash::checked_head_size(B, T, C, NH);
   FlashForwardParams params{qkv, out, lse, T, C, NH,
                             static_cast<float>(1.0 / std::sqrt(double(head_size))) * flash::kLog2e};
   if (head_size == 64) {
     launch_flash_forward<FlashForwardTraits<64, 4, 64>>(params, B, stream);
-  } else if (head_size == 128) {
-    launch_flash_forward<FlashForwardTraits<128, 4, 64>>(params, B, stream);
   } else {
-    GPT2_CHECK(false, "flash attention supports head size 64 or 128, got ", head_size);
+    launch_flash_forward<FlashForwardTraits<128, 4, 64>>(params, B, stream);
   }
 }
 

@@ -18,6 +18,7 @@
 #include <cmath>
 
 #include "kernels/common/error.h"
+#include "kernels/gpu/attention_flash_tiles.cuh"
 
 namespace gpt2::gpu {
 namespace {
@@ -44,23 +45,35 @@ __device__ __forceinline__ void load_tile(float* tile, const float* head_base, i
   }
 }
 
+// This thread's place: head (b, h) of blockIdx.y; its row (query or key, blockIdx.x's block of
+// rows, one row per group of kGroup lanes); its share `part` of the head's channels; and the
+// head's base in qkv (row stride 3C).
+template <int kHeadDim>
+struct RowGroup {
+  static constexpr int kGroup = kHeadDim / kLaneDims;
+  static constexpr int kRowsPerBlock = kThreads / kGroup;
+  int bh, b, h, part, row0, row;
+  int64_t stride;
+  const float* q_base;
+  __device__ RowGroup(const float* qkv, int T, int C, int NH)
+      : bh(blockIdx.y), b(bh / NH), h(bh % NH), part(threadIdx.x % kGroup),
+        row0(blockIdx.x * kRowsPerBlock), row(row0 + threadIdx.x / kGroup), stride(3LL * C),
+        q_base(qkv + static_cast<int64_t>(b) * T * stride + h * kHeadDim) {}
+};
+
 template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads)
     flash_forward_simt_kernel(float* out, float* lse, const float* qkv, int T, int C, int NH,
                               float scale) {
-  constexpr int kGroup = kHeadDim / kLaneDims;
-  constexpr int kRowsPerBlock = kThreads / kGroup;
+  constexpr int kGroup = RowGroup<kHeadDim>::kGroup;
+  constexpr int kRowsPerBlock = RowGroup<kHeadDim>::kRowsPerBlock;
   __shared__ float k_tile[kTileRows * kHeadDim];
   __shared__ float v_tile[kTileRows * kHeadDim];
 
-  const int bh = blockIdx.y;
-  const int b = bh / NH;
-  const int h = bh % NH;
-  const int part = threadIdx.x % kGroup;
-  const int q0 = blockIdx.x * kRowsPerBlock;
-  const int query = q0 + threadIdx.x / kGroup;
-  const int64_t stride = 3LL * C;
-  const float* q_base = qkv + static_cast<int64_t>(b) * T * stride + h * kHeadDim;
+  const RowGroup<kHeadDim> g(qkv, T, C, NH);
+  const int bh = g.bh, b = g.b, h = g.h, part = g.part, q0 = g.row0, query = g.row;
+  const int64_t stride = g.stride;
+  const float* q_base = g.q_base;
 
   float q[kLaneDims];
   float o[kLaneDims];
@@ -132,20 +145,15 @@ __global__ void __launch_bounds__(kThreads)
                                   const float* lse, const float* dsum, int T, int C, int NH,
                                   float scale) {
   constexpr int kGroup = kHeadDim / kLaneDims;
-  constexpr int kRowsPerBlock = kThreads / kGroup;
   __shared__ float q_tile[kTileRows * kHeadDim];
   __shared__ float do_tile[kTileRows * kHeadDim];
   __shared__ float lse_tile[kTileRows];
   __shared__ float dsum_tile[kTileRows];
 
-  const int bh = blockIdx.y;
-  const int b = bh / NH;
-  const int h = bh % NH;
-  const int part = threadIdx.x % kGroup;
-  const int k0 = blockIdx.x * kRowsPerBlock;
-  const int key = k0 + threadIdx.x / kGroup;
-  const int64_t stride = 3LL * C;
-  const float* q_base = qkv + static_cast<int64_t>(b) * T * stride + h * kHeadDim;
+  const RowGroup<kHeadDim> g(qkv, T, C, NH);
+  const int bh = g.bh, b = g.b, h = g.h, part = g.part, k0 = g.row0, key = g.row;
+  const int64_t stride = g.stride;
+  const float* q_base = g.q_base;
   const float* do_base = dout + static_cast<int64_t>(b) * T * C + h * kHeadDim;
 
   float k[kLaneDims], v[kLaneDims], dk[kLaneDims], dv[kLaneDims];
@@ -205,19 +213,15 @@ __global__ void __launch_bounds__(kThreads)
     flash_backward_q_simt_kernel(float* dqkv, const float* dout, const float* qkv,
                                  const float* lse, const float* dsum, int T, int C, int NH,
                                  float scale) {
-  constexpr int kGroup = kHeadDim / kLaneDims;
-  constexpr int kRowsPerBlock = kThreads / kGroup;
+  constexpr int kGroup = RowGroup<kHeadDim>::kGroup;
+  constexpr int kRowsPerBlock = RowGroup<kHeadDim>::kRowsPerBlock;
   __shared__ float k_tile[kTileRows * kHeadDim];
   __shared__ float v_tile[kTileRows * kHeadDim];
 
-  const int bh = blockIdx.y;
-  const int b = bh / NH;
-  const int h = bh % NH;
-  const int part = threadIdx.x % kGroup;
-  const int q0 = blockIdx.x * kRowsPerBlock;
-  const int query = q0 + threadIdx.x / kGroup;
-  const int64_t stride = 3LL * C;
-  const float* q_base = qkv + static_cast<int64_t>(b) * T * stride + h * kHeadDim;
+  const RowGroup<kHeadDim> g(qkv, T, C, NH);
+  const int bh = g.bh, b = g.b, h = g.h, part = g.part, q0 = g.row0, query = g.row;
+  const int64_t stride = g.stride;
+  const float* q_base = g.q_base;
 
   float q[kLaneDims], dov[kLaneDims], dq[kLaneDims];
 #pragma unroll
@@ -263,16 +267,9 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-void check_shape(int B, int T, int C, int NH) {
-  GPT2_CHECK(B >= 1 && T >= 1 && NH >= 1 && C % NH == 0, "B=", B, " T=", T, " C=", C, " NH=", NH);
-  GPT2_CHECK(B * NH <= 65535, "B*NH=", B * NH, " exceeds the grid's y limit");
-  GPT2_CHECK(C / NH == 64 || C / NH == 128, "flash attention supports head size 64 or 128, got ",
-             C / NH);
-}
-
 template <int kHeadDim>
 dim3 row_grid(int B, int T, int NH) {
-  constexpr int kRowsPerBlock = kThreads / (kHeadDim / kLaneDims);
+  constexpr int kRowsPerBlock = RowGroup<kHeadDim>::kRowsPerBlock;
   return dim3((T + kRowsPerBlock - 1) / kRowsPerBlock, B * NH);
 }
 
@@ -306,8 +303,7 @@ void flash_backward_simt(float* dqkv, const float* dout, const float* qkv, const
 template <>
 void attention_flash_forward<float>(float* out, float* lse, const float* qkv, int B, int T, int C,
                                     int NH, cudaStream_t stream) {
-  check_shape(B, T, C, NH);
-  if (C / NH == 64) {
+  if (flash::checked_head_size(B, T, C, NH) == 64) {
     flash_forward_simt<64>(out, lse, qkv, B, T, C, NH, stream);
   } else {
     flash_forward_simt<128>(out, lse, qkv, B, T, C, NH, stream);
@@ -318,8 +314,7 @@ template <>
 void attention_flash_backward<float>(float* dqkv, const float* dout, const float* qkv,
                                      const float* out, const float* lse, int B, int T, int C,
                                      int NH, float* scratch, cudaStream_t stream) {
-  check_shape(B, T, C, NH);
-  if (C / NH == 64) {
+  if (flash::checked_head_size(B, T, C, NH) == 64) {
     flash_backward_simt<64>(dqkv, dout, qkv, out, lse, B, T, C, NH, scratch, stream);
   } else {
     flash_backward_simt<128>(dqkv, dout, qkv, out, lse, B, T, C, NH, scratch, stream);

@@ -6,14 +6,16 @@
  * row r is kHeadDim bf16 values at head_base + (row0 + r) * row_stride. Tiles live in shared
  * memory as swizzled rows of kHeadDim/8 16-byte chunks (mma::swizzled_offset). Rows at or past
  * num_rows (= T) are zero-filled, which makes ragged last tiles harmless for the GEMMs; the
- * kernels mask their scores separately.
+ * kernels mask their scores separately. Also the launchers' shared host helpers.
  */
 #pragma once
 
 #include <cstdint>
 
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 
+#include "kernels/common/error.h"
 #include "kernels/gpu/mma_primitives.cuh"
 
 namespace gpt2::gpu::flash {
@@ -92,6 +94,32 @@ __device__ __forceinline__ void accumulators_to_a_fragment(uint32_t (&frag)[4],
   frag[1] = mma::pack_bf16x2(lo[2], lo[3]);
   frag[2] = mma::pack_bf16x2(hi[0], hi[1]);
   frag[3] = mma::pack_bf16x2(hi[2], hi[3]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side, shared by the flash launchers (bf16 tensor-core and fp32 SIMT)
+
+/// Checks the shape every flash launcher accepts; returns the head size (64 or 128).
+inline int checked_head_size(int B, int T, int C, int NH) {
+  GPT2_CHECK(B >= 1 && T >= 1 && NH >= 1 && C % NH == 0, "B=", B, " T=", T, " C=", C, " NH=", NH);
+  GPT2_CHECK(B * NH <= 65535, "B*NH=", B * NH, " exceeds the grid's y limit");
+  const int head_size = C / NH;
+  GPT2_CHECK(head_size == 64 || head_size == 128,
+             "flash attention supports head size 64 or 128, got ", head_size);
+  return head_size;
+}
+
+/// Launches kernel<<<grid, threads, smem_bytes>>>(params), first raising the kernel's
+/// dynamic shared-memory limit when it needs more than the default 48 KB.
+template <typename Params>
+void launch_with_smem(void (*kernel)(Params), dim3 grid, int threads, int smem_bytes,
+                      const Params& params, cudaStream_t stream) {
+  if (smem_bytes > 48 * 1024) {
+    GPT2_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  }
+  kernel<<<grid, threads, smem_bytes, stream>>>(params);
+  GPT2_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace gpt2::gpu::flash

@@ -36,24 +36,36 @@ constexpr cudaDataType_t cuda_dtype() {
   return std::is_same_v<T_, float> ? CUDA_R_32F : CUDA_R_16BF;
 }
 
+// Element idx of a (B,NH,T,HS) tensor, and the offset of the same (b, t, h, d) in a (B,T,width)
+// row-major tensor whose head h occupies channels [h*HS, (h+1)*HS) of each part.
+struct HeadElement {
+  int64_t idx;
+  int64_t row_offset;  // (b*T + t) * width + h*HS + d
+  bool valid;
+};
+
+__device__ __forceinline__ HeadElement head_element(int B, int T, int NH, int HS, int width) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= static_cast<int64_t>(B) * NH * T * HS) return {idx, 0, false};
+  const int d = static_cast<int>(idx % HS);
+  const int t = static_cast<int>((idx / HS) % T);
+  const int h = static_cast<int>((idx / (static_cast<int64_t>(HS) * T)) % NH);
+  const int64_t b = idx / (static_cast<int64_t>(HS) * T * NH);
+  return {idx, (b * T + t) * width + h * HS + d, true};
+}
+
 // q, k, v (B,NH,T,HS) <- qkv (B,T,3,NH,HS); with k == v == nullptr only the first third
 // (used to permute dout (B,T,NH,HS) with qkv_width = C).
 template <typename T_>
 __global__ void permute_to_heads_kernel(T_* q, T_* k, T_* v, const T_* src, int B, int T, int NH,
                                         int HS, int src_width) {
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t total = static_cast<int64_t>(B) * NH * T * HS;
-  if (idx >= total) return;
-  const int d = static_cast<int>(idx % HS);
-  const int t = static_cast<int>((idx / HS) % T);
-  const int h = static_cast<int>((idx / (static_cast<int64_t>(HS) * T)) % NH);
-  const int64_t b = idx / (static_cast<int64_t>(HS) * T * NH);
+  const HeadElement e = head_element(B, T, NH, HS, src_width);
+  if (!e.valid) return;
   const int C = NH * HS;
-  const int64_t from = (b * T + t) * src_width + h * HS + d;
-  q[idx] = src[from];
+  q[e.idx] = src[e.row_offset];
   if (k != nullptr) {
-    k[idx] = src[from + C];
-    v[idx] = src[from + 2 * C];
+    k[e.idx] = src[e.row_offset + C];
+    v[e.idx] = src[e.row_offset + 2 * C];
   }
 }
 
@@ -62,19 +74,13 @@ template <typename T_>
 __global__ void unpermute_from_heads_kernel(T_* dst, const T_* part0, const T_* part1,
                                             const T_* part2, int B, int T, int NH, int HS,
                                             int dst_width) {
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t total = static_cast<int64_t>(B) * NH * T * HS;
-  if (idx >= total) return;
-  const int d = static_cast<int>(idx % HS);
-  const int t = static_cast<int>((idx / HS) % T);
-  const int h = static_cast<int>((idx / (static_cast<int64_t>(HS) * T)) % NH);
-  const int64_t b = idx / (static_cast<int64_t>(HS) * T * NH);
+  const HeadElement e = head_element(B, T, NH, HS, dst_width);
+  if (!e.valid) return;
   const int C = NH * HS;
-  const int64_t to = (b * T + t) * dst_width + h * HS + d;
-  dst[to] = part0[idx];
+  dst[e.row_offset] = part0[e.idx];
   if (part1 != nullptr) {
-    dst[to + C] = part1[idx];
-    dst[to + 2 * C] = part2[idx];
+    dst[e.row_offset + C] = part1[e.idx];
+    dst[e.row_offset + 2 * C] = part2[e.idx];
   }
 }
 
