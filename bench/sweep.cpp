@@ -164,10 +164,10 @@ RunResult run_one(const SweepOptions& o, int T, const std::string& attn) {
 
 std::string cell(const RunResult* r, bool memory) {
   if (r == nullptr) return "-";
-  if (r->status == "OOM")
-    return r->planned_mem_bytes > 0
-               ? str_cat("OOM (needs ", format_bytes(static_cast<size_t>(r->planned_mem_bytes)), ")")
-               : "OOM";
+  if (r->status == "OOM") {  // tokens column: OOM; memory column: what the plan needed
+    if (!memory || r->planned_mem_bytes <= 0) return "OOM";
+    return str_cat("plan needs ", format_bytes(static_cast<size_t>(r->planned_mem_bytes)));
+  }
   if (r->status != "ok") return r->status;
   char buf[64];
   if (memory) return format_bytes(static_cast<size_t>(r->peak_mem_bytes));
@@ -180,8 +180,9 @@ std::string cell(const RunResult* r, bool memory) {
 
 std::string svg_plot(const SweepOptions& o, const std::vector<RunResult>& results,
                      const std::string& title) {
-  const int width = 960, height = 420, panel_w = 400, panel_h = 300, top = 70;
-  const int lefts[2] = {80, 560};
+  const int panel_w = 400, panel_h = 300, top = 70;
+  const int lefts[2] = {80, 590};
+  const int width = lefts[1] + panel_w + 50, height = top + panel_h + 80;
   const char* colors[2] = {"#d62728", "#1f77b4"};
   const double t_min = std::log2(*std::min_element(o.seq_lens.begin(), o.seq_lens.end()));
   const double t_max = std::log2(*std::max_element(o.seq_lens.begin(), o.seq_lens.end()));
@@ -238,8 +239,8 @@ std::string svg_plot(const SweepOptions& o, const std::vector<RunResult>& result
               << "' text-anchor='middle' fill='" << colors[a] << "'>OOM</text>\n";
       svg << "<polyline fill='none' stroke-width='2' stroke='" << colors[a] << "' points='"
           << points << "'/>\n";
-      svg << "<text x='" << left + 10 << "' y='" << top + panel_h + 52 + 0 * a << "' dx='"
-          << 90 * a << "' fill='" << colors[a] << "'>&#9632; " << o.attns[a] << "</text>\n";
+      svg << "<text x='" << left + 10 + 90 * static_cast<int>(a) << "' y='" << top + panel_h + 56
+          << "' fill='" << colors[a] << "'>&#9632; " << o.attns[a] << "</text>\n";
     }
   }
   svg << "</svg>\n";
@@ -257,6 +258,52 @@ void write_text(const std::string& path, const std::string& text) {
   AtomicFileWriter writer(path);
   writer.write(text.data(), text.size());
   writer.commit();
+}
+
+// Rows of a sweep.csv written by this program (columns found by name; device and date
+// columns are optional: older files lack them).
+std::vector<RunResult> read_results_csv(const std::string& path, std::string* device,
+                                        std::string* date) {
+  std::istringstream lines(read_file_text(path));
+  std::string line;
+  if (!std::getline(lines, line)) GPT2_FAIL(path, ": empty CSV");
+  const std::vector<std::string> header = split(line, ',');
+  auto column = [&](const std::string& name) -> int {
+    for (size_t i = 0; i < header.size(); ++i)
+      if (header[i] == name) return static_cast<int>(i);
+    return -1;
+  };
+  for (const char* required : {"seq_len", "batch_size", "attn", "status", "tokens_per_s",
+                               "peak_mem_bytes", "planned_mem_bytes"})
+    if (column(required) < 0) GPT2_FAIL(path, ": no column '", required, "'");
+  std::vector<RunResult> results;
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    std::vector<std::string> f;
+    std::stringstream fields(line);
+    std::string field;
+    while (std::getline(fields, field, ',')) f.push_back(field);
+    if (f.size() < header.size()) GPT2_FAIL(path, ": short row '", line, "'");
+    auto number = [&](const char* name) {
+      const int c = column(name);
+      return c < 0 || f[c].empty() ? 0.0 : std::stod(f[c]);
+    };
+    RunResult r;
+    r.seq_len = static_cast<int>(number("seq_len"));
+    r.batch_size = static_cast<int>(number("batch_size"));
+    r.attn = f[column("attn")];
+    r.status = f[column("status")];
+    r.tokens_per_s = number("tokens_per_s");
+    r.median_step_ms = number("median_step_ms");
+    r.peak_mem_bytes = number("peak_mem_bytes");
+    r.planned_mem_bytes = number("planned_mem_bytes");
+    r.mfu = number("mfu");
+    r.final_loss = number("final_train_loss");
+    if (column("device") >= 0 && device->empty()) *device = f[column("device")];
+    if (column("date") >= 0 && date->empty()) *date = f[column("date")];
+    results.push_back(r);
+  }
+  return results;
 }
 
 int sweep_main(int argc, char** argv) {
@@ -277,6 +324,12 @@ int sweep_main(int argc, char** argv) {
       ("out", "output directory", cxxopts::value<std::string>()->default_value("out/sweep"))
       ("train-binary", "gpt2-train to run (default: next to this program)", cxxopts::value<std::string>())
       ("extra", "more arguments for gpt2-train", cxxopts::value<std::string>()->default_value(""))
+      ("replot", "re-render table and plot from a sweep.csv instead of running",
+       cxxopts::value<std::string>())
+      ("device-name", "with --replot: device for the heading when the CSV has none",
+       cxxopts::value<std::string>()->default_value(""))
+      ("date", "with --replot: date for the heading when the CSV has none",
+       cxxopts::value<std::string>()->default_value(""))
       ("h,help", "print this help");
   cxxopts::ParseResult args;
   try {
@@ -316,20 +369,34 @@ int sweep_main(int argc, char** argv) {
   if (o.device != "cuda" && o.device != "cpu") GPT2_USAGE_FAIL("--device: '", o.device, "' is not cuda or cpu");
   o.out_dir = args["out"].as<std::string>();
   o.extra_args = args["extra"].as<std::string>();
-  o.train_binary = args.count("train-binary") ? args["train-binary"].as<std::string>()
-                                              : self_dir() + "/gpt2-train";
-  if (!file_exists(o.train_binary)) GPT2_FAIL(o.train_binary, ": gpt2-train not found");
   make_directories(o.out_dir);
-
-  std::printf("gpt2-sweep: %s, %s, %d steps per run (first %d untimed), %d tokens per step\n",
-              o.model.c_str(), o.precision.c_str(), o.steps, o.warmup_steps, o.tokens_per_step);
   std::vector<RunResult> results;
-  for (int T : o.seq_lens)
-    for (const std::string& attn : o.attns) results.push_back(run_one(o, T, attn));
-
-  std::string device = "unknown device";
-  for (const RunResult& r : results)
-    if (!r.device_name.empty()) device = r.device_name;
+  std::string device = args["device-name"].as<std::string>();
+  std::string date = args["date"].as<std::string>();
+  if (args.count("replot")) {
+    results = read_results_csv(args["replot"].as<std::string>(), &device, &date);
+    o.seq_lens.clear();
+    o.attns.clear();
+    for (const RunResult& r : results) {
+      if (std::find(o.seq_lens.begin(), o.seq_lens.end(), r.seq_len) == o.seq_lens.end())
+        o.seq_lens.push_back(r.seq_len);
+      if (std::find(o.attns.begin(), o.attns.end(), r.attn) == o.attns.end())
+        o.attns.push_back(r.attn);
+    }
+  } else {
+    o.train_binary = args.count("train-binary") ? args["train-binary"].as<std::string>()
+                                                : self_dir() + "/gpt2-train";
+    if (!file_exists(o.train_binary)) GPT2_FAIL(o.train_binary, ": gpt2-train not found");
+    std::printf("gpt2-sweep: %s, %s, %d steps per run (first %d untimed), %d tokens per step\n",
+                o.model.c_str(), o.precision.c_str(), o.steps, o.warmup_steps, o.tokens_per_step);
+    for (int T : o.seq_lens)
+      for (const std::string& attn : o.attns) results.push_back(run_one(o, T, attn));
+    for (const RunResult& r : results)
+      if (!r.device_name.empty()) device = r.device_name;
+    date = today();
+  }
+  if (device.empty()) device = "unknown device";
+  if (date.empty()) date = today();
   auto find = [&](int T, const std::string& attn) -> const RunResult* {
     for (const RunResult& r : results)
       if (r.seq_len == T && r.attn == attn) return &r;
@@ -338,15 +405,16 @@ int sweep_main(int argc, char** argv) {
 
   std::ostringstream csv;
   csv << "seq_len,batch_size,attn,status,tokens_per_s,median_step_ms,peak_mem_bytes,"
-         "planned_mem_bytes,mfu,final_train_loss\n";
+         "planned_mem_bytes,mfu,final_train_loss,device,date\n";
   for (const RunResult& r : results)
     csv << r.seq_len << ',' << r.batch_size << ',' << r.attn << ',' << r.status << ','
         << r.tokens_per_s << ',' << r.median_step_ms << ',' << std::llround(r.peak_mem_bytes) << ','
-        << std::llround(r.planned_mem_bytes) << ',' << r.mfu << ',' << r.final_loss << '\n';
+        << std::llround(r.planned_mem_bytes) << ',' << r.mfu << ',' << r.final_loss << ','
+        << device << ',' << date << '\n';
   write_text(o.out_dir + "/sweep.csv", csv.str());
 
   const std::string heading =
-      str_cat(o.model, " ", o.precision, ", ", device, ", ", today(), ": median of ",
+      str_cat(o.model, " ", o.precision, ", ", device, ", ", date, ": median of ",
               o.steps - o.warmup_steps, " timed steps after ", o.warmup_steps, " warm-up steps");
   std::ostringstream md;
   md << heading << "\n\n| T | B | naive tokens/s | naive peak memory | flash tokens/s | "
