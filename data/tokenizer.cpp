@@ -22,6 +22,7 @@
 #include <queue>
 
 #include "data/file_io.h"
+#include "data/json_string.h"
 #include "data/paths.h"
 #include "data/unicode_classes.h"
 #include "kernels/common/error.h"
@@ -71,23 +72,6 @@ Utf8Char next_utf8_char(std::string_view text, size_t pos) {
   return {cp, length, true};
 }
 
-void append_utf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 CharClass class_of(const Utf8Char& c) {
   return c.valid ? char_class(c.code_point) : CharClass::kOther;
@@ -220,60 +204,11 @@ class EncoderJsonReader {
       ++pos_;
     }
   }
-  uint32_t read_hex4() {
-    if (pos_ + 4 > text_.size()) fail("truncated \\u escape");
-    uint32_t value = 0;
-    for (int k = 0; k < 4; ++k) {
-      const char c = text_[pos_++];
-      value <<= 4;
-      if (c >= '0' && c <= '9') value |= c - '0';
-      else if (c >= 'a' && c <= 'f') value |= c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F') value |= c - 'A' + 10;
-      else fail("bad hex digit in \\u escape");
-    }
-    return value;
-  }
   std::string read_string() {
-    expect('"');
     std::string out;
-    while (true) {
-      if (pos_ >= text_.size()) fail("unterminated string");
-      const char c = text_[pos_++];
-      if (c == '"') return out;
-      if (static_cast<uint8_t>(c) < 0x20) fail("control character in string");
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (pos_ >= text_.size()) fail("unterminated escape");
-      const char e = text_[pos_++];
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          uint32_t cp = read_hex4();
-          if (cp >= 0xDC00 && cp <= 0xDFFF) fail("unpaired low surrogate in \\u escape");
-          if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (pos_ + 2 > text_.size() || text_[pos_] != '\\' || text_[pos_ + 1] != 'u') {
-              fail("unpaired high surrogate in \\u escape");
-            }
-            pos_ += 2;
-            const uint32_t low = read_hex4();
-            if (low < 0xDC00 || low > 0xDFFF) fail("high surrogate not followed by a low one");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-          }
-          append_utf8(cp, out);
-          break;
-        }
-        default: fail(str_cat("unknown escape '\\", e, "'"));
-      }
-    }
+    const std::string problem = decode_json_string(text_, pos_, &out);
+    if (!problem.empty()) fail(problem);
+    return out;
   }
   int64_t read_integer() {
     const size_t start = pos_;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "data/json_string.h"
 #include "model/memory_plan.h"
 #include "model/parameters.h"
 
@@ -86,45 +87,11 @@ void skip_spaces(const std::string& s, size_t& i) {
   while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
 }
 
-// A JSON string starting at s[i] == '"'; advances i past the closing quote. \uXXXX escapes
-// are kept only for ASCII (all this project writes); others fail the parse.
+// A JSON string starting at s[i] == '"'; advances i past the closing quote.
 std::optional<std::string> parse_string(const std::string& s, size_t& i) {
-  if (i >= s.size() || s[i] != '"') return std::nullopt;
   std::string out;
-  for (++i; i < s.size(); ++i) {
-    const char c = s[i];
-    if (c == '"') {
-      ++i;
-      return out;
-    }
-    if (c != '\\') {
-      out += c;
-      continue;
-    }
-    if (++i >= s.size()) return std::nullopt;
-    switch (s[i]) {
-      case '"': out += '"'; break;
-      case '\\': out += '\\'; break;
-      case '/': out += '/'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
-      case 'u': {
-        if (i + 4 >= s.size()) return std::nullopt;
-        for (size_t k = i + 1; k <= i + 4; ++k)
-          if (!std::isxdigit(static_cast<unsigned char>(s[k]))) return std::nullopt;
-        const unsigned long code = std::stoul(s.substr(i + 1, 4), nullptr, 16);
-        if (code >= 0x80) return std::nullopt;
-        out += static_cast<char>(code);
-        i += 4;
-        break;
-      }
-      default: return std::nullopt;
-    }
-  }
-  return std::nullopt;
+  if (!decode_json_string(s, i, &out).empty()) return std::nullopt;
+  return out;
 }
 
 bool is_json_number(const std::string& t) {
