@@ -431,9 +431,8 @@ void CudaModel<T_>::forward(int B, int T, bool with_loss) {
     gpu::residual_forward(residual2, residual, proj, static_cast<int64_t>(BT * Cs), stream);
     gpu::layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, param(kLn2w) + l * Cs,
                            param(kLn2b) + l * Cs, B, T, C, stream);
-    gpu::matmul_forward(fch, ln2, param(kFcw) + l * 4 * Cs * Cs, param(kFcb) + l * 4 * Cs, B, T, C,
-                        4 * C, ctx);
-    gpu::gelu_forward(fch_gelu, fch, static_cast<int64_t>(BT * 4 * Cs), stream);
+    gpu::matmul_forward_gelu(fch_gelu, fch, ln2, param(kFcw) + l * 4 * Cs * Cs,
+                             param(kFcb) + l * 4 * Cs, B, T, C, 4 * C, ctx);
     gpu::matmul_forward(proj, fch_gelu, param(kFcprojw) + l * Cs * 4 * Cs,
                         param(kFcprojb) + l * Cs, B, T, 4 * C, C, ctx);
     gpu::residual_forward(residual3, residual2, proj, static_cast<int64_t>(BT * Cs), stream);

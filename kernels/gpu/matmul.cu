@@ -11,6 +11,8 @@
  * with leading dimensions lda = ldb = the row length of the stored row-major matrix, and
  * ldd = the row length of the output. The bias epilogue adds a length-m vector to every
  * column of D: m = OC is exactly out's per-row bias.
+ * matmul_forward_gelu uses the GELU_AUX(_BIAS) epilogue: D gets gelu(result) and the aux
+ * matrix (same layout and type as D) the result itself.
  * cuBLASLt: the algorithm comes from its heuristic (first result) for the shape, the pointers'
  * alignment and the Context's workspace; split-K is allowed only with fp32 partials.
  */
@@ -20,6 +22,7 @@
 
 #include "kernels/common/error.h"
 #include "kernels/gpu/common.cuh"
+#include "kernels/gpu/gelu.cuh"
 
 namespace gpt2::gpu {
 namespace {
@@ -44,6 +47,7 @@ struct Gemm {
   int ldd;
   float beta;
   const void* bias;  // length m, or nullptr
+  void* gelu_aux = nullptr;  // when set: D = gelu(result), gelu_aux = result (same layout as D)
 };
 
 /// Largest power of two (up to 256) dividing the address: what cuBLASLt may assume.
@@ -88,10 +92,16 @@ bool gemm_cublaslt(const Context& ctx, const Gemm& g) {
   const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_desc(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
   set_desc(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, op_b);
-  if (g.bias) {
+  if (g.gelu_aux) {
+    set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE,
+             g.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX);
+    set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.gelu_aux);
+    set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(g.ldd));
+    set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, g.type);
+  } else if (g.bias) {
     set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
-    set_desc(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
   }
+  if (g.bias) set_desc(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
   // Stored shapes (before op): A is k x m when transposed, else m x k; B likewise.
   GPT2_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.a, g.type, g.trans_a ? g.k : g.m,
                                                g.trans_a ? g.m : g.k, g.lda));
@@ -181,6 +191,24 @@ void matmul_forward(T_* out, const T_* inp, const T_* weight, const T_* bias, in
   }
 }
 
+template <typename T_>
+void matmul_forward_gelu(T_* out_gelu, T_* pre_gelu, const T_* inp, const T_* weight,
+                         const T_* bias, int B, int T, int C, int OC, const Context& ctx) {
+  check_shapes(B, T, C, OC);
+  GPT2_CHECK(out_gelu != nullptr && pre_gelu != nullptr && inp != nullptr && weight != nullptr);
+  const int BT = B * T;
+  // The epilogue writes aux with the output's layout; it needs 16-byte aligned aux and bias.
+  const bool fusable = (bias == nullptr || is_aligned16(bias)) && is_aligned16(pre_gelu) &&
+                       is_aligned16(out_gelu);
+  if (ctx.use_cublaslt() && fusable) {
+    Gemm g{kCudaDataType<T_>, /*trans_a=*/true, /*trans_b=*/false, OC, BT, C, weight, C, inp, C,
+           out_gelu, OC, /*beta=*/0.0f, bias, pre_gelu};
+    if (gemm_cublaslt(ctx, g)) return;
+  }
+  matmul_forward(pre_gelu, inp, weight, bias, B, T, C, OC, ctx);
+  gelu_forward(out_gelu, pre_gelu, static_cast<int64_t>(BT) * OC, ctx.stream());
+}
+
 int64_t matmul_backward_scratch_floats(int B, int T, int OC) {
   return column_sum_scratch_floats(static_cast<int64_t>(B) * T, OC);
 }
@@ -214,6 +242,12 @@ void matmul_backward(T_* dinp, T_* dweight, T_* dbias, const T_* dout, const T_*
   }
 }
 
+template void matmul_forward_gelu<float>(float*, float*, const float*, const float*,
+                                         const float*, int, int, int, int, const Context&);
+template void matmul_forward_gelu<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*,
+                                                 const __nv_bfloat16*, const __nv_bfloat16*,
+                                                 const __nv_bfloat16*, int, int, int, int,
+                                                 const Context&);
 template void matmul_forward<float>(float*, const float*, const float*, const float*, int, int,
                                     int, int, const Context&);
 template void matmul_forward<__nv_bfloat16>(__nv_bfloat16*, const __nv_bfloat16*,

@@ -38,6 +38,15 @@ template <typename T_>
 void matmul_forward(T_* out, const T_* inp, const T_* weight, const T_* bias, int B, int T, int C,
                     int OC, const Context& ctx);
 
+/// The fc layer's forward in one GEMM: pre_gelu = inp @ weight^T + bias and
+/// out_gelu = gelu(pre_gelu) (tanh form), both (B,T,OC), overwritten. CPU twin: matmul_forward
+/// then gelu_forward. Uses cuBLASLt's GELU_AUX_BIAS epilogue (GELU applied to the fp32 result,
+/// the pre-GELU value stored as the "aux" output) when the Context allows cuBLASLt and it has an
+/// algorithm; otherwise matmul_forward into pre_gelu, then gelu_forward.
+template <typename T_>
+void matmul_forward_gelu(T_* out_gelu, T_* pre_gelu, const T_* inp, const T_* weight,
+                         const T_* bias, int B, int T, int C, int OC, const Context& ctx);
+
 /// Floats of dbias_scratch matmul_backward needs.
 int64_t matmul_backward_scratch_floats(int B, int T, int OC);
 

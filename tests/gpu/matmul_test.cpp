@@ -12,12 +12,14 @@
 // output: cuBLAS (Lt and GemmEx alike, seen on H200 with CUDA 13.0) rounds the product to bf16
 // before adding beta * old, i.e. round(round(S) + old); we allow u_bf16 (|expected| + |old| +
 // sum|terms|), where the last two bound |S|.
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "gpu_test_util.h"
+#include "kernels/cpu/gelu.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/gpu/matmul.cuh"
 
@@ -91,6 +93,63 @@ TYPED_TEST(GpuMatmul, ForwardMatchesCpu) {
             str_cat("matmul_forward ", Storage<T_>::kName, lt ? " lt" : " gemmex",
                     to_string(mode), " B=", s.B, " T=", s.T, " C=", s.C, " OC=", s.OC),
             download_floats(d_out), out, allowed));
+      }
+    }
+  }
+}
+
+// The fused fc forward (cuBLASLt GELU_AUX_BIAS, or GEMM + gelu_forward on the fallback) against
+// cpu::matmul_forward then cpu::gelu_forward (tanh form). pre_gelu: the forward's tolerance.
+// (two bf16 roundings with a bias on the fallback path). out_gelu: that error carried through GELU (|gelu'| <= 1.13), the GELU's own roundings
+// (16 u32 (|gelu| + |x|), as in elementwise_test), the output rounding, and (fused bf16) GELU
+// taken of the fp32 result instead of the rounded one (1.13 u |x|). In fp32 this is ~1e-6
+// relative: an erf-form GELU (up to ~1e-3 away from the tanh form) would fail it.
+TYPED_TEST(GpuMatmul, ForwardGeluMatchesCpu) {
+  GPT2_REQUIRE_GPU();
+  using T_ = TypeParam;
+  constexpr double u = Storage<T_>::kUnitRoundoff;
+  Context ctx;
+  for (const MatmulShape& s : kShapes) {
+    for (bool lt : {true, false}) {
+      for (bool with_bias : {true, false}) {
+        ctx.set_use_cublaslt(lt);
+        const int64_t BT = int64_t(s.B) * s.T;
+        const std::vector<float> inp = round_through<T_>(random_normal(BT * s.C, 511));
+        const std::vector<float> weight =
+            round_through<T_>(random_normal(int64_t(s.OC) * s.C, 512, 0.5));
+        const std::vector<float> bias = round_through<T_>(random_normal(s.OC, 513));
+        DeviceBuffer<T_> d_inp(inp.size()), d_w(weight.size()), d_bias(s.OC);
+        DeviceBuffer<T_> d_pre(BT * s.OC), d_out(BT * s.OC);
+        upload_floats(d_inp, inp);
+        upload_floats(d_w, weight);
+        upload_floats(d_bias, bias);
+        d_pre.poison();
+        d_out.poison();
+        matmul_forward_gelu(d_out.get(), d_pre.get(), d_inp.get(), d_w.get(),
+                            with_bias ? d_bias.get() : nullptr, s.B, s.T, s.C, s.OC, ctx);
+
+        std::vector<float> pre(BT * s.OC), pre_size(BT * s.OC), out(BT * s.OC);
+        cpu::matmul_forward<float>(pre.data(), inp.data(), weight.data(),
+                                   with_bias ? bias.data() : nullptr, s.B, s.T, s.C, s.OC);
+        cpu::gelu_forward<float>(out.data(), pre.data(), BT * s.OC);
+        const std::vector<float> inp_abs = abs_values(inp), weight_abs = abs_values(weight),
+                                 bias_abs = abs_values(bias);
+        cpu::matmul_forward<float>(pre_size.data(), inp_abs.data(), weight_abs.data(),
+                                   with_bias ? bias_abs.data() : nullptr, s.B, s.T, s.C, s.OC);
+        std::vector<double> pre_allowed = allowed_error(pre, 0.0, 2 * u);
+        if (with_bias)  // the fallback rounds the GEMM result, then adds the bias: two roundings
+          for (int64_t i = 0; i < BT * s.OC; ++i) pre_allowed[i] += u * bias_abs[i % s.OC];
+        add_allowed(pre_allowed, pre_size, 2.0 * (s.C + 1) * kFp32Roundoff);
+        std::vector<double> out_allowed = allowed_error(out, 0.0, 2 * u + 16 * kFp32Roundoff);
+        for (size_t i = 0; i < out_allowed.size(); ++i)
+          out_allowed[i] += 1.13 * pre_allowed[i] + (1.13 * u + 16 * kFp32Roundoff) * std::fabs(pre[i]);
+        const std::string tag = str_cat(Storage<T_>::kName, lt ? " lt" : " gemmex",
+                                        with_bias ? " bias" : "", " B=", s.B, " T=", s.T,
+                                        " C=", s.C, " OC=", s.OC);
+        EXPECT_TRUE(expect_close("matmul_forward_gelu pre " + tag, download_floats(d_pre), pre,
+                                 pre_allowed));
+        EXPECT_TRUE(expect_close("matmul_forward_gelu out " + tag, download_floats(d_out), out,
+                                 out_allowed));
       }
     }
   }
