@@ -122,6 +122,7 @@ class CpuModel final : public Model {
   const ModelOptions& options() const override { return options_; }
   DeviceKind device() const override { return DeviceKind::kCpu; }
   std::string device_name() const override;
+  std::string attention_kernel() const override { return to_string(options_.attention); }
 
   void set_parameters(const float* params) override;
   void get_parameters(float* params) const override;

@@ -48,7 +48,7 @@ enum GpuBuffer : int {
   kParams, kMaster, kGrads, kAdamM, kAdamV,
   kEncoded, kLn1, kLn1Mean, kLn1Rstd, kQkv, kLn2, kLn2Mean, kLn2Rstd, kFch, kFchGelu,
   kResidual2, kResidual3, kLnf, kLnfMean, kLnfRstd, kLogits, kLosses,
-  kAtty, kAttProbs, kAttLse, kAttScratch, kAttDProbs,
+  kAtty, kAttSaved, kAttWorkspace,
   kProj, kDLosses, kDLnf, kDResidual, kDFchGelu, kDFch, kDLn2, kDAtty, kDQkv, kDLn1,
   kMatmulScratch, kLayernormScratch, kEncoderScratch, kNormPartials, kNormResult, kInputs,
   kTargets,
@@ -61,23 +61,34 @@ struct GpuBufferSpec {
   size_t bytes = 0;
 };
 
+/// The attention of a model at its full (B, T); the kernel is chosen here, once.
+gpu::AttentionConfig attention_config(const ModelOptions& options) {
+  gpu::AttentionConfig config;
+  config.B = options.batch_size;
+  config.T = options.seq_len;
+  config.C = options.config.channels;
+  config.NH = options.config.num_heads;
+  config.bf16 = options.precision == Precision::kBf16;
+  config.kernel = gpu::select_attention_kernel(options.attention, options.flash_kernel,
+                                               config.bf16, options.config.head_size());
+  config.deterministic = options.deterministic_attention;
+  return config;
+}
+
 std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   const ModelConfig& cfg = options.config;
   const size_t B = options.batch_size, T = options.seq_len, C = cfg.channels;
-  const size_t L = cfg.num_layers, NH = cfg.num_heads, Vp = cfg.padded_vocab_size;
+  const size_t L = cfg.num_layers, Vp = cfg.padded_vocab_size;
   const size_t BT = B * T;
   const bool bf16_storage = options.precision == Precision::kBf16;
   const size_t x = bf16_storage ? 2 : 4;  // bytes of one stored value
   const size_t f = 4;
-  const bool naive = options.attention == AttentionKind::kNaive;
+  const gpu::AttentionConfig attention = attention_config(options);
   const size_t num_params = ParameterLayout::for_config(cfg).total;
   const int Bi = options.batch_size, Ti = options.seq_len, Ci = cfg.channels;
   const size_t max_oc = std::max<size_t>(4 * C, 3 * C);
   const size_t matmul_scratch =
       static_cast<size_t>(gpu::matmul_backward_scratch_floats(Bi, Ti, static_cast<int>(max_oc)));
-  const size_t attention_scratch_bytes =
-      naive ? gpu::attention_naive_scratch_elems(Bi, Ti, Ci, /*backward=*/true) * x
-            : gpu::attention_flash_scratch_floats(Bi, Ti, Ci, cfg.num_heads) * f;
 
   std::vector<GpuBufferSpec> s(kNumGpuBuffers);
   auto set = [&s](GpuBuffer id, const char* group, std::string name, size_t bytes) {
@@ -107,15 +118,10 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   set(kLogits, "activations", "logits, then dlogits in place (B,T,Vp)", BT * Vp * x);
   set(kLosses, "activations", "losses (B,T) fp32", BT * f);
   set(kAtty, "attention", "attention output (L,B,T,C)", L * BT * C * x);
-  set(kAttProbs, "attention", "attention probabilities P (L,B,NH,T,T)",
-      naive ? L * B * NH * T * T * x : 0);
-  set(kAttLse, "attention", "attention log-sum-exp (L,B,NH,T) fp32", naive ? 0 : L * B * NH * T * f);
-  set(kAttScratch, "attention",
-      naive ? "attention scratch: Q,K,V,dO,dQ,dK,dV per head (7,B,T,C)"
-            : "attention scratch: D (B,NH,T) + fp32 dQ (B,T,C)",
-      attention_scratch_bytes);
-  set(kAttDProbs, "attention", "attention dP / dS scratch (B,NH,T,T)",
-      naive ? B * NH * T * T * x : 0);
+  set(kAttSaved, "attention", gpu::attention_saved_name(attention),
+      L * gpu::attention_saved_bytes(attention));
+  set(kAttWorkspace, "attention", gpu::attention_workspace_name(attention),
+      gpu::attention_workspace_bytes(attention));
   set(kProj, "workspace", "attproj / fcproj output (B,T,C)", BT * C * x);
   set(kDLosses, "workspace", "dlosses (B,T) fp32", BT * f);
   set(kDLnf, "workspace", "dlnf (B,T,C)", BT * C * x);
@@ -147,10 +153,7 @@ void validate_cuda_options(const ModelOptions& options) {
   if (options.seq_len < 1 || options.seq_len > config.max_seq_len)
     GPT2_USAGE_FAIL("sequence length must be in [1, maxT=", config.max_seq_len, "] (got ",
                     options.seq_len, ")");
-  const int head_size = config.head_size();
-  if (options.attention == AttentionKind::kFlash && head_size != 64 && head_size != 128)
-    GPT2_USAGE_FAIL("flash attention on the GPU needs head size 64 or 128 (model has ", head_size,
-                    ")");
+  (void)attention_config(options);  // the attention kernel can run this model
   if (config.channels % 8 != 0)
     GPT2_USAGE_FAIL("the CUDA backend needs the channel count to be a multiple of 8 (got ",
                     config.channels, ")");
@@ -202,6 +205,7 @@ class CudaModel final : public CudaModelBase {
   const ModelOptions& options() const override { return options_; }
   DeviceKind device() const override { return DeviceKind::kCuda; }
   std::string device_name() const override { return ctx_->device_name(); }
+  std::string attention_kernel() const override { return gpu::to_string(attention_.kernel); }
 
   void set_parameters(const float* params) override;
   void get_parameters(float* params) const override;
@@ -229,6 +233,9 @@ class CudaModel final : public CudaModelBase {
     return static_cast<U*>(buffers_[id]);
   }
   T_* act(GpuBuffer id) const { return buf<T_>(id); }
+  /// The attention of the current (B, T) and the tensors of layer l (saved per layer).
+  gpu::AttentionConfig attention_at(int B, int T) const;
+  gpu::AttentionTensors attention_tensors(const gpu::AttentionConfig& config, int l) const;
   T_* param(int tensor) const { return buf<T_>(kParams) + layout_.offsets[tensor]; }
   T_* grad(int tensor) const { return buf<T_>(kGrads) + layout_.offsets[tensor]; }
 
@@ -243,6 +250,7 @@ class CudaModel final : public CudaModelBase {
   ModelConfig config_;
   ParameterLayout layout_;
   MemoryPlan plan_;
+  gpu::AttentionConfig attention_;  // at (batch_size, seq_len); the kernel chosen once
   std::unique_ptr<gpu::Context> ctx_;
   std::vector<void*> buffers_;          // indexed by GpuBuffer; nullptr for empty items
   std::vector<int> inputs_host_;        // the last forward's inputs (encoder backward buckets)
@@ -253,7 +261,10 @@ class CudaModel final : public CudaModelBase {
 
 template <typename T_>
 CudaModel<T_>::CudaModel(const ModelOptions& options)
-    : options_(options), config_(options.config), plan_(plan_cuda_model_memory(options)) {
+    : options_(options),
+      config_(options.config),
+      plan_(plan_cuda_model_memory(options)),
+      attention_(attention_config(options)) {
   static_assert(std::is_same_v<T_, float> || std::is_same_v<T_, bf16>);
   constexpr bool kIsBf16 = std::is_same_v<T_, bf16>;
   GPT2_CHECK((options.precision == Precision::kBf16) == kIsBf16);
@@ -266,6 +277,26 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
   GPT2_CUDA_CHECK(cudaMemsetAsync(buffers_[kAdamV], 0, plan_.items[kAdamV].bytes, ctx_->stream()));
   ctx_->synchronize();
   sample_memory();
+}
+
+template <typename T_>
+gpu::AttentionConfig CudaModel<T_>::attention_at(int B, int T) const {
+  gpu::AttentionConfig config = attention_;
+  config.B = B;
+  config.T = T;
+  return config;
+}
+
+template <typename T_>
+gpu::AttentionTensors CudaModel<T_>::attention_tensors(const gpu::AttentionConfig& config,
+                                                       int l) const {
+  const size_t BT = static_cast<size_t>(config.B) * config.T;
+  gpu::AttentionTensors tensors;
+  tensors.qkv = act(kQkv) + l * BT * 3 * config.C;
+  tensors.out = act(kAtty) + l * BT * config.C;
+  tensors.saved = static_cast<char*>(buffers_[kAttSaved]) + l * gpu::attention_saved_bytes(config);
+  tensors.workspace = buffers_[kAttWorkspace];
+  return tensors;
 }
 
 template <typename T_>
@@ -392,11 +423,10 @@ template <typename T_>
 void CudaModel<T_>::forward(int B, int T, bool with_loss) {
   const gpu::Context& ctx = *ctx_;
   cudaStream_t stream = ctx.stream();
-  const int C = config_.channels, L = config_.num_layers, NH = config_.num_heads;
+  const int C = config_.channels, L = config_.num_layers;
   const int V = config_.vocab_size, Vp = config_.padded_vocab_size;
   const size_t BT = static_cast<size_t>(B) * T, Cs = C;
-  const size_t att_rows = static_cast<size_t>(B) * NH * T;
-  const bool naive = options_.attention == AttentionKind::kNaive;
+  const gpu::AttentionConfig attention = attention_at(B, T);
 
   gpu::encoder_forward(act(kEncoded), buf<int>(kInputs), param(kWte), param(kWpe), B, T, C, stream);
   for (int l = 0; l < L; ++l) {
@@ -419,13 +449,7 @@ void CudaModel<T_>::forward(int B, int T, bool with_loss) {
                            param(kLn1b) + l * Cs, B, T, C, stream);
     gpu::matmul_forward(qkv, ln1, param(kQkvw) + l * 3 * Cs * Cs, param(kQkvb) + l * 3 * Cs, B, T,
                         C, 3 * C, ctx);
-    if (naive) {
-      gpu::attention_naive_forward(atty, act(kAttProbs) + l * att_rows * T, qkv, B, T, C, NH,
-                                   act(kAttScratch), ctx);
-    } else {
-      gpu::attention_flash_forward(atty, buf<float>(kAttLse) + l * att_rows, qkv, B, T, C, NH,
-                                   stream);
-    }
+    gpu::attention_forward(attention, attention_tensors(attention, l), ctx);
     gpu::matmul_forward(proj, atty, param(kAttprojw) + l * Cs * Cs, param(kAttprojb) + l * Cs, B,
                         T, C, C, ctx);
     gpu::residual_forward(residual2, residual, proj, static_cast<int64_t>(BT * Cs), stream);
@@ -453,11 +477,10 @@ void CudaModel<T_>::backward(float loss_scale) {
   const gpu::Context& ctx = *ctx_;
   cudaStream_t stream = ctx.stream();
   const int B = cur_B_, T = cur_T_;
-  const int C = config_.channels, L = config_.num_layers, NH = config_.num_heads;
+  const int C = config_.channels, L = config_.num_layers;
   const int V = config_.vocab_size, Vp = config_.padded_vocab_size;
   const size_t BT = static_cast<size_t>(B) * T, Cs = C;
-  const size_t att_rows = static_cast<size_t>(B) * NH * T;
-  const bool naive = options_.attention == AttentionKind::kNaive;
+  const gpu::AttentionConfig attention = attention_at(B, T);
   float* matmul_scratch = buf<float>(kMatmulScratch);
   float* ln_scratch = buf<float>(kLayernormScratch);
 
@@ -486,7 +509,6 @@ void CudaModel<T_>::backward(float loss_scale) {
   for (int l = L - 1; l >= 0; --l) {
     const T_* residual = l == 0 ? act(kEncoded) : act(kResidual3) + (l - 1) * BT * Cs;
     const T_* ln1 = act(kLn1) + l * BT * Cs;
-    const T_* qkv = act(kQkv) + l * BT * 3 * Cs;
     const T_* atty = act(kAtty) + l * BT * Cs;
     const T_* residual2 = act(kResidual2) + l * BT * Cs;
     const T_* ln2 = act(kLn2) + l * BT * Cs;
@@ -507,13 +529,10 @@ void CudaModel<T_>::backward(float loss_scale) {
     gpu::matmul_backward(datty, grad(kAttprojw) + l * Cs * Cs, grad(kAttprojb) + l * Cs,
                          dresidual, atty, param(kAttprojw) + l * Cs * Cs, B, T, C, C,
                          matmul_scratch, ctx);
-    if (naive) {
-      gpu::attention_naive_backward(dqkv, datty, qkv, act(kAttProbs) + l * att_rows * T, B, T, C,
-                                    NH, act(kAttScratch), act(kAttDProbs), ctx);
-    } else {
-      gpu::attention_flash_backward(dqkv, datty, qkv, atty, buf<float>(kAttLse) + l * att_rows, B,
-                                    T, C, NH, buf<float>(kAttScratch), stream);
-    }
+    gpu::AttentionTensors tensors = attention_tensors(attention, l);
+    tensors.dout = datty;
+    tensors.dqkv = dqkv;
+    gpu::attention_backward(attention, tensors, ctx);
     gpu::matmul_backward(dln1, grad(kQkvw) + l * 3 * Cs * Cs, grad(kQkvb) + l * 3 * Cs, dqkv, ln1,
                          param(kQkvw) + l * 3 * Cs * Cs, B, T, C, 3 * C, matmul_scratch, ctx);
     gpu::layernorm_backward(dresidual, grad(kLn1w) + l * Cs, grad(kLn1b) + l * Cs, dln1, residual,

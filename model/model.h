@@ -14,13 +14,13 @@
 #include <memory>
 #include <string>
 
+#include "kernels/common/attention_kind.h"
 #include "kernels/cpu/adamw.h"
 #include "model/config.h"
 #include "model/memory_plan.h"
 
 namespace gpt2 {
 
-enum class AttentionKind { kNaive, kFlash };
 enum class DeviceKind { kCpu, kCuda };
 enum class Precision { kFp32, kBf16 };
 
@@ -34,6 +34,8 @@ struct ModelOptions {
   int seq_len = 1;     // T of every micro-batch, <= config.max_seq_len
   AttentionKind attention = AttentionKind::kFlash;
   Precision precision = Precision::kFp32;
+  FlashKernelChoice flash_kernel = FlashKernelChoice::kAuto;  // GPU only
+  bool deterministic_attention = true;  // GPU flash backward bit-identical run to run
 };
 
 class Model {
@@ -43,6 +45,8 @@ class Model {
   virtual const ModelOptions& options() const = 0;
   virtual DeviceKind device() const = 0;
   virtual std::string device_name() const = 0;  // "CPU (2 threads)", "NVIDIA H100 80GB HBM3"
+  /// The attention kernel in use: "naive", "flash" (CPU), "flash-portable", "flash-hopper"...
+  virtual std::string attention_kernel() const = 0;
 
   /// fp32 parameters in ParameterLayout order (ParameterLayout::total floats).
   virtual void set_parameters(const float* params) = 0;

@@ -27,6 +27,8 @@ cxxopts::Options make_options() {
       ("max-seq-len", "rows of the position embedding (default 1024; from the file for a checkpoint)", s())
       ("device", "auto | cuda | cpu", s()->default_value("auto"))
       ("attn", "naive | flash", s()->default_value("flash"))
+      ("attn-kernel", "GPU flash kernel: auto | portable | hopper (auto: hopper on sm_90 with bf16)", s()->default_value("auto"))
+      ("attn-deterministic", "GPU flash backward bit-identical run to run: 1 | 0", s()->default_value("1"))
       ("precision", "fp32 | bf16 (default: bf16 on cuda, fp32 on cpu)", s())
       ("batch-size", "B, sequences per micro-batch (default: 16 on cuda, 4 on cpu)", s())
       ("seq-len", "T, tokens per sequence (default: 1024 on cuda, 64 on cpu)", s())
@@ -92,6 +94,13 @@ AttentionKind parse_attention(const std::string& name) {
   GPT2_USAGE_FAIL("--attn must be naive or flash (got '", name, "')");
 }
 
+FlashKernelChoice parse_flash_kernel(const std::string& name) {
+  if (name == "auto") return FlashKernelChoice::kAuto;
+  if (name == "portable") return FlashKernelChoice::kPortable;
+  if (name == "hopper") return FlashKernelChoice::kHopper;
+  GPT2_USAGE_FAIL("--attn-kernel must be auto, portable or hopper (got '", name, "')");
+}
+
 Precision parse_precision(const std::string& name) {
   if (name == "fp32") return Precision::kFp32;
   if (name == "bf16") return Precision::kBf16;
@@ -145,6 +154,9 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   if (cli.device != "auto" && cli.device != "cuda" && cli.device != "cpu")
     GPT2_USAGE_FAIL("--device must be auto, cuda or cpu (got '", cli.device, "')");
   cli.attention = parse_attention(text("attn"));
+  cli.flash_kernel = parse_flash_kernel(text("attn-kernel"));
+  cli.deterministic_attention =
+      parse_integer("attn-deterministic", text("attn-deterministic"), 0, 1, "0 or 1") == 1;
   if (given("precision")) cli.precision = parse_precision(text("precision"));
 
   if (given("batch-size")) cli.batch_size = parse_positive_int("batch-size", text("batch-size"));
@@ -201,6 +213,11 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
   if (!on_cuda && config.precision == Precision::kBf16)
     GPT2_USAGE_FAIL("--precision bf16 needs --device cuda (the CPU backend is fp32 only)");
   config.attention = cli.attention;
+  config.flash_kernel = cli.flash_kernel;
+  config.deterministic_attention = cli.deterministic_attention;
+  if (!on_cuda && cli.flash_kernel != FlashKernelChoice::kAuto)
+    GPT2_USAGE_FAIL("--attn-kernel ", to_string(cli.flash_kernel),
+                    " needs --device cuda (the CPU backend has one kernel per --attn)");
 
   config.model_name = cli.model.value_or(on_cuda ? "d12" : "d2");
   if (!is_model_preset(config.model_name) && file_exists(config.model_name)) {

@@ -35,6 +35,8 @@ struct CommandLine {
   std::optional<int> max_seq_len;
   std::string device = "auto";  // auto | cuda | cpu
   AttentionKind attention = AttentionKind::kFlash;
+  FlashKernelChoice flash_kernel = FlashKernelChoice::kAuto;
+  bool deterministic_attention = true;
   std::optional<Precision> precision;
   std::optional<int> batch_size;
   std::optional<int> seq_len;
@@ -66,6 +68,8 @@ struct TrainConfig {
   ModelConfig model_config;
   DeviceKind device = DeviceKind::kCpu;
   AttentionKind attention = AttentionKind::kFlash;
+  FlashKernelChoice flash_kernel = FlashKernelChoice::kAuto;  // GPU flash kernel
+  bool deterministic_attention = true;                        // GPU flash backward
   Precision precision = Precision::kFp32;
   int batch_size = 0;  // B per micro-batch
   int seq_len = 0;     // T
@@ -105,6 +109,7 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
 
 /// "naive" | "flash", "cpu" | "cuda", "fp32" | "bf16"; throw gpt2::UsageError naming option.
 AttentionKind parse_attention(const std::string& name);
+FlashKernelChoice parse_flash_kernel(const std::string& name);
 Precision parse_precision(const std::string& name);
 
 }  // namespace gpt2

@@ -42,6 +42,8 @@ ModelOptions model_options(const TrainConfig& config) {
   options.seq_len = config.seq_len;
   options.attention = config.attention;
   options.precision = config.precision;
+  options.flash_kernel = config.flash_kernel;
+  options.deterministic_attention = config.deterministic_attention;
   return options;
 }
 
@@ -73,7 +75,11 @@ void print_configuration(const TrainConfig& c, const DataLoader& train, const Da
   std::printf("  %-18s %s%s: %s, %.2fM parameters\n", "model", c.model_name.c_str(),
               c.model_from_checkpoint ? " (checkpoint)" : "", c.model_config.describe().c_str(),
               static_cast<double>(num_params) / 1e6);
-  std::printf("  %-18s %s\n", "attention", to_string(c.attention));
+  std::printf("  %-18s %s", "attention", to_string(c.attention));
+  if (c.device == DeviceKind::kCuda && c.attention == AttentionKind::kFlash)
+    std::printf(" (kernel %s, %s backward)", to_string(c.flash_kernel),
+                c.deterministic_attention ? "deterministic" : "non-deterministic");
+  std::printf("\n");
   std::printf("  %-18s %s\n", "precision", to_string(c.precision));
   std::printf("  %-18s B=%d T=%d world=%d\n", "micro-batch", c.batch_size, c.seq_len,
               c.world_size);
@@ -184,6 +190,7 @@ void report_summary(const TrainConfig& config, const Model& model, const RunTota
   json += ",\"device_name\":" + json_string(model.device_name());
   json += ",\"model\":" + json_string(config.model_config.describe());
   json += ",\"attn\":" + json_string(to_string(config.attention));
+  json += ",\"attn_kernel\":" + json_string(model.attention_kernel());
   json += ",\"precision\":" + json_string(to_string(config.precision));
   json += ",\"batch_size\":" + std::to_string(config.batch_size);
   json += ",\"seq_len\":" + std::to_string(config.seq_len);
@@ -265,7 +272,8 @@ void run_training(const TrainConfig& config) {
   std::fflush(stdout);
   std::unique_ptr<Model> model = config.device == DeviceKind::kCuda ? make_cuda_model(options)
                                                                     : make_cpu_model(options);
-  std::printf("device: %s\n", model->device_name().c_str());
+  std::printf("device: %s, attention kernel %s\n", model->device_name().c_str(),
+              model->attention_kernel().c_str());
   std::fflush(stdout);
 
   const size_t num_params = ParameterLayout::for_config(config.model_config).total;

@@ -1,43 +1,95 @@
 /**
  * @file attention.cuh
- * @brief Causal multi-head attention on the GPU: naive (cuBLAS + materialized P) and flash.
+ * @brief Causal multi-head attention on the GPU: one interface, several kernels.
  *
- * Same math, names and argument order as kernels/cpu/attention.h (read it for the layouts):
- * qkv (B,T,3C), out (B,T,C), HS = C/NH, scale = 1/sqrt(HS), causal. T is any value >= 1.
- * Storage type T_ = float or __nv_bfloat16; accumulation always fp32; lse always fp32.
- * dqkv is overwritten (=) in full.
+ * Models call attention_forward / attention_backward with an AttentionConfig (shape, storage
+ * type, kernel, determinism) and AttentionTensors; select_attention_kernel turns the user's
+ * choice into a kernel for the device, and the memory plan asks attention_saved_bytes (kept per
+ * layer from forward to backward) and attention_workspace_bytes (shared scratch). Adding a kernel
+ * touches this dispatch (kernels/gpu/attention.cu), its own files and its test; not the models.
  *
- * Naive: Q, K, V permuted to (B,NH,T,HS); S = scale Q K^T by a strided-batched cuBLAS GEMM
- *   written into `probs` (B,NH,T,T); one fused causal-mask + softmax kernel turns it into P in
+ * Tensors (same math, names and layouts as kernels/cpu/attention.h): qkv (B,T,3C), out (B,T,C),
+ * HS = C/NH, scale = 1/sqrt(HS), causal, any T >= 1. Storage bf16 or fp32 (config.bf16);
+ * accumulation always fp32; lse always fp32. dqkv is overwritten (=) in full.
+ *
+ * Kernels:
+ * - kNaive: Q, K, V permuted to (B,NH,T,HS); S = scale Q K^T by a strided-batched cuBLAS GEMM
+ *   written into the saved P (B,NH,T,T); one fused causal-mask + softmax kernel turns it into P in
  *   place; O = P V by a second GEMM. Backward from the stored P: dV = P^T dO, dP = dO V^T (into
- *   `dprobs_scratch`, also (B,NH,T,T)), dS = P (dP - rowsum(P dP)) in place, dQ = scale dS K,
- *   dK = scale dS^T Q. P and the scratch are real T x T device buffers; all indexing into them
- *   is 64-bit.
- *   Scratch: forward needs 4*B*T*C elements, backward 7*B*T*C (attention_naive_scratch_elems).
- *
- * Flash (FlashAttention-2 scheme), no T x T buffer anywhere:
- *   bf16: tensor-core kernels (mma.sync m16n8k16, fp32 accumulation). Forward: a thread block
- *     per (64 queries, b, h); K/V tiles of 64 keys double-buffered in shared memory by cp.async;
- *     scores and the online softmax in registers; key blocks above the diagonal skipped; O and
- *     lse written. Backward: D = rowsum(dO O); a thread block per (64 keys, b, h) loops over the
- *     query blocks at or below the diagonal, recomputes P from lse, accumulates dK and dV in
- *     registers and adds dQ into an fp32 buffer with atomics (so dQ's last bits depend on the
- *     order of those additions: not bitwise run-to-run deterministic); a last kernel writes dQ.
- *   fp32: exact SIMT kernels with the same tiling idea (groups of threads per query/key row);
- *     deterministic (dQ by its own kernel, no atomics). Slow; the --precision fp32 fallback.
- *   Head size 64 or 128. Scratch (backward): attention_flash_scratch_floats(B,T,C,NH) floats.
+ *   a (B,NH,T,T) workspace), dS = P (dP - rowsum(P dP)) in place, dQ = scale dS K,
+ *   dK = scale dS^T Q. All indexing into the T x T buffers is 64-bit.
+ * - kFlashPortable (FlashAttention-2 scheme, sm_80+), no T x T buffer anywhere. bf16: mma.sync
+ *   m16n8k16 tensor-core kernels; forward a block per (64 queries, b, h) with K/V tiles
+ *   double-buffered by cp.async, the online softmax in registers, O and lse written; backward
+ *   D = rowsum(dO O), a block per (64 keys, b, h) accumulating dK and dV in registers and adding
+ *   dQ into an fp32 buffer with atomics (dQ's last bits vary run to run). fp32: exact SIMT
+ *   kernels with the same tiling, deterministic (the --precision fp32 path). Head size 64/128.
+ * - kFlashHopper (FlashAttention-3 scheme, sm_90a, bf16, head size 64/128): TMA, wgmma and a
+ *   producer warpgroup feeding two consumer warpgroups (attention_hopper_forward.cu,
+ *   attention_hopper_backward.cu); with deterministic = true the dQ additions happen in a fixed
+ *   order, so two runs give the same bits.
  */
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "kernels/common/attention_kind.h"
+
 namespace gpt2::gpu {
 
 class Context;
+
+enum class AttentionKernel { kNaive, kFlashPortable, kFlashHopper };
+
+const char* to_string(AttentionKernel kernel);  // "naive" | "flash-portable" | "flash-hopper"
+
+/// One attention call's shape and options. B and T may change between calls (sampling runs
+/// shorter sequences) as long as the workspace was sized for the largest.
+struct AttentionConfig {
+  int B = 1, T = 1, C = 64, NH = 1;
+  bool bf16 = true;  // storage type; fp32 otherwise
+  AttentionKernel kernel = AttentionKernel::kFlashPortable;
+  bool deterministic = true;  // Hopper backward: fixed-order dQ (the portable bf16 one races)
+};
+
+/// The tensors of one call (storage type per config.bf16). Forward reads qkv and writes out and
+/// saved; backward reads qkv, out, saved and dout and writes dqkv. saved holds what backward
+/// needs: P (B,NH,T,T) for naive, lse (B,NH,T) fp32 for flash.
+struct AttentionTensors {
+  const void* qkv = nullptr;
+  void* out = nullptr;
+  void* saved = nullptr;
+  const void* dout = nullptr;
+  void* dqkv = nullptr;
+  void* workspace = nullptr;  // attention_workspace_bytes(config), shared by forward/backward
+};
+
+/// The kernel for the user's choice on the current device; throws UsageError when the choice
+/// cannot run (e.g. hopper on a GPU that is not sm_90, fp32 storage, unsupported head size).
+AttentionKernel select_attention_kernel(AttentionKind kind, FlashKernelChoice choice, bool bf16,
+                                        int head_size);
+
+/// Whether the Hopper kernels run (bf16, head_size) on the current device; if not, why.
+bool attention_hopper_supported(bool bf16, int head_size, std::string* why_not);
+
+size_t attention_saved_bytes(const AttentionConfig& config);
+size_t attention_workspace_bytes(const AttentionConfig& config);
+/// Names for the memory plan.
+std::string attention_saved_name(const AttentionConfig& config);
+std::string attention_workspace_name(const AttentionConfig& config);
+
+void attention_forward(const AttentionConfig& config, const AttentionTensors& tensors,
+                       const Context& ctx);
+void attention_backward(const AttentionConfig& config, const AttentionTensors& tensors,
+                        const Context& ctx);
+
+// ---------------------------------------------------------------------------------------------
+// The kernels' own entry points (used by the dispatch, the kernel tests and the benchmark).
 
 template <typename T_>
 void attention_naive_forward(T_* out, T_* probs, const T_* qkv, int B, int T, int C, int NH,

@@ -1,4 +1,5 @@
-// GPU attention (naive and flash, bf16 and fp32) against an fp64 CPU reference.
+// GPU attention kernels (naive, portable flash, Hopper flash; bf16 and fp32), each through the
+// attention dispatch, against an fp64 CPU reference.
 //
 // The rule for bf16 (FlashAttention's): the kernel's error against the fp64 reference is at
 // most twice the error of the plain same-precision implementation (our naive GPU attention:
@@ -8,6 +9,9 @@
 // poisoned with NaN before each launch, so an unwritten element fails.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -67,61 +71,76 @@ Reference reference_attention(const std::vector<float>& qkv, const std::vector<f
   return ref;
 }
 
+// One forward + backward through the attention dispatch with the given kernel; every output
+// (out, saved, dqkv) and the workspace are poisoned first.
 template <typename T_>
-AttentionResult run_flash(const std::vector<float>& qkv, const std::vector<float>& dout,
-                          const AttentionShape& s) {
+AttentionResult run_attention(AttentionKernel kernel, const std::vector<float>& qkv,
+                              const std::vector<float>& dout, const AttentionShape& s,
+                              const Context& ctx, bool deterministic = true) {
   const int C = s.NH * s.HS;
   const int64_t n_out = static_cast<int64_t>(s.B) * s.T * C;
+  AttentionConfig config;
+  config.B = s.B;
+  config.T = s.T;
+  config.C = C;
+  config.NH = s.NH;
+  config.bf16 = std::is_same_v<T_, bf16>;
+  config.kernel = kernel;
+  config.deterministic = deterministic;
   DeviceBuffer<T_> d_qkv(3 * n_out), d_dout(n_out), d_out(n_out), d_dqkv(3 * n_out);
-  DeviceBuffer<float> d_lse(static_cast<int64_t>(s.B) * s.NH * s.T);
-  DeviceBuffer<float> scratch(static_cast<int64_t>(attention_flash_scratch_floats(s.B, s.T, C, s.NH)));
-  upload_floats(d_qkv, qkv);
-  upload_floats(d_dout, dout);
-  d_out.poison();
-  d_lse.poison();
-  d_dqkv.poison();
-  scratch.poison();
-  attention_flash_forward(d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.T, C, s.NH, nullptr);
-  attention_flash_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), s.B,
-                           s.T, C, s.NH, scratch.get(), nullptr);
-  GPT2_CUDA_CHECK(cudaDeviceSynchronize());
-  return {download_floats(d_out), d_lse.download(), download_floats(d_dqkv)};
-}
-
-template <typename T_>
-AttentionResult run_naive(const std::vector<float>& qkv, const std::vector<float>& dout,
-                          const AttentionShape& s, const Context& ctx) {
-  const int C = s.NH * s.HS;
-  const int64_t n_out = static_cast<int64_t>(s.B) * s.T * C;
-  const int64_t n_probs = static_cast<int64_t>(s.B) * s.NH * s.T * s.T;
-  DeviceBuffer<T_> d_qkv(3 * n_out), d_dout(n_out), d_out(n_out), d_dqkv(3 * n_out);
-  DeviceBuffer<T_> probs(n_probs), dprobs(n_probs);
-  DeviceBuffer<T_> scratch(static_cast<int64_t>(attention_naive_scratch_elems(s.B, s.T, C, true)));
+  DeviceBuffer<unsigned char> saved(static_cast<int64_t>(attention_saved_bytes(config)));
+  DeviceBuffer<unsigned char> workspace(static_cast<int64_t>(attention_workspace_bytes(config)));
   upload_floats(d_qkv, qkv);
   upload_floats(d_dout, dout);
   d_out.poison();
   d_dqkv.poison();
-  probs.poison();
-  dprobs.poison();
-  scratch.poison();
-  attention_naive_forward(d_out.get(), probs.get(), d_qkv.get(), s.B, s.T, C, s.NH, scratch.get(),
-                          ctx);
-  attention_naive_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), probs.get(), s.B, s.T, C,
-                           s.NH, scratch.get(), dprobs.get(), ctx);
+  saved.poison();
+  workspace.poison();
+  AttentionTensors tensors;
+  tensors.qkv = d_qkv.get();
+  tensors.out = d_out.get();
+  tensors.saved = saved.get();
+  tensors.workspace = workspace.get();
+  attention_forward(config, tensors, ctx);
+  tensors.dout = d_dout.get();
+  tensors.dqkv = d_dqkv.get();
+  attention_backward(config, tensors, ctx);
   ctx.synchronize();
-  return {download_floats(d_out), {}, download_floats(d_dqkv)};
+  AttentionResult result{download_floats(d_out), {}, download_floats(d_dqkv)};
+  if (kernel != AttentionKernel::kNaive) {
+    const std::vector<unsigned char> bytes = saved.download_bytes();
+    result.lse.resize(bytes.size() / sizeof(float));
+    std::memcpy(result.lse.data(), bytes.data(), bytes.size());
+  }
+  return result;
 }
 
+/// Skips the calling test (with the reason) when `kernel` cannot run here with storage T_.
 template <typename T_>
-void check_attention(const AttentionShape& s, uint64_t seed) {
+bool kernel_runs_here(AttentionKernel kernel, int head_size, std::string* why) {
+  if (kernel != AttentionKernel::kFlashHopper) return true;
+  return attention_hopper_supported(std::is_same_v<T_, bf16>, head_size, why);
+}
+
+#define GPT2_REQUIRE_ATTENTION_KERNEL(T_, kernel, head_size)                        \
+  do {                                                                              \
+    std::string gpt2_why_;                                                          \
+    if (!kernel_runs_here<T_>(kernel, head_size, &gpt2_why_))                       \
+      GTEST_SKIP() << to_string(kernel) << " does not run here: " << gpt2_why_;     \
+  } while (0)
+
+// The kernel against fp64 and against naive attention of the same storage type (the FA2 rule).
+template <typename T_>
+void check_attention(AttentionKernel kernel, const AttentionShape& s, uint64_t seed,
+                     bool deterministic = true) {
   const int C = s.NH * s.HS;
   const int64_t n_out = static_cast<int64_t>(s.B) * s.T * C;
   const std::vector<float> qkv = round_through<T_>(random_normal(3 * n_out, seed, s.input_scale));
   const std::vector<float> dout = round_through<T_>(random_normal(n_out, seed + 1));
   const Reference ref = reference_attention(qkv, dout, s);
   Context ctx;
-  const AttentionResult flash = run_flash<T_>(qkv, dout, s);
-  const AttentionResult naive = run_naive<T_>(qkv, dout, s, ctx);
+  const AttentionResult flash = run_attention<T_>(kernel, qkv, dout, s, ctx, deterministic);
+  const AttentionResult naive = run_attention<T_>(AttentionKernel::kNaive, qkv, dout, s, ctx);
 
   bool finite = true;
   const double flash_out = relative_l2(flash.out, ref.out, &finite);
@@ -134,10 +153,10 @@ void check_attention(const AttentionShape& s, uint64_t seed) {
   EXPECT_TRUE(finite) << "naive out has non-finite values";
   const double naive_grad = relative_l2(naive.dqkv, ref.dqkv, &finite);
   EXPECT_TRUE(finite) << "naive dqkv has non-finite values";
-  std::printf("[ attention] %-4s %-38s rel-L2 vs fp64: out flash %.2e naive %.2e | "
-              "dqkv flash %.2e naive %.2e | lse flash %.2e\n",
-              Storage<T_>::kName, describe(s).c_str(), flash_out, naive_out, flash_grad,
-              naive_grad, flash_lse);
+  std::printf("[ attention] %-4s %-14s %-38s rel-L2 vs fp64: out %.2e naive %.2e | "
+              "dqkv %.2e naive %.2e | lse %.2e\n",
+              Storage<T_>::kName, to_string(kernel), describe(s).c_str(), flash_out, naive_out,
+              flash_grad, naive_grad, flash_lse);
 
   // fp32 is exact arithmetic up to accumulation order; bf16 follows the 2x-naive rule.
   const bool is_bf16 = std::is_same_v<T_, bf16>;
@@ -154,28 +173,47 @@ void check_attention(const AttentionShape& s, uint64_t seed) {
 
 class GpuAttentionTest : public ::testing::TestWithParam<AttentionShape> {};
 
-TEST_P(GpuAttentionTest, Bf16FlashAndNaiveMatchFp64Reference) {
+TEST_P(GpuAttentionTest, Bf16PortableFlashMatchesFp64Reference) {
   GPT2_REQUIRE_GPU();
-  check_attention<bf16>(GetParam(), 1000 + GetParam().T);
+  check_attention<bf16>(AttentionKernel::kFlashPortable, GetParam(), 1000 + GetParam().T);
 }
 
-TEST_P(GpuAttentionTest, Fp32FlashAndNaiveMatchFp64Reference) {
+TEST_P(GpuAttentionTest, Bf16HopperFlashMatchesFp64Reference) {
   GPT2_REQUIRE_GPU();
-  check_attention<float>(GetParam(), 2000 + GetParam().T);
+  GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, GetParam().HS);
+  check_attention<bf16>(AttentionKernel::kFlashHopper, GetParam(), 1000 + GetParam().T);
 }
 
+TEST_P(GpuAttentionTest, Fp32PortableFlashMatchesFp64Reference) {
+  GPT2_REQUIRE_GPU();
+  check_attention<float>(AttentionKernel::kFlashPortable, GetParam(), 2000 + GetParam().T);
+}
+
+// T around the 64- and 128-row tiles of both flash kernels, B and NH not powers of two.
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GpuAttentionTest,
-    ::testing::Values(AttentionShape{2, 1, 3, 64, 1.0}, AttentionShape{2, 63, 3, 64, 1.0},
-                      AttentionShape{2, 64, 3, 64, 1.0}, AttentionShape{2, 65, 3, 64, 1.0},
-                      AttentionShape{1, 1000, 2, 64, 1.0}, AttentionShape{1, 4096, 2, 64, 1.0},
-                      AttentionShape{2, 97, 2, 64, 3.0}, AttentionShape{1, 1, 2, 128, 1.0},
-                      AttentionShape{2, 65, 2, 128, 1.0}, AttentionShape{1, 300, 2, 128, 2.0}),
+    ::testing::Values(AttentionShape{3, 1, 3, 64, 1.0}, AttentionShape{3, 63, 3, 64, 1.0},
+                      AttentionShape{3, 64, 3, 64, 1.0}, AttentionShape{3, 65, 3, 64, 1.0},
+                      AttentionShape{3, 127, 3, 64, 1.0}, AttentionShape{3, 128, 3, 64, 1.0},
+                      AttentionShape{3, 129, 3, 64, 1.0}, AttentionShape{1, 1000, 3, 64, 1.0},
+                      AttentionShape{1, 4096, 3, 64, 1.0}, AttentionShape{2, 97, 3, 64, 3.0},
+                      AttentionShape{3, 1, 3, 128, 1.0}, AttentionShape{3, 63, 3, 128, 1.0},
+                      AttentionShape{3, 65, 3, 128, 1.0}, AttentionShape{3, 128, 3, 128, 1.0},
+                      AttentionShape{3, 129, 3, 128, 1.0}, AttentionShape{1, 1000, 3, 128, 1.0},
+                      AttentionShape{1, 4096, 3, 128, 1.0}, AttentionShape{1, 300, 3, 128, 2.0}),
     [](const ::testing::TestParamInfo<AttentionShape>& shape_info) {
       const AttentionShape& s = shape_info.param;
       return str_cat("B", s.B, "_T", s.T, "_NH", s.NH, "_HS", s.HS, "_x",
                      static_cast<int>(s.input_scale));
     });
+
+// The racing (non-deterministic) dQ order of the Hopper backward is as accurate.
+TEST(GpuAttentionHopper, NondeterministicModeMatchesFp64Reference) {
+  GPT2_REQUIRE_GPU();
+  GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, 64);
+  check_attention<bf16>(AttentionKernel::kFlashHopper, AttentionShape{2, 777, 3, 64, 1.0}, 31,
+                        /*deterministic=*/false);
+}
 
 // Rows of out and dQ at a few query positions, from the fp64 definition, for shapes too large
 // for a full reference: out_t = sum_j P_tj V_j, dQ_t = scale sum_j P_tj (dP_tj - D_t) K_j.
@@ -214,7 +252,8 @@ void reference_rows(const std::vector<float>& qkv, const std::vector<float>& dou
 }
 
 // B*NH*T*T = 8 * 16384^2 = 2^31 elements: the naive T x T buffers need 64-bit indexing. The
-// last rows address the very end of them. Flash runs the same shape (no T x T buffer).
+// last rows address the very end of them. Every flash kernel runs the same shape (no T x T
+// buffer); rows are checked against the fp64 definition.
 TEST(GpuAttentionLarge, NaiveAndFlashPast2To31Elements) {
   GPT2_REQUIRE_GPU();
   AttentionShape s{1, 16384, 8, 64, 1.0};
@@ -224,40 +263,42 @@ TEST(GpuAttentionLarge, NaiveAndFlashPast2To31Elements) {
   const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 77));
   const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 78));
   Context ctx;
-  const AttentionResult naive = run_naive<bf16>(qkv, dout, s, ctx);
-  const AttentionResult flash = run_flash<bf16>(qkv, dout, s);
+  std::vector<AttentionKernel> kernels = {AttentionKernel::kNaive, AttentionKernel::kFlashPortable};
+  std::string why;
+  if (attention_hopper_supported(true, s.HS, &why)) {
+    kernels.push_back(AttentionKernel::kFlashHopper);
+  } else {
+    std::printf("[ attention] flash-hopper not run: %s\n", why.c_str());
+  }
+  std::vector<AttentionResult> results;
+  for (AttentionKernel kernel : kernels) results.push_back(run_attention<bf16>(kernel, qkv, dout, s, ctx));
   for (int t : {0, 1, 8191, s.T - 2, s.T - 1}) {
     for (int h : {0, s.NH - 1}) {
       std::vector<double> out_row, dq_row;
       reference_rows(qkv, dout, s.T, s.NH, s.HS, t, h, &out_row, &dq_row);
-      std::vector<float> naive_out(s.HS), flash_out(s.HS), naive_dq(s.HS), flash_dq(s.HS);
-      for (int d = 0; d < s.HS; ++d) {
-        naive_out[d] = naive.out[static_cast<size_t>(t) * C + h * s.HS + d];
-        flash_out[d] = flash.out[static_cast<size_t>(t) * C + h * s.HS + d];
-        naive_dq[d] = naive.dqkv[static_cast<size_t>(t) * 3 * C + h * s.HS + d];
-        flash_dq[d] = flash.dqkv[static_cast<size_t>(t) * 3 * C + h * s.HS + d];
+      for (size_t k = 0; k < kernels.size(); ++k) {
+        std::vector<float> got_out(s.HS), got_dq(s.HS);
+        for (int d = 0; d < s.HS; ++d) {
+          got_out[d] = results[k].out[static_cast<size_t>(t) * C + h * s.HS + d];
+          got_dq[d] = results[k].dqkv[static_cast<size_t>(t) * 3 * C + h * s.HS + d];
+        }
+        bool finite = true;
+        const double e_out = relative_l2(got_out, out_row, &finite);
+        EXPECT_TRUE(finite);
+        const double e_dq = relative_l2(got_dq, dq_row, &finite);
+        EXPECT_TRUE(finite);
+        std::printf("[ attention] T=16384 row t=%d h=%d %-14s out %.2e dq %.2e\n", t, h,
+                    to_string(kernels[k]), e_out, e_dq);
+        // Long rows: bf16 P (naive) and bf16 P V operands (flash) each cost ~1e-2 at most.
+        EXPECT_LE(e_out, 5e-2) << to_string(kernels[k]) << " t=" << t << " h=" << h;
+        EXPECT_LE(e_dq, 1e-1) << to_string(kernels[k]) << " t=" << t << " h=" << h;
       }
-      bool finite = true;
-      const double e_naive_out = relative_l2(naive_out, out_row, &finite);
-      EXPECT_TRUE(finite);
-      const double e_flash_out = relative_l2(flash_out, out_row, &finite);
-      EXPECT_TRUE(finite);
-      const double e_naive_dq = relative_l2(naive_dq, dq_row, &finite);
-      EXPECT_TRUE(finite);
-      const double e_flash_dq = relative_l2(flash_dq, dq_row, &finite);
-      EXPECT_TRUE(finite);
-      std::printf("[ attention] T=16384 row t=%d h=%d: out naive %.2e flash %.2e | dq naive %.2e "
-                  "flash %.2e\n", t, h, e_naive_out, e_flash_out, e_naive_dq, e_flash_dq);
-      // Long rows: bf16 P (naive) and bf16 P V operands (flash) each cost ~1e-2 at most.
-      EXPECT_LE(e_naive_out, 5e-2) << "t=" << t << " h=" << h;
-      EXPECT_LE(e_flash_out, 5e-2) << "t=" << t << " h=" << h;
-      EXPECT_LE(e_naive_dq, 1e-1) << "t=" << t << " h=" << h;
-      EXPECT_LE(e_flash_dq, 1e-1) << "t=" << t << " h=" << h;
     }
   }
 }
 
-// Flash fp32 is fully deterministic; flash bf16 is, except dQ (fp32 atomics across key blocks).
+// Flash fp32 is fully deterministic; portable flash bf16 is, except dQ (fp32 atomics across key
+// blocks); Hopper flash bf16 in deterministic mode is, dQ included (fixed-order additions).
 TEST(GpuAttentionDeterminism, RepeatedRunsGiveIdenticalBits) {
   GPT2_REQUIRE_GPU();
   const AttentionShape s{2, 777, 4, 64, 1.0};
@@ -265,19 +306,41 @@ TEST(GpuAttentionDeterminism, RepeatedRunsGiveIdenticalBits) {
   const int64_t n_out = static_cast<int64_t>(s.B) * s.T * C;
   const std::vector<float> qkv = random_normal(3 * n_out, 5);
   const std::vector<float> dout = random_normal(n_out, 6);
-  const AttentionResult f32_a = run_flash<float>(qkv, dout, s);
-  const AttentionResult f32_b = run_flash<float>(qkv, dout, s);
+  Context ctx;
+  const AttentionKernel portable = AttentionKernel::kFlashPortable;
+  const AttentionResult f32_a = run_attention<float>(portable, qkv, dout, s, ctx);
+  const AttentionResult f32_b = run_attention<float>(portable, qkv, dout, s, ctx);
   EXPECT_EQ(f32_a.out, f32_b.out);
   EXPECT_EQ(f32_a.lse, f32_b.lse);
   EXPECT_EQ(f32_a.dqkv, f32_b.dqkv);
-  const AttentionResult bf_a = run_flash<bf16>(qkv, dout, s);
-  const AttentionResult bf_b = run_flash<bf16>(qkv, dout, s);
+  const AttentionResult bf_a = run_attention<bf16>(portable, qkv, dout, s, ctx);
+  const AttentionResult bf_b = run_attention<bf16>(portable, qkv, dout, s, ctx);
   EXPECT_EQ(bf_a.out, bf_b.out);
   EXPECT_EQ(bf_a.lse, bf_b.lse);
   // dK and dV (columns C..3C of each row) are written once from registers: identical.
   for (int64_t row = 0; row < static_cast<int64_t>(s.B) * s.T; ++row)
     for (int c = C; c < 3 * C; ++c)
       ASSERT_EQ(bf_a.dqkv[row * 3 * C + c], bf_b.dqkv[row * 3 * C + c]) << "row " << row << " c " << c;
+}
+
+TEST(GpuAttentionDeterminism, HopperDeterministicModeGivesIdenticalBits) {
+  GPT2_REQUIRE_GPU();
+  GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, 64);
+  // Many key blocks add into each query tile's dQ: 2048 / 128 = 16 per (b, h) at the end.
+  for (const AttentionShape s : {AttentionShape{2, 2048, 5, 64, 1.0}, AttentionShape{1, 1531, 3, 128, 1.0}}) {
+    const int C = s.NH * s.HS;
+    const int64_t n_out = static_cast<int64_t>(s.B) * s.T * C;
+    const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 15));
+    const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 16));
+    Context ctx;
+    const AttentionResult a = run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx);
+    for (int repeat = 0; repeat < 3; ++repeat) {
+      const AttentionResult b = run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx);
+      EXPECT_EQ(a.out, b.out) << describe(s);
+      EXPECT_EQ(a.lse, b.lse) << describe(s);
+      EXPECT_EQ(a.dqkv, b.dqkv) << describe(s) << " repeat " << repeat;
+    }
+  }
 }
 
 }  // namespace

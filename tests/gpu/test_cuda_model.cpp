@@ -17,6 +17,7 @@
 #include "data/paths.h"
 #include "gpu/gpu_test_util.h"
 #include "model/cpu_model.h"
+#include "kernels/gpu/attention.cuh"
 #include "model/cuda_model.h"
 #include "model/parameters.h"
 
@@ -54,6 +55,7 @@ double rel_l2(const float* got, const float* ref, size_t n) {
 struct StepCase {
   Precision precision;
   AttentionKind attention;
+  FlashKernelChoice flash_kernel = FlashKernelChoice::kAuto;
 };
 
 class CudaModelStepTest : public ::testing::TestWithParam<StepCase> {};
@@ -61,9 +63,14 @@ class CudaModelStepTest : public ::testing::TestWithParam<StepCase> {};
 TEST_P(CudaModelStepTest, OneStepMatchesCpuModel) {
   GPT2_REQUIRE_GPU();
   const StepCase c = GetParam();
+  if (c.flash_kernel == FlashKernelChoice::kHopper) {
+    std::string why;
+    if (!attention_hopper_supported(c.precision == Precision::kBf16, 64, &why))
+      GTEST_SKIP() << "flash-hopper does not run here: " << why;
+  }
   const ModelConfig config = small_config();
   const int B = 2, T = 37;
-  ModelOptions options{config, B, T, c.attention, c.precision};
+  ModelOptions options{config, B, T, c.attention, c.precision, c.flash_kernel};
   const ParameterLayout layout = ParameterLayout::for_config(config);
   std::vector<float> params(layout.total);
   init_parameters(params.data(), config, 42);
@@ -89,8 +96,8 @@ TEST_P(CudaModelStepTest, OneStepMatchesCpuModel) {
 
   const double loss_tol = bf16_storage ? 1e-2 : 1e-5;
   const double grad_tol = bf16_storage ? 5e-2 : 1e-4;
-  std::printf("[ model    ] %s %s loss gpu %.7f cpu %.7f\n", to_string(c.precision),
-              to_string(c.attention), gpu_loss, cpu_loss);
+  std::printf("[ model    ] %s %s (%s) loss gpu %.7f cpu %.7f\n", to_string(c.precision),
+              to_string(c.attention), to_string(c.flash_kernel), gpu_loss, cpu_loss);
   EXPECT_NEAR(gpu_loss, cpu_loss, loss_tol * std::fabs(cpu_loss));
   const double dres_err =
       rel_l2(dresidual.data(), cpu.buffer(kBufDResidual), dresidual.size());
@@ -112,10 +119,13 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(StepCase{Precision::kFp32, AttentionKind::kNaive},
                       StepCase{Precision::kFp32, AttentionKind::kFlash},
                       StepCase{Precision::kBf16, AttentionKind::kNaive},
-                      StepCase{Precision::kBf16, AttentionKind::kFlash}),
+                      StepCase{Precision::kBf16, AttentionKind::kFlash, FlashKernelChoice::kPortable},
+                      StepCase{Precision::kBf16, AttentionKind::kFlash, FlashKernelChoice::kHopper}),
     [](const ::testing::TestParamInfo<StepCase>& step_info) {
-      return str_cat(to_string(step_info.param.precision), "_",
-                     to_string(step_info.param.attention));
+      const StepCase& c = step_info.param;
+      return str_cat(to_string(c.precision), "_", to_string(c.attention),
+                     c.attention == AttentionKind::kFlash ? str_cat("_", to_string(c.flash_kernel))
+                                                          : std::string());
     });
 
 // The llm.c lesson: parameter gradients accumulate (a second backward doubles them) while
@@ -218,6 +228,45 @@ TEST(CudaModel, TwentyStepsLowerTheLossAndCurvesAgree) {
   }
   for (int i = 0; i < kSteps; ++i)
     EXPECT_NEAR(curves[1][i], curves[0][i], 2e-2 * curves[0][i]) << "step " << i + 1;
+}
+
+// bf16 training with the Hopper flash kernel in deterministic mode repeats bit for bit (what a
+// GPU resume needs): two models from the same start give identical losses and parameters.
+TEST(CudaModel, HopperDeterministicTrainingRepeatsBitForBit) {
+  GPT2_REQUIRE_GPU();
+  std::string why;
+  if (!attention_hopper_supported(true, 64, &why))
+    GTEST_SKIP() << "flash-hopper does not run here: " << why;
+  ModelConfig config = small_config();
+  config.max_seq_len = 512;
+  const int B = 2, T = 300, kSteps = 3;
+  const ParameterLayout layout = ParameterLayout::for_config(config);
+  std::vector<float> params(layout.total);
+  init_parameters(params.data(), config, 21);
+  std::vector<std::vector<float>> finals;
+  std::vector<std::vector<float>> losses;
+  for (int run = 0; run < 2; ++run) {
+    ModelOptions options{config, B, T, AttentionKind::kFlash, Precision::kBf16,
+                         FlashKernelChoice::kHopper, /*deterministic_attention=*/true};
+    auto gpu = make_gpu_model(options);
+    gpu->set_parameters(params.data());
+    cpu::AdamWHyper hyper;
+    hyper.lr = 1e-3f;
+    std::vector<float> curve;
+    for (int step = 1; step <= kSteps; ++step) {
+      const std::vector<int> inputs = random_ints(B * T, config.vocab_size, 100 + step);
+      const std::vector<int> targets = random_ints(B * T, config.vocab_size, 200 + step);
+      gpu->zero_grad();
+      curve.push_back(gpu->forward_backward(inputs.data(), targets.data(), 1.0f));
+      gpu->adamw_step(hyper, step, 1.0f / std::max(1.0f, gpu->grad_norm()));
+    }
+    std::vector<float> final_params(layout.total);
+    gpu->get_parameters(final_params.data());
+    finals.push_back(std::move(final_params));
+    losses.push_back(std::move(curve));
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  EXPECT_EQ(finals[0], finals[1]);
 }
 
 // A plan that cannot fit is refused before anything is allocated, naming the buffer.

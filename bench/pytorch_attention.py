@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""PyTorch SDPA (FlashAttention-2 and cuDNN backends) on the shapes of gpt2-attention-bench.
+
+Times torch.nn.functional.scaled_dot_product_attention, causal, bf16, with q, k, v taken from
+one interleaved (B, T, 3, NH, HS) tensor exactly as a GPT-2 block splits its qkv projection (the
+layout gpt2-attention-bench feeds this project's kernels). Forward, backward (on a fresh forward
+graph, dqkv written into a cleared .grad) and forward+backward are timed with CUDA events: median
+of --repeats after --warmup, inputs rotated among enough sets to overflow the L2 cache. FLOPs by
+FlashAttention's convention: forward 4 B NH T^2 HS / 2 (causal), backward 2.5x, both 3.5x.
+
+With --ours CSV (written by gpt2-attention-bench in the same run on the same device) it prints one
+table of TFLOP/s with the ratios ours / FlashAttention-2 and ours / cuDNN, and writes it as
+Markdown (--markdown) and CSV (--csv). A comparison only: the trainer never imports PyTorch.
+"""
+import argparse
+import csv
+import datetime
+import math
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+BACKENDS = {"torch-fa2": SDPBackend.FLASH_ATTENTION, "torch-cudnn": SDPBackend.CUDNN_ATTENTION}
+
+
+def median_ms(fn, warmup, repeats):
+    for i in range(warmup):
+        fn(i)
+    times = []
+    for i in range(repeats):
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(warmup + i)
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return statistics.median(times)
+
+
+def time_backend(backend, B, T, NH, HS, sets, warmup, repeats):
+    qkvs = [torch.randn(B, T, 3, NH, HS, device="cuda", dtype=torch.bfloat16).requires_grad_()
+            for _ in range(sets)]
+    douts = [torch.randn(B, NH, T, HS, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+
+    def attend(i):
+        qkv = qkvs[i % sets]
+        q, k, v = (qkv[:, :, j].transpose(1, 2) for j in range(3))
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def forward(i):
+        with torch.no_grad():
+            attend(i)
+
+    def forward_backward(i):
+        qkvs[i % sets].grad = None
+        attend(i).backward(douts[i % sets])
+
+    fwd = median_ms(forward, warmup, repeats)
+    both = median_ms(forward_backward, warmup, repeats)
+    # Backward alone: build the graph untimed, then time only .backward().
+    for i in range(warmup):
+        forward_backward(i)
+    times = []
+    for i in range(repeats):
+        qkvs[i % sets].grad = None
+        out = attend(i)
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        start.record()
+        out.backward(douts[i % sets])
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    bwd = statistics.median(times)
+    del qkvs, douts
+    torch.cuda.empty_cache()
+    return fwd, bwd, both
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seq-lens", default="512,1024,2048,4096,8192,16384,32768,65536")
+    parser.add_argument("--tokens", type=int, default=16384, help="B = max(1, tokens / T)")
+    parser.add_argument("--heads", type=int, default=12)
+    parser.add_argument("--head-sizes", default="64,128")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--ours", help="gpt2-attention-bench CSV of the same run, to compare")
+    parser.add_argument("--csv", default="out/pytorch_attention.csv")
+    parser.add_argument("--markdown", help="write the comparison table here (Markdown)")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("pytorch_attention.py: no CUDA device")
+    device = torch.cuda.get_device_name()
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    print(f"PyTorch {torch.__version__} SDPA on {device}: bf16, causal, NH={args.heads}, "
+          f"median of {args.repeats} after {args.warmup}")
+    rows = []
+    for HS in (int(x) for x in args.head_sizes.split(",")):
+        for T in (int(x) for x in args.seq_lens.split(",")):
+            B = max(1, args.tokens // T)
+            fwd_flops = 4.0 * B * args.heads * T * T * HS / 2
+            set_bytes = 4 * B * T * args.heads * HS * 2
+            sets = max(1, min(8, 4 * l2 // set_bytes + 1))
+            for name, backend in BACKENDS.items():
+                try:
+                    fwd, bwd, both = time_backend(backend, B, T, args.heads, HS, sets,
+                                                  args.warmup, args.repeats)
+                except RuntimeError as error:  # backend refuses the shape, or out of memory
+                    print(f"{HS:4d} {T:6d} {B:3d} {name:<12} failed: {str(error).splitlines()[0]}")
+                    torch.cuda.empty_cache()
+                    fwd = bwd = both = math.nan
+                row = dict(device=device, head_size=HS, seq_len=T, batch=B, heads=args.heads,
+                           kernel=name, fwd_ms=fwd, bwd_ms=bwd, fwdbwd_ms=both,
+                           fwd_tflops=fwd_flops / fwd / 1e9, bwd_tflops=2.5 * fwd_flops / bwd / 1e9,
+                           fwdbwd_tflops=3.5 * fwd_flops / both / 1e9)
+                rows.append(row)
+                print(f"{HS:4d} {T:6d} {B:3d} {name:<12} | fwd {fwd:8.3f} ms {row['fwd_tflops']:6.1f} TF/s"
+                      f" | bwd {bwd:8.3f} ms {row['bwd_tflops']:6.1f} | f+b {both:8.3f} ms "
+                      f"{row['fwdbwd_tflops']:6.1f}", flush=True)
+    os.makedirs(os.path.dirname(args.csv) or ".", exist_ok=True)
+    with open(args.csv, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"wrote {args.csv}")
+    if args.ours:
+        compare(args, rows, device)
+
+
+def compare(args, torch_rows, device):
+    with open(args.ours) as f:
+        ours = list(csv.DictReader(f))
+    ours_devices = {r["device"] for r in ours}
+    if ours_devices != {device}:
+        print(f"warning: {args.ours} was measured on {ours_devices}, PyTorch on {device}")
+    ref = {(r["head_size"], r["seq_len"], r["kernel"]): r for r in torch_rows}
+    kernels = sorted({r["kernel"] for r in ours if r["kernel"] != "naive"})
+    lines = [f"Attention kernels, TFLOP/s (forward / backward / forward+backward), causal, bf16, "
+             f"NH={args.heads}, B·T={args.tokens}; {device}, "
+             f"{datetime.date.today().isoformat()}, one run (ours and PyTorch "
+             f"{torch.__version__} in the same device call).", ""]
+    header = "| HS | T | " + " | ".join(f"{k} f/b/f+b" for k in kernels) + \
+        " | torch-fa2 f/b/f+b | torch-cudnn f/b/f+b | " + \
+        " | ".join(f"{k} / fa2, / cudnn (f+b)" for k in kernels) + " |"
+    lines += [header, "|" + " --- |" * (header.count("|") - 1)]
+    for row in ours:
+        if row["kernel"] != kernels[0]:
+            continue
+        hs, t = int(row["head_size"]), int(row["seq_len"])
+
+        def triple(r):
+            return "/".join(f"{float(r[k]):.0f}" for k in ("fwd_tflops", "bwd_tflops", "fwdbwd_tflops"))
+
+        ours_rows = {r["kernel"]: r for r in ours
+                     if int(r["head_size"]) == hs and int(r["seq_len"]) == t}
+        fa2, cudnn = ref.get((hs, t, "torch-fa2")), ref.get((hs, t, "torch-cudnn"))
+        cells = [str(hs), str(t)]
+        cells += [triple(ours_rows[k]) if k in ours_rows else "-" for k in kernels]
+        cells += [triple(fa2) if fa2 else "-", triple(cudnn) if cudnn else "-"]
+        for k in kernels:
+            mine = float(ours_rows[k]["fwdbwd_tflops"]) if k in ours_rows else math.nan
+            cells.append(f"{mine / fa2['fwdbwd_tflops']:.2f}, {mine / cudnn['fwdbwd_tflops']:.2f}"
+                         if fa2 and cudnn else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.markdown:
+        os.makedirs(os.path.dirname(args.markdown) or ".", exist_ok=True)
+        with open(args.markdown, "w") as f:
+            f.write(text)
+        print(f"wrote {args.markdown}")
+
+
+if __name__ == "__main__":
+    main()

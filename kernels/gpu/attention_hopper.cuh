@@ -1,0 +1,36 @@
+/**
+ * @file attention_hopper.cuh
+ * @brief Launchers of the Hopper (sm_90a) flash-attention kernels. Internal to kernels/gpu:
+ * models reach them through the attention dispatch (attention.cuh).
+ *
+ * bf16 only, head size 64 or 128, causal, any B, T >= 1, NH. Same tensors and contracts as
+ * the portable flash kernels: forward writes out (B,T,C) and lse (B,NH,T) fp32; backward
+ * overwrites dqkv (B,T,3C) in full. The backward needs attention_hopper_workspace_bytes() of
+ * device workspace: the log2-domain lse and D = rowsum(dO * O) padded to 64-row tiles, the fp32
+ * dQ accumulator and the per-tile semaphores of the deterministic dQ order. With
+ * deterministic = true the dQ additions happen in a fixed order (bit-identical runs); with
+ * false they race (faster, last bits vary).
+ */
+#pragma once
+
+#include <cstddef>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace gpt2::gpu {
+
+/// True when this build carries sm_90a code for the Hopper kernels.
+bool attention_hopper_compiled();
+
+void attention_hopper_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B,
+                              int T, int C, int NH, cudaStream_t stream);
+
+void attention_hopper_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout,
+                               const __nv_bfloat16* qkv, const __nv_bfloat16* out,
+                               const float* lse, int B, int T, int C, int NH, void* workspace,
+                               bool deterministic, cudaStream_t stream);
+
+size_t attention_hopper_workspace_bytes(int B, int T, int C, int NH);
+
+}  // namespace gpt2::gpu

@@ -1,0 +1,491 @@
+/**
+ * @file attention_hopper_backward.cu
+ * @brief Flash-attention backward for Hopper (sm_90a): TMA, wgmma, warp specialization.
+ *
+ * dqkv (B,T,3C) bf16 (=) from dout (B,T,C), qkv, out and lse (B,NH,T); causal; head size 64 or
+ * 128; any T. CPU twin: cpu::attention_flash_backward. Three launches:
+ *  1. Preprocess, a warp per (b, h, t) of the tile-padded length: lse2 = lse * log2(e) and
+ *     D = rowsum(dO * O) (padding rows: lse2 = +inf, D = 0, so their P is exactly 0); the fp32
+ *     dQ accumulator and the semaphores are zeroed.
+ *  2. Main kernel, one block per (128 keys, b, h), blocks ordered longest first (key tile 0
+ *     meets every query tile). Warpgroup 0 is the producer: TMA copies of the K and V tiles once,
+ *     then a ring of kStages (Q, dO, lse2, D) query tiles of 64 rows, from the diagonal to T.
+ *     Warpgroups 1 and 2 own 64 keys each and, per query tile:
+ *       S^T = K Q^T and dP^T = V dO^T        (wgmma, both operands in shared memory)
+ *       P^T = exp2(S^T scale log2e - lse2), dS^T = P^T (dP^T - D)   (registers)
+ *       dV += P^T dO, dK += dS^T Q            (wgmma, P^T and dS^T as register A operands)
+ *       dQ_partial = dS K over the warpgroup's 64 keys (dS^T staged in shared memory, M-major)
+ *     and adds dQ_partial into the fp32 accumulator with one bulk reduce-add (copy engine).
+ *     Deterministic mode: the additions into each query tile happen in the fixed order
+ *     (key block, warpgroup) ascending, enforced by a per-tile semaphore; every block waits only
+ *     on blocks launched before it. dK (times the scale) and dV are written from registers.
+ *  3. dQ * scale converted to bf16 into dqkv's query columns.
+ * The dQ accumulator keeps each 64 x HS tile in the order the accumulator fragments are held
+ * (float2 [reg pair][thread]), so staging writes are conflict-free and one bulk copy moves a
+ * whole tile; launch 3 undoes the permutation.
+ */
+#include "kernels/gpu/attention_hopper.cuh"
+
+#include <cmath>
+
+#include "kernels/common/error.h"
+#include "kernels/gpu/attention_flash_tiles.cuh"
+#include "kernels/gpu/attention_hopper_tiles.cuh"
+#include "kernels/gpu/common.cuh"
+#include "kernels/gpu/tensor_map.cuh"
+
+namespace gpt2::gpu {
+namespace {
+
+using bf16 = __nv_bfloat16;
+using hopper::SmemTile;
+
+constexpr int kQueryTile = 64;  // query rows per step (and the padding unit of the workspace)
+
+/// Where the pieces of the backward workspace live, for (B, T, C, NH); base may be null (sizes).
+struct HopperBackwardWorkspace {
+  float* lse2 = nullptr;      // (B*NH, T_pad)
+  float* dsum = nullptr;      // (B*NH, T_pad)
+  float* dq_accum = nullptr;  // (B*NH, num_m_tiles, 64 * HS) in fragment order
+  int* semaphores = nullptr;  // (B*NH, num_m_tiles)
+  int num_m_tiles = 0;
+  size_t bytes = 0;
+
+  HopperBackwardWorkspace(void* base, int B, int T, int C, int NH) {
+    num_m_tiles = (T + kQueryTile - 1) / kQueryTile;
+    const size_t rows = static_cast<size_t>(B) * NH * num_m_tiles * kQueryTile;
+    const size_t head_size = static_cast<size_t>(C / NH);
+    const size_t dsum_offset = rows * sizeof(float);
+    const size_t dq_offset = 2 * rows * sizeof(float);
+    const size_t semaphore_offset = dq_offset + rows * head_size * sizeof(float);
+    bytes = semaphore_offset + static_cast<size_t>(B) * NH * num_m_tiles * sizeof(int);
+    if (base != nullptr) {
+      char* p = static_cast<char*>(base);
+      lse2 = reinterpret_cast<float*>(p);
+      dsum = reinterpret_cast<float*>(p + dsum_offset);
+      dq_accum = reinterpret_cast<float*>(p + dq_offset);
+      semaphores = reinterpret_cast<int*>(p + semaphore_offset);
+    }
+  }
+};
+
+struct HopperBackwardParams {
+  const float* lse2;
+  const float* dsum;
+  float* dq_accum;
+  int* semaphores;
+  bf16* dqkv;
+  int T, C, NH, BH;
+  int num_m_tiles;
+  int deterministic;
+  float scale;       // 1/sqrt(HS)
+  float scale_log2;  // scale * log2(e)
+};
+
+template <int kHeadDim_>
+struct HopperBackwardTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kConsumers = 2;             // consumer warpgroups, 64 keys each
+  static constexpr int kBlockN = 64 * kConsumers;  // keys per block
+  static constexpr int kBlockM = kQueryTile;       // queries per step
+  static constexpr int kStages = 2;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
+  using KVTile = SmemTile<kBlockN, kHeadDim>;
+  using QTile = SmemTile<kBlockM, kHeadDim>;      // Q and dO
+  using DsTile = SmemTile<64, kBlockM>;            // dS^T of one warpgroup: keys x queries
+  static constexpr int kStatsBytes = 2 * kBlockM * 4;              // lse2 and D of a stage
+  static constexpr int kDqStageBytes = 64 * kHeadDim * 4;          // one warpgroup's dQ tile
+  static constexpr int kKOffset = 0;
+  static constexpr int kVOffset = kKOffset + KVTile::kBytes;
+  static constexpr int kQOffset = kVOffset + KVTile::kBytes;
+  static constexpr int kDoOffset = kQOffset + kStages * QTile::kBytes;
+  static constexpr int kDsOffset = kDoOffset + kStages * QTile::kBytes;
+  static constexpr int kDqOffset = kDsOffset + kConsumers * DsTile::kBytes;
+  static constexpr int kStatsOffset = kDqOffset + kConsumers * kDqStageBytes;
+  static constexpr int kBarrierOffset = kStatsOffset + kStages * kStatsBytes;
+  static constexpr int kNumBarriers = 1 + 2 * kStages;  // kv_full, full[], empty[]
+  static constexpr int kSmemBytes = kBarrierOffset + 8 * kNumBarriers + 1024;  // + alignment
+  static_assert((kConsumers * kConsumerRegisters + kProducerRegisters) * 128 <= 65536,
+                "setmaxnreg budgets exceed the register file");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
+};
+
+__device__ __forceinline__ int load_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    hopper_backward_kernel(const __grid_constant__ CUtensorMap kv_map,
+                           const __grid_constant__ CUtensorMap q_map,
+                           const __grid_constant__ CUtensorMap dout_map,
+                           const HopperBackwardParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kStages = Traits::kStages;
+  using KVTile = typename Traits::KVTile;
+  using QTile = typename Traits::QTile;
+  using DsTile = typename Traits::DsTile;
+
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t smem = (hopper::smem_addr(smem_raw) + 1023u) & ~1023u;
+  unsigned char* smem_generic = smem_raw + (smem - hopper::smem_addr(smem_raw));
+  const KVTile k_tile{smem + Traits::kKOffset};
+  const KVTile v_tile{smem + Traits::kVOffset};
+  auto q_tile = [&](int s) { return QTile{smem + Traits::kQOffset + s * QTile::kBytes}; };
+  auto do_tile = [&](int s) { return QTile{smem + Traits::kDoOffset + s * QTile::kBytes}; };
+  auto stats = [&](int s) { return Traits::kStatsOffset + s * Traits::kStatsBytes; };
+  const uint32_t bars = smem + Traits::kBarrierOffset;
+  const uint32_t kv_full = bars;
+  auto full = [&](int s) { return bars + 8 * (1 + s); };
+  auto empty = [&](int s) { return bars + 8 * (1 + kStages + s); };
+
+  const int n_block = static_cast<int>(blockIdx.x) / p.BH;
+  const int bh = static_cast<int>(blockIdx.x) % p.BH;
+  const int b = bh / p.NH;
+  const int h = bh % p.NH;
+  const int n0 = n_block * Traits::kBlockN;
+  const int m_begin = n0 / kBlockM;  // first query tile with a query >= n0
+  const int m_end = p.num_m_tiles;
+  const int64_t stats_row0 = static_cast<int64_t>(bh) * p.num_m_tiles * kBlockM;
+
+  if (threadIdx.x == 0) {
+    hopper::mbarrier_init(kv_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      hopper::mbarrier_init(full(s), 1);
+      hopper::mbarrier_init(empty(s), Traits::kConsumers * 128);
+    }
+    hopper::fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int warpgroup = threadIdx.x / 128;
+  if (warpgroup == 0) {
+    hopper::setmaxnreg_dec<Traits::kProducerRegisters>();
+    if (threadIdx.x == 0) {
+      hopper::prefetch_tensor_map(&kv_map);
+      hopper::prefetch_tensor_map(&q_map);
+      hopper::prefetch_tensor_map(&dout_map);
+      const int head_col = h * kHeadDim;
+      hopper::mbarrier_arrive_expect_tx(kv_full, 2 * KVTile::kBytes);
+      k_tile.load(&kv_map, kv_full, p.C + head_col, n0, b);
+      v_tile.load(&kv_map, kv_full, 2 * p.C + head_col, n0, b);
+      for (int m = m_begin; m < m_end; ++m) {
+        const int it = m - m_begin;
+        const int s = it % kStages;
+        if (it >= kStages) hopper::mbarrier_wait(empty(s), ((it / kStages) - 1) & 1);
+        hopper::mbarrier_arrive_expect_tx(full(s), 2 * QTile::kBytes + Traits::kStatsBytes);
+        q_tile(s).load(&q_map, full(s), head_col, m * kBlockM, b);
+        do_tile(s).load(&dout_map, full(s), head_col, m * kBlockM, b);
+        const int64_t row = stats_row0 + static_cast<int64_t>(m) * kBlockM;
+        hopper::bulk_load(smem + stats(s), p.lse2 + row, kBlockM * 4, full(s));
+        hopper::bulk_load(smem + stats(s) + kBlockM * 4, p.dsum + row, kBlockM * 4, full(s));
+      }
+    }
+    return;
+  }
+
+  hopper::setmaxnreg_inc<Traits::kConsumerRegisters>();
+  const int c = warpgroup - 1;
+  const int tid = threadIdx.x % 128;
+  const int lane = threadIdx.x % 32;
+  const int warp = tid / 32;
+  const int key_local = 16 * warp + lane / 4;  // this thread's keys: + 0 and + 8 (of 64)
+  const int key0 = n0 + 64 * c + key_local;
+  const int col_pair = 2 * (lane % 4);
+  const DsTile ds_tile{smem + Traits::kDsOffset + c * DsTile::kBytes};
+  const uint32_t dq_stage = smem + Traits::kDqOffset + c * Traits::kDqStageBytes;
+  float* dq_stage_generic =
+      reinterpret_cast<float*>(smem_generic + Traits::kDqOffset + c * Traits::kDqStageBytes);
+  constexpr int kSRegs = kBlockM / 2;       // S^T, dP^T accumulators (64 keys x 64 queries)
+  constexpr int kGradRegs = kHeadDim / 2;   // dK, dV accumulators (64 keys x kHeadDim)
+  constexpr int kSlabs = kBlockM / 16;      // k16 slabs of the query dimension
+  constexpr int kDqPasses = kHeadDim / 64;  // dQ computed 64 head dims at a time
+  const int barrier_id = 1 + c;             // this warpgroup's named barrier
+
+  float dk_acc[kGradRegs];
+  float dv_acc[kGradRegs];
+#pragma unroll
+  for (int i = 0; i < kGradRegs; ++i) dk_acc[i] = dv_acc[i] = 0.f;
+  int* pending_semaphore = nullptr;  // thread 0 of the warpgroup: the last tile it added into
+
+  hopper::mbarrier_wait(kv_full, 0);
+
+  for (int m = m_begin; m < m_end; ++m) {
+    const int it = m - m_begin;
+    const int s = it % kStages;
+    const int m0 = m * kBlockM;
+    hopper::mbarrier_wait(full(s), (it / kStages) & 1);
+
+    float st[kSRegs];   // S^T, then P^T
+    float dpt[kSRegs];  // dP^T, then dS^T
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk)
+      hopper::wgmma_ss<kBlockM, 0, 0>(st, k_tile.k_major(64 * c, kk), q_tile(s).k_major(0, kk),
+                                      kk > 0);
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk)
+      hopper::wgmma_ss<kBlockM, 0, 0>(dpt, v_tile.k_major(64 * c, kk), do_tile(s).k_major(0, kk),
+                                      kk > 0);
+    hopper::wgmma_commit_group();
+    hopper::wgmma_wait_group<0>();
+    hopper::fence_operands(st);
+    hopper::fence_operands(dpt);
+
+    const float* lse2 = reinterpret_cast<const float*>(smem_generic + stats(s));
+    const float* dsum = lse2 + kBlockM;
+    const bool needs_mask = m0 < n0 + 64 * c + 63;  // some key of this warpgroup > some query
+#pragma unroll
+    for (int i = 0; i < kSRegs; ++i) {
+      const int col = 8 * (i / 4) + col_pair + (i % 2);  // query - m0
+      const int key = key0 + ((i % 4) >= 2 ? 8 : 0);
+      float prob = hopper::exp2_approx(fmaf(st[i], p.scale_log2, -lse2[col]));
+      if (needs_mask && key > m0 + col) prob = 0.f;
+      st[i] = prob;
+      dpt[i] = prob * (dpt[i] - dsum[col]);
+    }
+    uint32_t p_frag[kSlabs][4];
+    uint32_t ds_frag[kSlabs][4];
+#pragma unroll
+    for (int kk = 0; kk < kSlabs; ++kk) {
+      hopper::accumulators_to_a_fragment(p_frag[kk], st, kk);
+      hopper::accumulators_to_a_fragment(ds_frag[kk], dpt, kk);
+    }
+    // dS^T to shared memory (rows = keys, columns = queries) for dQ = dS K.
+#pragma unroll
+    for (int kk = 0; kk < kSlabs; ++kk) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = key_local + ((e % 2) ? 8 : 0);
+        const int col = 16 * kk + ((e >= 2) ? 8 : 0) + col_pair;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_tile.element(row, col)),
+                     "r"(ds_frag[kk][e]));
+      }
+    }
+    hopper::fence_proxy_async_shared();
+
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kSlabs; ++kk)
+      hopper::wgmma_rs<kHeadDim, 1>(dv_acc, p_frag[kk], do_tile(s).mn_major(16 * kk), true);
+#pragma unroll
+    for (int kk = 0; kk < kSlabs; ++kk)
+      hopper::wgmma_rs<kHeadDim, 1>(dk_acc, ds_frag[kk], q_tile(s).mn_major(16 * kk), true);
+    hopper::wgmma_commit_group();
+
+    // The dQ staging buffer is free once the last bulk reduce has read it.
+    if (tid == 0) hopper::bulk_wait_group_read<0>();
+    hopper::named_barrier_sync(barrier_id, 128);  // dS^T stores done, staging free
+
+#pragma unroll
+    for (int pass = 0; pass < kDqPasses; ++pass) {
+      float dq[32];
+      hopper::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        hopper::wgmma_ss<64, 1, 1>(dq, ds_tile.mn_major(16 * kk),
+                                   k_tile.mn_major(64 * c + 16 * kk, pass), kk > 0);
+      hopper::wgmma_commit_group();
+      hopper::wgmma_wait_group<0>();
+      hopper::fence_operands(dq);
+      if (pass == 0) {
+        hopper::fence_operands(dk_acc);
+        hopper::fence_operands(dv_acc);
+        hopper::mbarrier_arrive(empty(s));  // Q, dO and the stats of this stage are consumed
+      }
+      // Fragment order: float2 j of this thread at [(pass * 16 + j) * 128 + tid].
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        *reinterpret_cast<float2*>(dq_stage_generic + 2 * ((pass * 16 + j) * 128 + tid)) =
+            make_float2(dq[2 * j], dq[2 * j + 1]);
+      }
+    }
+    hopper::fence_proxy_async_shared();
+    hopper::named_barrier_sync(barrier_id, 128);
+
+    if (tid == 0) {
+      const int64_t tile = static_cast<int64_t>(bh) * p.num_m_tiles + m;
+      if (p.deterministic) {
+        if (pending_semaphore) {  // release the previous tile to the next adder
+          hopper::bulk_wait_group<0>();
+          __threadfence();
+          atomicAdd(pending_semaphore, 1);
+        }
+        const int turn = 2 * n_block + c;
+        while (load_acquire(p.semaphores + tile) != turn) {
+        }
+        pending_semaphore = p.semaphores + tile;
+      }
+      hopper::bulk_reduce_add_f32(p.dq_accum + tile * 64 * kHeadDim, dq_stage,
+                                  Traits::kDqStageBytes);
+      hopper::bulk_commit_group();
+    }
+  }
+  if (tid == 0) {
+    hopper::bulk_wait_group<0>();
+    if (pending_semaphore) {
+      __threadfence();
+      atomicAdd(pending_semaphore, 1);
+    }
+  }
+
+  // dK = scale * dS^T Q and dV, rows = this thread's keys.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = key0 + 8 * r;
+    if (key < p.T) {
+      bf16* dk_row = p.dqkv + (static_cast<int64_t>(b) * p.T + key) * 3 * p.C + p.C + h * kHeadDim;
+      bf16* dv_row = dk_row + p.C;
+#pragma unroll
+      for (int i = 0; i < kGradRegs; i += 4) {
+        *reinterpret_cast<__nv_bfloat162*>(dk_row + 2 * i + col_pair) = __floats2bfloat162_rn(
+            dk_acc[i + 2 * r] * p.scale, dk_acc[i + 2 * r + 1] * p.scale);
+        *reinterpret_cast<__nv_bfloat162*>(dv_row + 2 * i + col_pair) =
+            __floats2bfloat162_rn(dv_acc[i + 2 * r], dv_acc[i + 2 * r + 1]);
+      }
+    }
+  }
+#else
+  __trap();  // built without sm_90a code: the dispatch never launches this
+#endif
+}
+
+// lse2 = lse * log2(e) and D = rowsum(dO * O) for t < T; +inf and 0 on the padding rows.
+// One warp per (bh, t) with t < T_pad.
+template <int kHeadDim>
+__global__ void hopper_backward_preprocess_kernel(float* lse2, float* dsum, const float* lse,
+                                                  const bf16* dout, const bf16* out, int T,
+                                                  int T_pad, int NH, int64_t rows) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const int64_t bh = row / T_pad;
+  const int t = static_cast<int>(row % T_pad);
+  float sum = 0.f;
+  if (t < T) {
+    const int64_t b = bh / NH;
+    const int h = static_cast<int>(bh % NH);
+    const int64_t offset = ((b * T + t) * NH + h) * kHeadDim;  // (B,T,NH,HS) == (B,T,C)
+    for (int d = 2 * lane; d < kHeadDim; d += 64) {
+      const float2 o = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(out + offset + d));
+      const float2 g =
+          __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dout + offset + d));
+      sum += o.x * g.x + o.y * g.y;
+    }
+#pragma unroll
+    for (int s = 16; s > 0; s /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, s);
+  }
+  if (lane == 0) {
+    dsum[row] = sum;
+    lse2[row] = t < T ? lse[bh * T + t] * flash::kLog2e : INFINITY;
+  }
+}
+
+// dqkv[b, t, h*HS + d] = bf16(scale * dQ) from the fragment-ordered fp32 tiles: one thread per
+// float2 of the accumulator.
+template <int kHeadDim>
+__global__ void hopper_backward_write_dq_kernel(bf16* dqkv, const float* dq_accum, int T, int C,
+                                                int NH, int num_m_tiles, int64_t pairs,
+                                                float scale) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= pairs) return;
+  constexpr int kPairsPerTile = 64 * kHeadDim / 2;
+  const int64_t tile = i / kPairsPerTile;
+  const int within = static_cast<int>(i % kPairsPerTile);
+  const int slot = within / 128;  // pass * 16 + j
+  const int tid = within % 128;
+  const int pass = slot / 16, j = slot % 16;
+  const int lane = tid % 32;
+  const int row = 16 * (tid / 32) + lane / 4 + 8 * (j % 2);
+  const int col = 64 * pass + 8 * (j / 2) + 2 * (lane % 4);
+  const int m = static_cast<int>(tile % num_m_tiles);
+  const int64_t bh = tile / num_m_tiles;
+  const int t = m * kQueryTile + row;
+  if (t >= T) return;
+  const int64_t b = bh / NH;
+  const int h = static_cast<int>(bh % NH);
+  const float2 v = *reinterpret_cast<const float2*>(dq_accum + 2 * i);
+  *reinterpret_cast<__nv_bfloat162*>(dqkv + (b * T + t) * 3 * C + h * kHeadDim + col) =
+      __floats2bfloat162_rn(v.x * scale, v.y * scale);
+}
+
+template <typename Traits>
+void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
+                            const float* lse, int B, int T, int C, int NH, void* workspace,
+                            bool deterministic, cudaStream_t stream) {
+  constexpr int kHeadDim = Traits::kHeadDim;
+  const HopperBackwardWorkspace ws(workspace, B, T, C, NH);
+  const int BH = B * NH;
+  const int T_pad = ws.num_m_tiles * kQueryTile;
+  const int64_t stat_rows = static_cast<int64_t>(BH) * T_pad;
+  GPT2_CUDA_CHECK(cudaMemsetAsync(ws.dq_accum, 0,
+                                  stat_rows * kHeadDim * sizeof(float) +
+                                      static_cast<size_t>(BH) * ws.num_m_tiles * sizeof(int),
+                                  stream));
+  {
+    const int warps = 8;
+    const int64_t blocks = (stat_rows + warps - 1) / warps;
+    hopper_backward_preprocess_kernel<kHeadDim><<<static_cast<unsigned>(blocks), 32 * warps, 0,
+                                                  stream>>>(ws.lse2, ws.dsum, lse, dout, out, T,
+                                                            T_pad, NH, stat_rows);
+    GPT2_CUDA_CHECK_LAUNCH();
+  }
+
+  const uint64_t qkv_dims[3] = {3ull * C, static_cast<uint64_t>(T), static_cast<uint64_t>(B)};
+  const uint64_t dout_dims[3] = {static_cast<uint64_t>(C), static_cast<uint64_t>(T),
+                                 static_cast<uint64_t>(B)};
+  const CUtensorMap kv_map = make_tensor_map_bf16_3d(qkv, qkv_dims, 3ull * C * 2,
+                                                     3ull * C * 2 * T, 64, Traits::kBlockN);
+  const CUtensorMap q_map = make_tensor_map_bf16_3d(qkv, qkv_dims, 3ull * C * 2, 3ull * C * 2 * T,
+                                                    64, Traits::kBlockM);
+  const CUtensorMap dout_map =
+      make_tensor_map_bf16_3d(dout, dout_dims, 1ull * C * 2, 1ull * C * 2 * T, 64, Traits::kBlockM);
+  const float scale = static_cast<float>(1.0 / std::sqrt(double(kHeadDim)));
+  HopperBackwardParams params{ws.lse2,   ws.dsum,         ws.dq_accum, ws.semaphores,
+                              dqkv,      T,               C,           NH,
+                              BH,        ws.num_m_tiles,  deterministic ? 1 : 0,
+                              scale,     scale * flash::kLog2e};
+  auto kernel = hopper_backward_kernel<Traits>;
+  GPT2_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       Traits::kSmemBytes));
+  const int n_blocks = (T + Traits::kBlockN - 1) / Traits::kBlockN;
+  const int64_t blocks = static_cast<int64_t>(n_blocks) * BH;
+  GPT2_CHECK(blocks < (int64_t{1} << 31), "too many attention blocks: ", blocks);
+  kernel<<<static_cast<unsigned>(blocks), Traits::kThreads, Traits::kSmemBytes, stream>>>(
+      kv_map, q_map, dout_map, params);
+  GPT2_CUDA_CHECK_LAUNCH();
+
+  const int64_t pairs = stat_rows * kHeadDim / 2;
+  const int threads = 256;
+  hopper_backward_write_dq_kernel<kHeadDim>
+      <<<static_cast<unsigned>((pairs + threads - 1) / threads), threads, 0, stream>>>(
+          dqkv, ws.dq_accum, T, C, NH, ws.num_m_tiles, pairs, scale);
+  GPT2_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+size_t attention_hopper_workspace_bytes(int B, int T, int C, int NH) {
+  return HopperBackwardWorkspace(nullptr, B, T, C, NH).bytes;
+}
+
+void attention_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
+                               const float* lse, int B, int T, int C, int NH, void* workspace,
+                               bool deterministic, cudaStream_t stream) {
+  const int head_size = flash::checked_head_size(B, T, C, NH);
+  if (head_size == 64) {
+    launch_hopper_backward<HopperBackwardTraits<64>>(dqkv, dout, qkv, out, lse, B, T, C, NH,
+                                                     workspace, deterministic, stream);
+  } else {
+    launch_hopper_backward<HopperBackwardTraits<128>>(dqkv, dout, qkv, out, lse, B, T, C, NH,
+                                                      workspace, deterministic, stream);
+  }
+}
+
+}  // namespace gpt2::gpu

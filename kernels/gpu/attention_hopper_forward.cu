@@ -1,0 +1,327 @@
+/**
+ * @file attention_hopper_forward.cu
+ * @brief Flash-attention forward for Hopper (sm_90a): TMA, wgmma, warp specialization.
+ *
+ * out (B,T,C) bf16 and lse (B,NH,T) fp32 (natural log) from qkv (B,T,3C) bf16; causal; head
+ * size 64 or 128; any T. Same contract and CPU twin as the portable kernel
+ * (cpu::attention_flash_forward). Parallel scheme (FlashAttention-3's):
+ *  - one block per (128 query rows, b, h), blocks ordered longest row first;
+ *  - warpgroup 0 is the producer: one thread issues TMA copies of the Q tile and of a ring of
+ *    kStages K and V tiles (128 keys each, key tiles from the diagonal down), gives its
+ *    registers away (setmaxnreg) and waits on the ring's empty barriers;
+ *  - warpgroups 1 and 2 are consumers, 64 query rows each: S = Q K^T by wgmma from shared
+ *    memory into fp32 registers, the online softmax in registers (log2 domain, exp2 with the
+ *    scale folded into one FMA), P packed to bf16 in registers as the A operand of O += P V.
+ *    The S of tile j+1 is issued before the softmax of tile j runs, so the tensor cores and
+ *    the exponentials overlap (intra-warpgroup pipelining).
+ * Only the first (diagonal) key tile needs masking (keys after the query or at/after T).
+ * Nothing of size T x T exists; the only global writes are out and lse.
+ */
+#include "kernels/gpu/attention_hopper.cuh"
+
+#include <cmath>
+
+#include "kernels/common/error.h"
+#include "kernels/gpu/attention_flash_tiles.cuh"
+#include "kernels/gpu/attention_hopper_tiles.cuh"
+#include "kernels/gpu/tensor_map.cuh"
+
+namespace gpt2::gpu {
+namespace {
+
+using bf16 = __nv_bfloat16;
+using hopper::SmemTile;
+
+struct HopperForwardParams {
+  bf16* out;
+  float* lse;
+  int T, C, NH, BH;
+  int num_m_blocks;
+  float scale_log2;  // softmax scale * log2(e)
+};
+
+template <int kHeadDim_>
+struct HopperForwardTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kConsumers = 2;             // consumer warpgroups, 64 query rows each
+  static constexpr int kBlockM = 64 * kConsumers;  // query rows per block
+  static constexpr int kBlockN = 128;              // keys per K/V tile
+  static constexpr int kStages = 2;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
+  using QTile = SmemTile<kBlockM, kHeadDim>;
+  using KVTile = SmemTile<kBlockN, kHeadDim>;
+  static constexpr int kQOffset = 0;
+  static constexpr int kKOffset = kQOffset + QTile::kBytes;
+  static constexpr int kVOffset = kKOffset + kStages * KVTile::kBytes;
+  static constexpr int kBarrierOffset = kVOffset + kStages * KVTile::kBytes;
+  static constexpr int kNumBarriers = 1 + 3 * kStages;  // q_full, k_full[], v_full[], empty[]
+  static constexpr int kSmemBytes = kBarrierOffset + 8 * kNumBarriers + 1024;  // + alignment
+  static_assert(kBlockM == kBlockN, "the diagonal key tile must be the block's last");
+  static_assert((kConsumers * kConsumerRegisters + kProducerRegisters) * 128 <= 65536,
+                "setmaxnreg budgets exceed the register file");
+};
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    hopper_forward_kernel(const __grid_constant__ CUtensorMap qkv_map,
+                          const HopperForwardParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kStages = Traits::kStages;
+  using QTile = typename Traits::QTile;
+  using KVTile = typename Traits::KVTile;
+
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t smem = (hopper::smem_addr(smem_raw) + 1023u) & ~1023u;
+  const QTile q_tile{smem + Traits::kQOffset};
+  const uint32_t bars = smem + Traits::kBarrierOffset;
+  const uint32_t q_full = bars;
+  auto k_full = [&](int s) { return bars + 8 * (1 + s); };
+  auto v_full = [&](int s) { return bars + 8 * (1 + kStages + s); };
+  auto empty = [&](int s) { return bars + 8 * (1 + 2 * kStages + s); };
+  auto k_tile = [&](int s) { return KVTile{smem + Traits::kKOffset + s * KVTile::kBytes}; };
+  auto v_tile = [&](int s) { return KVTile{smem + Traits::kVOffset + s * KVTile::kBytes}; };
+
+  const int m_block = p.num_m_blocks - 1 - static_cast<int>(blockIdx.x) / p.BH;
+  const int bh = static_cast<int>(blockIdx.x) % p.BH;
+  const int b = bh / p.NH;
+  const int h = bh % p.NH;
+  const int m0 = m_block * Traits::kBlockM;
+  const int n_blocks = (min(p.T, m0 + Traits::kBlockM) + kBlockN - 1) / kBlockN;
+
+  if (threadIdx.x == 0) {
+    hopper::mbarrier_init(q_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      hopper::mbarrier_init(k_full(s), 1);
+      hopper::mbarrier_init(v_full(s), 1);
+      hopper::mbarrier_init(empty(s), Traits::kConsumers * 128);
+    }
+    hopper::fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int warpgroup = threadIdx.x / 128;
+  if (warpgroup == 0) {
+    // Producer: one thread issues every copy; key tiles from the diagonal down.
+    hopper::setmaxnreg_dec<Traits::kProducerRegisters>();
+    if (threadIdx.x == 0) {
+      hopper::prefetch_tensor_map(&qkv_map);
+      const int q_col = h * kHeadDim;
+      hopper::mbarrier_arrive_expect_tx(q_full, QTile::kBytes);
+      q_tile.load(&qkv_map, q_full, q_col, m0, b);
+      for (int it = 0; it < n_blocks; ++it) {
+        const int s = it % kStages;
+        if (it >= kStages) hopper::mbarrier_wait(empty(s), ((it / kStages) - 1) & 1);
+        const int n0 = (n_blocks - 1 - it) * kBlockN;
+        hopper::mbarrier_arrive_expect_tx(k_full(s), KVTile::kBytes);
+        k_tile(s).load(&qkv_map, k_full(s), p.C + q_col, n0, b);
+        hopper::mbarrier_arrive_expect_tx(v_full(s), KVTile::kBytes);
+        v_tile(s).load(&qkv_map, v_full(s), 2 * p.C + q_col, n0, b);
+      }
+    }
+    return;
+  }
+
+  // Consumers: warpgroup c owns query rows m0 + 64c .. + 63; this thread rows row0, row0 + 8.
+  hopper::setmaxnreg_inc<Traits::kConsumerRegisters>();
+  const int c = warpgroup - 1;
+  const int lane = threadIdx.x % 32;
+  const int warp = (threadIdx.x % 128) / 32;
+  const int row0 = m0 + 64 * c + 16 * warp + lane / 4;
+  const int col_pair = 2 * (lane % 4);
+  constexpr int kSRegs = kBlockN / 2;   // S accumulators (64 x kBlockN per warpgroup)
+  constexpr int kORegs = kHeadDim / 2;  // O accumulators (64 x kHeadDim)
+  constexpr int kPSlabs = kBlockN / 16;
+
+  float s_acc[kSRegs];
+  float o_acc[kORegs];
+#pragma unroll
+  for (int i = 0; i < kORegs; ++i) o_acc[i] = 0.f;
+  uint32_t p_frag[kPSlabs][4];
+  float row_max[2] = {-INFINITY, -INFINITY};  // raw-score maxima (scale > 0 keeps order)
+  float row_sum[2] = {0.f, 0.f};  // this thread's columns only; quad-reduced at the end
+
+  auto issue_scores = [&](int s) {
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk)
+      hopper::wgmma_ss<kBlockN, 0, 0>(s_acc, q_tile.k_major(64 * c, kk), k_tile(s).k_major(0, kk),
+                                      kk > 0);
+  };
+  auto issue_pv = [&](int s) {
+#pragma unroll
+    for (int kk = 0; kk < kPSlabs; ++kk)
+      hopper::wgmma_rs<kHeadDim, 1>(o_acc, p_frag[kk], v_tile(s).mn_major(16 * kk), true);
+  };
+  // exp2(s * scale_log2 - max * scale_log2) in place; returns this thread's row sums.
+  auto exponentiate = [&](float (&tile_sum)[2]) {
+    const float shift0 = row_max[0] * p.scale_log2;
+    const float shift1 = row_max[1] * p.scale_log2;
+    tile_sum[0] = tile_sum[1] = 0.f;
+#pragma unroll
+    for (int i = 0; i < kSRegs; i += 4) {
+      s_acc[i + 0] = hopper::exp2_approx(fmaf(s_acc[i + 0], p.scale_log2, -shift0));
+      s_acc[i + 1] = hopper::exp2_approx(fmaf(s_acc[i + 1], p.scale_log2, -shift0));
+      s_acc[i + 2] = hopper::exp2_approx(fmaf(s_acc[i + 2], p.scale_log2, -shift1));
+      s_acc[i + 3] = hopper::exp2_approx(fmaf(s_acc[i + 3], p.scale_log2, -shift1));
+      tile_sum[0] += s_acc[i + 0] + s_acc[i + 1];
+      tile_sum[1] += s_acc[i + 2] + s_acc[i + 3];
+    }
+  };
+  auto tile_row_max = [&](float (&m)[2]) {
+#pragma unroll
+    for (int i = 0; i < kSRegs; i += 4) {
+      m[0] = fmaxf(m[0], fmaxf(s_acc[i + 0], s_acc[i + 1]));
+      m[1] = fmaxf(m[1], fmaxf(s_acc[i + 2], s_acc[i + 3]));
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 1));
+      m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 2));
+    }
+  };
+  auto pack_p = [&] {
+#pragma unroll
+    for (int kk = 0; kk < kPSlabs; ++kk) hopper::accumulators_to_a_fragment(p_frag[kk], s_acc, kk);
+  };
+
+  hopper::mbarrier_wait(q_full, 0);
+
+  // First key tile (the diagonal one, possibly ragged at T): masked.
+  {
+    hopper::mbarrier_wait(k_full(0), 0);
+    hopper::wgmma_fence();
+    issue_scores(0);
+    hopper::wgmma_commit_group();
+    hopper::wgmma_wait_group<0>();
+    hopper::fence_operands(s_acc);
+    const int n0 = (n_blocks - 1) * kBlockN;
+#pragma unroll
+    for (int i = 0; i < kSRegs; ++i) {
+      const int key = n0 + 8 * (i / 4) + col_pair + (i % 2);
+      const int row = row0 + ((i % 4) >= 2 ? 8 : 0);
+      if (key > row || key >= p.T) s_acc[i] = -INFINITY;
+    }
+    row_max[0] = row_max[1] = -INFINITY;
+    tile_row_max(row_max);
+    // Every row keeps key n0 <= row unmasked, so the maxima are finite.
+    exponentiate(row_sum);
+    pack_p();
+  }
+
+  for (int it = 1; it < n_blocks; ++it) {
+    const int s = it % kStages;
+    const int prev = (it - 1) % kStages;
+    hopper::mbarrier_wait(k_full(s), (it / kStages) & 1);
+    hopper::wgmma_fence();
+    issue_scores(s);
+    hopper::wgmma_commit_group();
+    hopper::mbarrier_wait(v_full(prev), ((it - 1) / kStages) & 1);
+    issue_pv(prev);
+    hopper::wgmma_commit_group();
+    hopper::wgmma_wait_group<1>();  // S of this tile is ready; P V of the last still runs
+    hopper::fence_operands(s_acc);
+
+    float new_max[2] = {row_max[0], row_max[1]};
+    tile_row_max(new_max);
+    const float correction0 = hopper::exp2_approx((row_max[0] - new_max[0]) * p.scale_log2);
+    const float correction1 = hopper::exp2_approx((row_max[1] - new_max[1]) * p.scale_log2);
+    row_max[0] = new_max[0];
+    row_max[1] = new_max[1];
+    float tile_sum[2];
+    exponentiate(tile_sum);
+    row_sum[0] = row_sum[0] * correction0 + tile_sum[0];
+    row_sum[1] = row_sum[1] * correction1 + tile_sum[1];
+
+    hopper::wgmma_wait_group<0>();
+    hopper::fence_operands(o_acc);
+    hopper::mbarrier_arrive(empty(prev));
+#pragma unroll
+    for (int i = 0; i < kORegs; i += 4) {
+      o_acc[i + 0] *= correction0;
+      o_acc[i + 1] *= correction0;
+      o_acc[i + 2] *= correction1;
+      o_acc[i + 3] *= correction1;
+    }
+    pack_p();
+  }
+
+  {
+    const int last = (n_blocks - 1) % kStages;
+    hopper::mbarrier_wait(v_full(last), ((n_blocks - 1) / kStages) & 1);
+    hopper::wgmma_fence();
+    issue_pv(last);
+    hopper::wgmma_commit_group();
+    hopper::wgmma_wait_group<0>();
+    hopper::fence_operands(o_acc);
+  }
+
+  // Epilogue: normalize, write O (bf16) and lse (fp32, natural log).
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = row_sum[r];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const int row = row0 + 8 * r;
+    if (row < p.T) {
+      const float inv_sum = 1.f / sum;
+      bf16* out_row = p.out + (static_cast<int64_t>(b) * p.T + row) * p.C + h * kHeadDim;
+#pragma unroll
+      for (int i = 0; i < kORegs; i += 4) {
+        *reinterpret_cast<__nv_bfloat162*>(out_row + 2 * i + col_pair) =
+            __floats2bfloat162_rn(o_acc[i + 2 * r] * inv_sum, o_acc[i + 2 * r + 1] * inv_sum);
+      }
+      if (lane % 4 == 0)
+        p.lse[static_cast<int64_t>(bh) * p.T + row] =
+            row_max[r] * p.scale_log2 * flash::kLn2 + logf(sum);
+    }
+  }
+#else
+  __trap();  // built without sm_90a code: the dispatch never launches this
+#endif
+}
+
+template <typename Traits>
+void launch_hopper_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
+                           cudaStream_t stream) {
+  // qkv as (dim0 = 3C columns, dim1 = T rows, dim2 = B); boxes of 64 columns x 128 rows.
+  const CUtensorMap qkv_map = make_tensor_map_bf16_3d(
+      qkv, {3ull * C, static_cast<uint64_t>(T), static_cast<uint64_t>(B)}, 3ull * C * 2,
+      3ull * C * 2 * T, 64, Traits::kBlockN);
+  HopperForwardParams params{out, lse, T, C, NH, B * NH,
+                             (T + Traits::kBlockM - 1) / Traits::kBlockM,
+                             static_cast<float>(1.0 / std::sqrt(double(Traits::kHeadDim))) *
+                                 flash::kLog2e};
+  auto kernel = hopper_forward_kernel<Traits>;
+  GPT2_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       Traits::kSmemBytes));
+  const int64_t blocks = static_cast<int64_t>(params.num_m_blocks) * params.BH;
+  GPT2_CHECK(blocks < (int64_t{1} << 31), "too many attention blocks: ", blocks);
+  kernel<<<static_cast<unsigned>(blocks), Traits::kThreads, Traits::kSmemBytes, stream>>>(
+      qkv_map, params);
+  GPT2_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool attention_hopper_compiled() {
+#if defined(GPT2_HOPPER_ATTENTION)
+  return true;
+#else
+  return false;
+#endif
+}
+
+void attention_hopper_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
+                              cudaStream_t stream) {
+  const int head_size = flash::checked_head_size(B, T, C, NH);
+  if (head_size == 64) {
+    launch_hopper_forward<HopperForwardTraits<64>>(out, lse, qkv, B, T, C, NH, stream);
+  } else {
+    launch_hopper_forward<HopperForwardTraits<128>>(out, lse, qkv, B, T, C, NH, stream);
+  }
+}
+
+}  // namespace gpt2::gpu

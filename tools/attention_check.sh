@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Attention on a GPU machine, in one command: build, check the SASS of the Hopper kernels, run the
+# attention tests (each under a time limit, so a hung kernel fails instead of stalling), then time
+# every kernel with gpt2-attention-bench and PyTorch SDPA (FlashAttention-2, cuDNN) in the same
+# run, and print the comparison table.
+#
+#   tools/attention_check.sh                      # everything
+#   SEQ_LENS=1024,4096,16384 HEAD_SIZES=64 tools/attention_check.sh
+#   SKIP_BENCH=1 tools/attention_check.sh         # build and tests only
+#   SKIP_TESTS=1 tools/attention_check.sh         # build and benchmarks only
+#
+# Environment: BUILD_DIR (build-gpu), OUT_DIR (out/attention-check), CUDA_ARCH (90a), SEQ_LENS,
+# HEAD_SIZES (64,128), REPEATS (10), TEST_FILTER (attention and Hopper tests), SANITIZE (unset:
+# none; 1: memcheck, racecheck and synccheck on the small attention tests).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${BUILD_DIR:-build-gpu}
+OUT_DIR=${OUT_DIR:-out/attention-check}
+CUDA_ARCH=${CUDA_ARCH:-90a}
+SEQ_LENS=${SEQ_LENS:-512,1024,2048,4096,8192,16384,32768,65536}
+HEAD_SIZES=${HEAD_SIZES:-64,128}
+REPEATS=${REPEATS:-10}
+TEST_FILTER=${TEST_FILTER:-*Attention*:*Hopper*:*CudaModelStep*}
+mkdir -p "$OUT_DIR"
+failed=0
+
+section() { printf '\n==== %s ====\n' "$*"; }
+
+section "GPU"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+
+section "configure and build ($BUILD_DIR, sm_$CUDA_ARCH)"
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" \
+  >"$OUT_DIR/configure.log" 2>&1 || { cat "$OUT_DIR/configure.log"; exit 1; }
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target test_gpu gpt2-attention-bench gpt2-train \
+  >"$OUT_DIR/build.log" 2>&1 || { grep -E "error|Error" "$OUT_DIR/build.log" | head -40; exit 1; }
+grep -E "warning|C75[0-9][0-9]" "$OUT_DIR/build.log" || true
+
+section "SASS of the Hopper kernels (HGMMA = wgmma, UTMALDG = TMA loads, spills)"
+if command -v cuobjdump >/dev/null 2>&1; then
+  for obj in "$BUILD_DIR"/kernels/CMakeFiles/gpt2_kernels_gpu.dir/gpu/attention_hopper_*.o; do
+    cuobjdump -sass "$obj" >"$OUT_DIR/$(basename "$obj").sass" 2>&1 || true
+    printf '%-40s HGMMA %5d  UTMALDG %3d  UBLKRED %3d  LDL/STL %3d\n' "$(basename "$obj")" \
+      "$(grep -c HGMMA "$OUT_DIR/$(basename "$obj").sass")" \
+      "$(grep -c UTMALDG "$OUT_DIR/$(basename "$obj").sass")" \
+      "$(grep -c -E 'UBLKRED|UBLKCP' "$OUT_DIR/$(basename "$obj").sass")" \
+      "$(grep -c -E '\bLDL|\bSTL' "$OUT_DIR/$(basename "$obj").sass")"
+  done
+fi
+
+if [ -z "${SKIP_TESTS:-}" ]; then
+  section "attention tests ($TEST_FILTER)"
+  timeout 600 "$BUILD_DIR/tests/test_gpu" --gtest_filter="$TEST_FILTER" 2>&1 |
+    tee "$OUT_DIR/tests.log" | grep -E "^\[ attention\]|^\[ model|OK \]|FAILED|SKIPPED|PASSED|Failure|error" | head -200
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "attention_check: tests failed or timed out"; failed=1; }
+fi
+
+if [ -n "${SANITIZE:-}" ]; then
+  small='GpuAttentionTest.*T6*:GpuAttentionTest.*T1_*:GpuAttentionTest.*T12*'
+  for tool in memcheck racecheck synccheck; do
+    section "compute-sanitizer $tool (small attention shapes)"
+    timeout 600 compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 \
+      "$BUILD_DIR/tests/test_gpu" --gtest_filter="$small" --gtest_brief=1 2>&1 |
+      tee "$OUT_DIR/sanitizer-$tool.log" | tail -n 8
+    [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
+  done
+fi
+
+if [ -z "${SKIP_BENCH:-}" ]; then
+  section "gpt2-attention-bench and PyTorch SDPA, same run"
+  timeout 900 "$BUILD_DIR/gpt2-attention-bench" --seq-lens "$SEQ_LENS" --head-sizes "$HEAD_SIZES" \
+    --repeats "$REPEATS" --csv "$OUT_DIR/attention_bench.csv" | tee "$OUT_DIR/attention_bench.log"
+  PYTHONUNBUFFERED=1 timeout 900 python3 bench/pytorch_attention.py --seq-lens "$SEQ_LENS" \
+    --head-sizes "$HEAD_SIZES" --repeats "$REPEATS" --ours "$OUT_DIR/attention_bench.csv" \
+    --csv "$OUT_DIR/pytorch_attention.csv" --markdown "$OUT_DIR/attention_vs_pytorch.md" |
+    tee "$OUT_DIR/pytorch_attention.log"
+fi
+if [ "$failed" -ne 0 ]; then section "attention_check: FAILED (see above)"; exit 1; fi
+section "attention_check: done"
