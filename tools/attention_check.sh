@@ -51,30 +51,38 @@ fi
 
 if [ -z "${SKIP_TESTS:-}" ]; then
   section "attention tests ($TEST_FILTER)"
-  timeout 600 "$BUILD_DIR/tests/test_gpu" --gtest_filter="$TEST_FILTER" 2>&1 |
-    tee "$OUT_DIR/tests.log" | grep -E "^\[ attention\]|^\[ model|OK \]|FAILED|SKIPPED|PASSED|Failure|error" | head -200
-  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "attention_check: tests failed or timed out"; failed=1; }
+  status=0
+  timeout 600 "$BUILD_DIR/tests/test_gpu" --gtest_filter="$TEST_FILTER" >"$OUT_DIR/tests.log" 2>&1 ||
+    status=$?
+  grep -E "^\[ attention\]|^\[ model|FAILED|PASSED|Failure|failed|error" "$OUT_DIR/tests.log" |
+    grep -v "^\[  SKIPPED" | tail -n 150 || true
+  [ "$status" -eq 0 ] || { echo "attention_check: tests failed or timed out (status $status)"; failed=1; }
 fi
 
 if [ -n "${SANITIZE:-}" ]; then
   small='GpuAttentionTest.*T6*:GpuAttentionTest.*T1_*:GpuAttentionTest.*T12*'
   for tool in memcheck racecheck synccheck; do
     section "compute-sanitizer $tool (small attention shapes)"
+    status=0
     timeout 600 compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 \
-      "$BUILD_DIR/tests/test_gpu" --gtest_filter="$small" --gtest_brief=1 2>&1 |
-      tee "$OUT_DIR/sanitizer-$tool.log" | tail -n 8
-    [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
+      "$BUILD_DIR/tests/test_gpu" --gtest_filter="$small" --gtest_brief=1 \
+      >"$OUT_DIR/sanitizer-$tool.log" 2>&1 || status=$?
+    tail -n 8 "$OUT_DIR/sanitizer-$tool.log"
+    [ "$status" -eq 0 ] || { echo "attention_check: $tool failed (status $status)"; failed=1; }
   done
 fi
 
 if [ -z "${SKIP_BENCH:-}" ]; then
   section "gpt2-attention-bench and PyTorch SDPA, same run"
   timeout 900 "$BUILD_DIR/gpt2-attention-bench" --seq-lens "$SEQ_LENS" --head-sizes "$HEAD_SIZES" \
-    --repeats "$REPEATS" --csv "$OUT_DIR/attention_bench.csv" | tee "$OUT_DIR/attention_bench.log"
+    --repeats "$REPEATS" --csv "$OUT_DIR/attention_bench.csv" >"$OUT_DIR/attention_bench.log" 2>&1 ||
+    failed=1
+  cat "$OUT_DIR/attention_bench.log"
   PYTHONUNBUFFERED=1 timeout 900 python3 bench/pytorch_attention.py --seq-lens "$SEQ_LENS" \
     --head-sizes "$HEAD_SIZES" --repeats "$REPEATS" --ours "$OUT_DIR/attention_bench.csv" \
-    --csv "$OUT_DIR/pytorch_attention.csv" --markdown "$OUT_DIR/attention_vs_pytorch.md" |
-    tee "$OUT_DIR/pytorch_attention.log"
+    --csv "$OUT_DIR/pytorch_attention.csv" --markdown "$OUT_DIR/attention_vs_pytorch.md" \
+    >"$OUT_DIR/pytorch_attention.log" 2>&1 || failed=1
+  cat "$OUT_DIR/pytorch_attention.log"
 fi
 if [ "$failed" -ne 0 ]; then section "attention_check: FAILED (see above)"; exit 1; fi
 section "attention_check: done"

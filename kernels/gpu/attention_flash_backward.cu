@@ -334,10 +334,16 @@ void launch_flash_backward(const FlashBackwardParams& params, int B, cudaStream_
                           Traits::kSmemBytes, params, stream);
 }
 
+// D first, then the fp32 dQ, which starts 16-byte aligned (its float2 reads need 8): B*NH*T
+// is odd for e.g. gpt2-xl's 25 heads at B = 1 and odd T.
+size_t dq_accum_offset_floats(int B, int T, int NH) {
+  return (static_cast<size_t>(B) * NH * T + 3) / 4 * 4;
+}
+
 }  // namespace
 
 size_t attention_flash_scratch_floats(int B, int T, int C, int NH) {
-  return static_cast<size_t>(B) * NH * T + static_cast<size_t>(B) * T * C;
+  return dq_accum_offset_floats(B, T, NH) + static_cast<size_t>(B) * T * C;
 }
 
 // The fp32 instantiation lives in attention_flash_simt.cu.
@@ -347,7 +353,7 @@ void attention_flash_backward<bf16>(bf16* dqkv, const bf16* dout, const bf16* qk
                                     cudaStream_t stream) {
   const int head_size = flash::checked_head_size(B, T, C, NH);
   float* dsum = scratch;
-  float* dq_accum = scratch + static_cast<size_t>(B) * NH * T;
+  float* dq_accum = scratch + dq_accum_offset_floats(B, T, NH);
   const int64_t rows = static_cast<int64_t>(B) * T;
 
   GPT2_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, sizeof(float) * rows * C, stream));
