@@ -8,17 +8,21 @@
  *     D = rowsum(dO * O) (padding rows: lse2 = +inf, D = 0, so their P is exactly 0); the fp32
  *     dQ accumulator and the semaphores are zeroed.
  *  2. Main kernel, one block per (128 keys, b, h), blocks ordered longest first (key tile 0
- *     meets every query tile). Warpgroup 0 is the producer: TMA copies of the K and V tiles once,
- *     then a ring of kStages (Q, dO, lse2, D) query tiles of 64 rows, from the diagonal to T.
- *     Warpgroups 1 and 2 own 64 keys each and, per query tile:
+ *     meets every query tile). Warpgroup 0 is the producer: one thread issues TMA copies of the
+ *     K and V tiles once, then a ring of kStages (Q, dO, lse2, D) query tiles of 64 rows, from
+ *     the diagonal to T; another thread is the dQ writer (below). Warpgroups 1 and 2 own 64
+ *     keys each and, per query tile:
  *       S^T = K Q^T and dP^T = V dO^T        (wgmma, both operands in shared memory)
  *       P^T = exp2(S^T scale log2e - lse2), dS^T = P^T (dP^T - D)   (registers)
  *       dV += P^T dO, dK += dS^T Q            (wgmma, P^T and dS^T as register A operands)
  *       dQ_partial = dS K over the warpgroup's 64 keys (dS^T staged in shared memory, M-major)
- *     and adds dQ_partial into the fp32 accumulator with one bulk reduce-add (copy engine).
- *     Deterministic mode: the additions into each query tile happen in the fixed order
- *     (key block, warpgroup) ascending, enforced by a per-tile semaphore; every block waits only
- *     on blocks launched before it. dK (times the scale) and dV are written from registers.
+ *     Warpgroup 2 stages its dQ partial in a ring of kDqStages fp32 tiles, warpgroup 1 adds its
+ *     own in place, and the writer adds the tile into the fp32 accumulator with one bulk
+ *     reduce-add (copy engine), so the consumers never wait on global memory. Deterministic
+ *     mode: key block n adds into query tile m only after key block n - 1 has (a per-tile
+ *     semaphore counts the additions), so every tile is summed in the same order on every run;
+ *     a block waits only on blocks launched before it, and only its writer thread waits.
+ *     dK (times the scale) and dV are written from registers.
  *  3. dQ * scale converted to bf16 into dqkv's query columns.
  * The dQ accumulator keeps each 64 x HS tile in the order the accumulator fragments are held
  * (float2 [reg pair][thread]), so staging writes are conflict-free and one bulk copy moves a
@@ -96,16 +100,20 @@ struct HopperBackwardTraits {
   using QTile = SmemTile<kBlockM, kHeadDim>;      // Q and dO
   using DsTile = SmemTile<64, kBlockM>;            // dS^T of one warpgroup: keys x queries
   static constexpr int kStatsBytes = 2 * kBlockM * 4;              // lse2 and D of a stage
-  static constexpr int kDqStageBytes = 64 * kHeadDim * 4;          // one warpgroup's dQ tile
+  static constexpr int kDqStages = 2;                              // dQ staging ring
+  static constexpr int kDqStageBytes = kBlockM * kHeadDim * 4;     // one query tile's dQ, fp32
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = kKOffset + KVTile::kBytes;
   static constexpr int kQOffset = kVOffset + KVTile::kBytes;
   static constexpr int kDoOffset = kQOffset + kStages * QTile::kBytes;
   static constexpr int kDsOffset = kDoOffset + kStages * QTile::kBytes;
   static constexpr int kDqOffset = kDsOffset + kConsumers * DsTile::kBytes;
-  static constexpr int kStatsOffset = kDqOffset + kConsumers * kDqStageBytes;
+  static constexpr int kStatsOffset = kDqOffset + kDqStages * kDqStageBytes;
   static constexpr int kBarrierOffset = kStatsOffset + kStages * kStatsBytes;
-  static constexpr int kNumBarriers = 1 + 2 * kStages;  // kv_full, full[], empty[]
+  // kv_full, full[kStages], empty[kStages], then per dQ stage: partial (warpgroup 2's half is
+  // staged), full (the sum is staged), empty (the writer's bulk reduce has read it).
+  static constexpr int kNumBarriers = 1 + 2 * kStages + 3 * kDqStages;
+  static_assert(kConsumers == 2, "dQ is the sum of exactly two warpgroups' partials");
   static constexpr int kSmemBytes = kBarrierOffset + 8 * kNumBarriers + 1024;  // + alignment
   static_assert((kConsumers * kConsumerRegisters + kProducerRegisters) * 128 <= 65536,
                 "setmaxnreg budgets exceed the register file");
@@ -144,6 +152,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const uint32_t kv_full = bars;
   auto full = [&](int s) { return bars + 8 * (1 + s); };
   auto empty = [&](int s) { return bars + 8 * (1 + kStages + s); };
+  auto dq_partial = [&](int s) { return bars + 8 * (1 + 2 * kStages + s); };
+  auto dq_full = [&](int s) { return bars + 8 * (1 + 2 * kStages + Traits::kDqStages + s); };
+  auto dq_empty = [&](int s) { return bars + 8 * (1 + 2 * kStages + 2 * Traits::kDqStages + s); };
+  auto dq_stage = [&](int s) { return Traits::kDqOffset + s * Traits::kDqStageBytes; };
 
   const int n_block = static_cast<int>(blockIdx.x) / p.BH;
   const int bh = static_cast<int>(blockIdx.x) % p.BH;
@@ -160,6 +172,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       hopper::mbarrier_init(full(s), 1);
       hopper::mbarrier_init(empty(s), Traits::kConsumers * 128);
     }
+    for (int s = 0; s < Traits::kDqStages; ++s) {
+      hopper::mbarrier_init(dq_partial(s), 128);
+      hopper::mbarrier_init(dq_full(s), 128);
+      hopper::mbarrier_init(dq_empty(s), 1);
+    }
     hopper::fence_barrier_init();
   }
   __syncthreads();
@@ -168,6 +185,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (warpgroup == 0) {
     hopper::setmaxnreg_dec<Traits::kProducerRegisters>();
     if (threadIdx.x == 0) {
+      // Loader: K and V once, then the ring of query tiles.
       hopper::prefetch_tensor_map(&kv_map);
       hopper::prefetch_tensor_map(&q_map);
       hopper::prefetch_tensor_map(&dout_map);
@@ -186,6 +204,33 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         hopper::bulk_load(smem + stats(s), p.lse2 + row, kBlockM * 4, full(s));
         hopper::bulk_load(smem + stats(s) + kBlockM * 4, p.dsum + row, kBlockM * 4, full(s));
       }
+    } else if (threadIdx.x == 32) {
+      // dQ writer: adds each staged tile into the fp32 accumulator with one bulk reduce. In
+      // deterministic mode key block n adds tile m only after key block n - 1 has (the per-tile
+      // semaphore counts the additions), and releases it as soon as its own has landed.
+      for (int m = m_begin; m < m_end; ++m) {
+        const int it = m - m_begin;
+        const int s = it % Traits::kDqStages;
+        hopper::mbarrier_wait(dq_full(s), (it / Traits::kDqStages) & 1);
+        int* semaphore = p.semaphores + static_cast<int64_t>(bh) * p.num_m_tiles + m;
+        if (p.deterministic) {
+          while (load_acquire(semaphore) != n_block) {
+          }
+        }
+        const int64_t tile = static_cast<int64_t>(bh) * p.num_m_tiles + m;
+        hopper::bulk_reduce_add_f32(p.dq_accum + tile * kBlockM * kHeadDim, smem + dq_stage(s),
+                                    Traits::kDqStageBytes);
+        hopper::bulk_commit_group();
+        if (p.deterministic) {
+          hopper::bulk_wait_group<0>();
+          __threadfence();
+          atomicAdd(semaphore, 1);
+        } else {
+          hopper::bulk_wait_group_read<0>();
+        }
+        hopper::mbarrier_arrive(dq_empty(s));
+      }
+      hopper::bulk_wait_group<0>();
     }
     return;
   }
@@ -199,9 +244,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int key0 = n0 + 64 * c + key_local;
   const int col_pair = 2 * (lane % 4);
   const DsTile ds_tile{smem + Traits::kDsOffset + c * DsTile::kBytes};
-  const uint32_t dq_stage = smem + Traits::kDqOffset + c * Traits::kDqStageBytes;
-  float* dq_stage_generic =
-      reinterpret_cast<float*>(smem_generic + Traits::kDqOffset + c * Traits::kDqStageBytes);
   constexpr int kSRegs = kBlockM / 2;       // S^T, dP^T accumulators (64 keys x 64 queries)
   constexpr int kGradRegs = kHeadDim / 2;   // dK, dV accumulators (64 keys x kHeadDim)
   constexpr int kSlabs = kBlockM / 16;      // k16 slabs of the query dimension
@@ -212,7 +254,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   float dv_acc[kGradRegs];
 #pragma unroll
   for (int i = 0; i < kGradRegs; ++i) dk_acc[i] = dv_acc[i] = 0.f;
-  int* pending_semaphore = nullptr;  // thread 0 of the warpgroup: the last tile it added into
 
   hopper::mbarrier_wait(kv_full, 0);
 
@@ -257,7 +298,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       hopper::accumulators_to_a_fragment(p_frag[kk], st, kk);
       hopper::accumulators_to_a_fragment(ds_frag[kk], dpt, kk);
     }
-    // dS^T to shared memory (rows = keys, columns = queries) for dQ = dS K.
+    // dS^T to shared memory (rows = keys, columns = queries) for dQ = dS K. The last iteration's
+    // dQ wgmma read this tile; every warp of the warpgroup finished it before the S^T wgmma
+    // above could complete (wgmma is collective over the warpgroup).
 #pragma unroll
     for (int kk = 0; kk < kSlabs; ++kk) {
 #pragma unroll
@@ -278,11 +321,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     for (int kk = 0; kk < kSlabs; ++kk)
       hopper::wgmma_rs<kHeadDim, 1>(dk_acc, ds_frag[kk], q_tile(s).mn_major(16 * kk), true);
     hopper::wgmma_commit_group();
+    hopper::named_barrier_sync(barrier_id, 128);  // every thread's dS^T is in shared memory
 
-    // The dQ staging buffer is free once the last bulk reduce has read it.
-    if (tid == 0) hopper::bulk_wait_group_read<0>();
-    hopper::named_barrier_sync(barrier_id, 128);  // dS^T stores done, staging free
-
+    // dQ partial = dS K over this warpgroup's 64 keys; warpgroup 2 stages its partial, warpgroup
+    // 1 adds its own to it in place (fragment order: float2 j of this thread at
+    // [(pass * 16 + j) * 128 + tid], the same (row, column) in both warpgroups) and hands the
+    // sum to the writer.
+    const int ds = it % Traits::kDqStages;
+    const uint32_t dq_phase = (it / Traits::kDqStages) & 1;
+    float2* staged = reinterpret_cast<float2*>(smem_generic + dq_stage(ds));
 #pragma unroll
     for (int pass = 0; pass < kDqPasses; ++pass) {
       float dq[32];
@@ -298,41 +345,26 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         hopper::fence_operands(dk_acc);
         hopper::fence_operands(dv_acc);
         hopper::mbarrier_arrive(empty(s));  // Q, dO and the stats of this stage are consumed
+        if (c == 1) {
+          if (it >= Traits::kDqStages) hopper::mbarrier_wait(dq_empty(ds), dq_phase ^ 1);
+        } else {
+          hopper::mbarrier_wait(dq_partial(ds), dq_phase);
+        }
       }
-      // Fragment order: float2 j of this thread at [(pass * 16 + j) * 128 + tid].
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
-        *reinterpret_cast<float2*>(dq_stage_generic + 2 * ((pass * 16 + j) * 128 + tid)) =
-            make_float2(dq[2 * j], dq[2 * j + 1]);
+        float2* slot = staged + (pass * 16 + j) * 128 + tid;
+        float2 value = make_float2(dq[2 * j], dq[2 * j + 1]);
+        if (c == 0) {
+          const float2 other = *slot;
+          value.x += other.x;
+          value.y += other.y;
+        }
+        *slot = value;
       }
     }
     hopper::fence_proxy_async_shared();
-    hopper::named_barrier_sync(barrier_id, 128);
-
-    if (tid == 0) {
-      const int64_t tile = static_cast<int64_t>(bh) * p.num_m_tiles + m;
-      if (p.deterministic) {
-        if (pending_semaphore) {  // release the previous tile to the next adder
-          hopper::bulk_wait_group<0>();
-          __threadfence();
-          atomicAdd(pending_semaphore, 1);
-        }
-        const int turn = 2 * n_block + c;
-        while (load_acquire(p.semaphores + tile) != turn) {
-        }
-        pending_semaphore = p.semaphores + tile;
-      }
-      hopper::bulk_reduce_add_f32(p.dq_accum + tile * 64 * kHeadDim, dq_stage,
-                                  Traits::kDqStageBytes);
-      hopper::bulk_commit_group();
-    }
-  }
-  if (tid == 0) {
-    hopper::bulk_wait_group<0>();
-    if (pending_semaphore) {
-      __threadfence();
-      atomicAdd(pending_semaphore, 1);
-    }
+    hopper::mbarrier_arrive(c == 1 ? dq_partial(ds) : dq_full(ds));
   }
 
   // dK = scale * dS^T Q and dV, rows = this thread's keys.
