@@ -60,7 +60,7 @@ if [ -z "${SKIP_TESTS:-}" ]; then
 fi
 
 if [ -n "${SANITIZE:-}" ]; then
-  small='GpuAttentionTest.*T6*:GpuAttentionTest.*T1_*:GpuAttentionTest.*T12*'
+  small=${SANITIZE_FILTER:-'GpuAttentionTest.*T6*:GpuAttentionTest.*T1_*:GpuAttentionTest.*T12*'}
   for tool in memcheck racecheck synccheck; do
     section "compute-sanitizer $tool (small attention shapes)"
     status=0

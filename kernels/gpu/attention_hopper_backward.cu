@@ -205,31 +205,36 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         hopper::bulk_load(smem + stats(s) + kBlockM * 4, p.dsum + row, kBlockM * 4, full(s));
       }
     } else if (threadIdx.x == 32) {
-      // dQ writer: adds each staged tile into the fp32 accumulator with one bulk reduce. In
-      // deterministic mode key block n adds tile m only after key block n - 1 has (the per-tile
-      // semaphore counts the additions), and releases it as soon as its own has landed.
+      // dQ writer: adds each staged tile into the fp32 accumulator with one bulk reduce and
+      // frees the staging slot once the copy engine has read it. In deterministic mode key
+      // block n adds tile m only after key block n - 1 has (the per-tile semaphore counts the
+      // additions); it passes tile m on when its next tile is staged (or at the end), by which
+      // time the addition has long landed, so waiting for it costs nothing.
+      int* pending = nullptr;  // the semaphore of the tile added last, not yet passed on
+      auto pass_on = [&] {
+        hopper::bulk_wait_group<0>();
+        __threadfence();
+        atomicAdd(pending, 1);
+        pending = nullptr;
+      };
       for (int m = m_begin; m < m_end; ++m) {
         const int it = m - m_begin;
         const int s = it % Traits::kDqStages;
         hopper::mbarrier_wait(dq_full(s), (it / Traits::kDqStages) & 1);
-        int* semaphore = p.semaphores + static_cast<int64_t>(bh) * p.num_m_tiles + m;
-        if (p.deterministic) {
-          while (load_acquire(semaphore) != n_block) {
-          }
-        }
         const int64_t tile = static_cast<int64_t>(bh) * p.num_m_tiles + m;
+        if (p.deterministic) {
+          if (pending) pass_on();
+          while (load_acquire(p.semaphores + tile) != n_block) {
+          }
+          pending = p.semaphores + tile;
+        }
         hopper::bulk_reduce_add_f32(p.dq_accum + tile * kBlockM * kHeadDim, smem + dq_stage(s),
                                     Traits::kDqStageBytes);
         hopper::bulk_commit_group();
-        if (p.deterministic) {
-          hopper::bulk_wait_group<0>();
-          __threadfence();
-          atomicAdd(semaphore, 1);
-        } else {
-          hopper::bulk_wait_group_read<0>();
-        }
+        hopper::bulk_wait_group_read<0>();
         hopper::mbarrier_arrive(dq_empty(s));
       }
+      if (pending) pass_on();
       hopper::bulk_wait_group<0>();
     }
     return;
