@@ -36,7 +36,7 @@ struct CommandLine {
   std::string device = "auto";  // auto | cuda | cpu
   AttentionKind attention = AttentionKind::kFlash;
   FlashKernelChoice flash_kernel = FlashKernelChoice::kAuto;
-  bool deterministic_attention = true;
+  bool deterministic_attention = false;
   std::optional<Precision> precision;
   std::optional<int> batch_size;
   std::optional<int> seq_len;
@@ -69,7 +69,7 @@ struct TrainConfig {
   DeviceKind device = DeviceKind::kCpu;
   AttentionKind attention = AttentionKind::kFlash;
   FlashKernelChoice flash_kernel = FlashKernelChoice::kAuto;  // GPU flash kernel
-  bool deterministic_attention = true;                        // GPU flash backward
+  bool deterministic_attention = false;                       // GPU flash backward
   Precision precision = Precision::kFp32;
   int batch_size = 0;  // B per micro-batch
   int seq_len = 0;     // T
