@@ -5,7 +5,9 @@
  *
  * For each head size and T: B = max(1, --tokens / T); --sets independent sets of random bf16
  * qkv and dO (enough sets that they overflow the L2 cache several times, unless told), rotated
- * from one timed run to the next so the cache does not flatter. Each kernel is validated once
+ * from one timed run to the next so the cache does not flatter. flash-hopper runs twice: its
+ * default backward (dQ additions race) and flash-hopper-det (fixed-order dQ, bit-identical runs).
+ * Each kernel is validated once
  * against a reference kernel (naive where it fits in memory, else flash-portable: relative L2
  * of out and dqkv), then timed: --warmup untimed runs, --repeats timed runs, the median reported.
  * Backward runs are timed on the forward outputs of the same set. Never asserts.
@@ -129,11 +131,20 @@ std::vector<int> parse_int_list(const std::string& text, const char* option) {
   return values;
 }
 
-AttentionKernel parse_kernel(const std::string& name) {
+/// A kernel as benchmarked: the Hopper backward once in each dQ mode.
+struct BenchKernel {
+  AttentionKernel kernel;
+  bool deterministic;
+  std::string name;  // "flash-hopper" (default mode) or "flash-hopper-det"
+};
+
+BenchKernel parse_kernel(const std::string& name) {
   for (AttentionKernel k : {AttentionKernel::kNaive, AttentionKernel::kFlashPortable,
                             AttentionKernel::kFlashHopper})
-    if (name == gpu::to_string(k)) return k;
-  GPT2_USAGE_FAIL("--kernels takes naive, flash-portable, flash-hopper (got '", name, "')");
+    if (name == gpu::to_string(k)) return {k, false, name};
+  if (name == "flash-hopper-det") return {AttentionKernel::kFlashHopper, true, name};
+  GPT2_USAGE_FAIL("--kernels takes naive, flash-portable, flash-hopper, flash-hopper-det (got '",
+                  name, "')");
 }
 
 /// One input set: qkv and dO, plus what forward leaves for backward.
@@ -157,8 +168,7 @@ int bench_main(int argc, char** argv) {
       ("tokens", "B = max(1, tokens / T)", cxxopts::value<int>()->default_value("16384"))
       ("heads", "NH", cxxopts::value<int>()->default_value("12"))
       ("head-sizes", "comma-separated HS (64, 128)", cxxopts::value<std::string>()->default_value("64,128"))
-      ("kernels", "comma-separated: naive, flash-portable, flash-hopper (default: all that run here)", cxxopts::value<std::string>()->default_value(""))
-      ("deterministic", "Hopper backward in deterministic mode: 1 | 0", cxxopts::value<int>()->default_value("1"))
+      ("kernels", "comma-separated: naive, flash-portable, flash-hopper, flash-hopper-det (deterministic dQ); default: all that run here", cxxopts::value<std::string>()->default_value(""))
       ("sets", "input sets rotated between runs (0: enough to exceed 4x the L2 cache)", cxxopts::value<int>()->default_value("0"))
       ("warmup", "untimed runs", cxxopts::value<int>()->default_value("3"))
       ("repeats", "timed runs", cxxopts::value<int>()->default_value("10"))
@@ -177,16 +187,13 @@ int bench_main(int argc, char** argv) {
     GPT2_USAGE_FAIL("need --heads >= 1, --repeats >= 1, --warmup >= 0, --sets >= 0");
   for (int hs : head_sizes)
     if (hs != 64 && hs != 128) GPT2_USAGE_FAIL("--head-sizes takes 64 and 128 (got ", hs, ")");
-  const bool deterministic = args["deterministic"].as<int>() != 0;
 
   gpu::Context ctx;
   cudaStream_t stream = ctx.stream();
   cudaDeviceProp prop{};
   GPT2_CUDA_CHECK(cudaGetDeviceProperties(&prop, ctx.device()));
-  std::printf("gpt2-attention-bench on %s: bf16, causal, NH=%d, median of %d runs after %d, "
-              "Hopper backward %s\n",
-              ctx.device_name().c_str(), NH, repeats, warmup,
-              deterministic ? "deterministic" : "non-deterministic");
+  std::printf("gpt2-attention-bench on %s: bf16, causal, NH=%d, median of %d runs after %d\n",
+              ctx.device_name().c_str(), NH, repeats, warmup);
   std::printf("%4s %6s %3s %-15s | %9s %9s %9s | %8s %8s %8s | %9s %9s\n", "HS", "T", "B",
               "kernel", "fwd ms", "bwd ms", "f+b ms", "fwd TF/s", "bwd TF/s", "f+b TF/s",
               "err out", "err dqkv");
@@ -195,13 +202,14 @@ int bench_main(int argc, char** argv) {
          "fwd_tflops,bwd_tflops,fwdbwd_tflops,rel_err_out,rel_err_dqkv\n";
 
   for (int HS : head_sizes) {
-    std::vector<AttentionKernel> kernels;
+    std::vector<BenchKernel> kernels;
     const std::string kernel_list = args["kernels"].as<std::string>();
     if (kernel_list.empty()) {
-      kernels = {AttentionKernel::kNaive, AttentionKernel::kFlashPortable};
+      kernels = {parse_kernel("naive"), parse_kernel("flash-portable")};
       std::string why;
       if (gpu::attention_hopper_supported(true, HS, &why)) {
-        kernels.push_back(AttentionKernel::kFlashHopper);
+        kernels.push_back(parse_kernel("flash-hopper"));
+        kernels.push_back(parse_kernel("flash-hopper-det"));
       } else {
         std::printf("(flash-hopper not run: %s)\n", why.c_str());
       }
@@ -232,8 +240,8 @@ int bench_main(int argc, char** argv) {
         config.C = C;
         config.NH = NH;
         config.bf16 = true;
-        config.kernel = kernels[k];
-        config.deterministic = deterministic;
+        config.kernel = kernels[k].kernel;
+        config.deterministic = kernels[k].deterministic;
         const size_t saved_bytes = gpu::attention_saved_bytes(config);
         const size_t workspace_bytes = gpu::attention_workspace_bytes(config);
         size_t free_bytes = 0, total_bytes = 0;
@@ -278,7 +286,7 @@ int bench_main(int argc, char** argv) {
         std::vector<float> out = download_bf16(inputs[0]->out, n_out);
         std::vector<float> dqkv = download_bf16(inputs[0]->dqkv, 3 * n_out);
         if (ref_name.empty()) {
-          ref_name = gpu::to_string(kernels[k]);
+          ref_name = kernels[k].name;
           ref_out = std::move(out);
           ref_dqkv = std::move(dqkv);
         } else {
@@ -288,13 +296,13 @@ int bench_main(int argc, char** argv) {
       }
       for (size_t k = 0; k < kernels.size(); ++k) {
         const Timing& t = timings[k];
-        const char* name = gpu::to_string(kernels[k]);
+        const char* name = kernels[k].name.c_str();
         std::printf("%4d %6d %3d %-15s | %9.3f %9.3f %9.3f | %8.1f %8.1f %8.1f | %9.2e %9.2e\n", HS,
                     T, B, name, t.fwd_ms, t.bwd_ms, t.fwdbwd_ms, tflops(fwd_flops, t.fwd_ms),
                     tflops(2.5 * fwd_flops, t.bwd_ms), tflops(3.5 * fwd_flops, t.fwdbwd_ms),
                     t.err_out, t.err_dqkv);
         csv << '"' << ctx.device_name() << "\"," << HS << ',' << T << ',' << B << ',' << NH << ','
-            << name << ',' << (deterministic ? 1 : 0) << ',' << t.sets << ',' << t.fwd_ms << ','
+            << name << ',' << (kernels[k].deterministic ? 1 : 0) << ',' << t.sets << ',' << t.fwd_ms << ','
             << t.bwd_ms << ',' << t.fwdbwd_ms << ',' << tflops(fwd_flops, t.fwd_ms) << ','
             << tflops(2.5 * fwd_flops, t.bwd_ms) << ',' << tflops(3.5 * fwd_flops, t.fwdbwd_ms)
             << ',' << t.err_out << ',' << t.err_dqkv << '\n';
