@@ -8,7 +8,7 @@
 #   SKIP_SANITIZER=1 tools/gpu_check.sh
 #
 # Environment: BUILD_DIR (default build-gpu), OUT_DIR (default out/gpu-check), STEPS (30),
-# BATCH (16), SEQ (1024), CUDA_ARCH (90), SKIP_SANITIZER, SKIP_TRAIN.
+# BATCH (16), SEQ (1024), CUDA_ARCH (90a), SKIP_SANITIZER, SKIP_TRAIN.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,7 +17,7 @@ OUT_DIR=${OUT_DIR:-out/gpu-check}
 STEPS=${STEPS:-30}
 BATCH=${BATCH:-16}
 SEQ=${SEQ:-1024}
-CUDA_ARCH=${CUDA_ARCH:-90}
+CUDA_ARCH=${CUDA_ARCH:-90a}
 JOBS=$(nproc)
 
 section() { printf '\n==== %s ====\n' "$*"; }
