@@ -16,13 +16,14 @@ import argparse
 import csv
 import datetime
 import math
-import os
 import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from bench_io import write_csv, write_text
 
 BACKENDS = {"torch-fa2": SDPBackend.FLASH_ATTENTION, "torch-cudnn": SDPBackend.CUDNN_ATTENTION}
 
@@ -124,12 +125,7 @@ def main():
                 print(f"{HS:4d} {T:6d} {B:3d} {name:<12} | fwd {fwd:8.3f} ms {row['fwd_tflops']:6.1f} TF/s"
                       f" | bwd {bwd:8.3f} ms {row['bwd_tflops']:6.1f} | f+b {both:8.3f} ms "
                       f"{row['fwdbwd_tflops']:6.1f}", flush=True)
-    os.makedirs(os.path.dirname(args.csv) or ".", exist_ok=True)
-    with open(args.csv, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"wrote {args.csv}")
+    write_csv(args.csv, rows)
     if args.ours:
         compare(args, rows, device)
 
@@ -172,10 +168,7 @@ def compare(args, torch_rows, device):
     text = "\n".join(lines) + "\n"
     print(text)
     if args.markdown:
-        os.makedirs(os.path.dirname(args.markdown) or ".", exist_ok=True)
-        with open(args.markdown, "w") as f:
-            f.write(text)
-        print(f"wrote {args.markdown}")
+        write_text(args.markdown, text)
 
 
 if __name__ == "__main__":

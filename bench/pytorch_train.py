@@ -17,13 +17,14 @@ import argparse
 import csv
 import datetime
 import math
-import os
 import statistics
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from bench_io import write_csv, write_text
 
 
 class Block(nn.Module):
@@ -125,12 +126,7 @@ def main():
                              peak_mem_bytes=peak))
             print(f"T={T:6d} B={B:3d} {mode:8s} {status:4s} {tokens_per_s:10.0f} tokens/s "
                   f"{step_ms:9.2f} ms/step  peak {peak / 2**30:6.2f} GiB", flush=True)
-    os.makedirs(os.path.dirname(args.csv) or ".", exist_ok=True)
-    with open(args.csv, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"wrote {args.csv}")
+    write_csv(args.csv, rows)
     if args.sweep_csv:
         compare(args, rows, device)
 
@@ -173,10 +169,7 @@ def compare(args, torch_rows, device):
     text = "\n".join(lines) + "\n"
     print(text)
     if args.markdown:
-        os.makedirs(os.path.dirname(args.markdown) or ".", exist_ok=True)
-        with open(args.markdown, "w") as f:
-            f.write(text)
-        print(f"wrote {args.markdown}")
+        write_text(args.markdown, text)
 
 
 if __name__ == "__main__":
