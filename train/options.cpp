@@ -215,6 +215,9 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
   config.attention = cli.attention;
   config.flash_kernel = cli.flash_kernel;
   config.deterministic_attention = cli.deterministic_attention;
+  if (cli.flash_kernel != FlashKernelChoice::kAuto && cli.attention != AttentionKind::kFlash)
+    GPT2_USAGE_FAIL("--attn-kernel ", to_string(cli.flash_kernel), " chooses among the flash "
+                    "kernels; it needs --attn flash");
   if (!on_cuda && cli.flash_kernel != FlashKernelChoice::kAuto)
     GPT2_USAGE_FAIL("--attn-kernel ", to_string(cli.flash_kernel),
                     " needs --device cuda (the CPU backend has one kernel per --attn)");

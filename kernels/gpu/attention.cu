@@ -102,8 +102,10 @@ bool attention_hopper_supported(bool bf16, int head_size, std::string* why_not) 
     return no(str_cat("the Hopper kernels take head size 64 or 128 (got ", head_size, ")"));
   int device = 0;
   cudaDeviceProp prop{};
-  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess)
+  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    (void)cudaGetLastError();  // a probe: leave no error behind for the next launch check
     return no("no CUDA device");
+  }
   if (prop.major != 9 || prop.minor != 0)
     return no(str_cat(prop.name, " is sm_", prop.major, prop.minor,
                       "; the Hopper kernels need sm_90 (H100/H200)"));

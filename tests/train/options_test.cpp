@@ -177,5 +177,29 @@ TEST(TrainOptions, CheckpointModelTakesItsContextFromTheFile) {
   std::filesystem::remove(path);
 }
 
+// --attn-kernel and --attn-deterministic: parsed, passed through, and refused where they cannot
+// apply (the GPU kernel itself is checked against the device by the CUDA model).
+TEST(TrainOptions, FlashKernelChoiceAndDeterminism) {
+  const TrainConfig defaults = resolve({"--device", "cuda"}, with_gpu());
+  EXPECT_EQ(defaults.flash_kernel, FlashKernelChoice::kAuto);
+  EXPECT_FALSE(defaults.deterministic_attention);
+  const TrainConfig hopper = resolve(
+      {"--device", "cuda", "--attn-kernel", "hopper", "--attn-deterministic", "1"}, with_gpu());
+  EXPECT_EQ(hopper.flash_kernel, FlashKernelChoice::kHopper);
+  EXPECT_TRUE(hopper.deterministic_attention);
+  EXPECT_EQ(resolve({"--device", "cuda", "--attn-kernel", "portable"}, with_gpu()).flash_kernel,
+            FlashKernelChoice::kPortable);
+  EXPECT_NE(usage_message({"--attn-kernel", "fast"}).find("--attn-kernel must be auto, portable"),
+            std::string::npos);
+  EXPECT_NE(usage_message({"--device", "cpu", "--attn-kernel", "hopper"}).find("needs --device cuda"),
+            std::string::npos);
+  EXPECT_NE(usage_message({"--device", "cuda", "--attn", "naive", "--attn-kernel", "portable"},
+                          with_gpu())
+                .find("needs --attn flash"),
+            std::string::npos);
+  EXPECT_NE(usage_message({"--attn-deterministic", "2"}).find("--attn-deterministic must be 0 or 1"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace gpt2
