@@ -20,9 +20,10 @@
 
 #include <algorithm>
 #include <queue>
+#include <unordered_set>
 
 #include "data/file_io.h"
-#include "data/json_string.h"
+#include "data/json.h"
 #include "data/paths.h"
 #include "data/unicode_classes.h"
 #include "kernels/common/error.h"
@@ -37,6 +38,25 @@ constexpr size_t kMaxCachedPieces = 1 << 20;
 
 // ---------------------------------------------------------------------------------------------
 // UTF-8
+
+/// Appends the UTF-8 encoding of code point cp (at most 0x10FFFF) to out.
+void append_utf8(uint32_t cp, std::string& out) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
 
 struct Utf8Char {
   uint32_t code_point;  // meaningless when !valid
@@ -152,79 +172,38 @@ void build_byte_to_code_point(uint32_t byte_to_cp[256]) {
   for (int b = 0; b < 256; ++b) byte_to_cp[b] = printable(b) ? b : next_extra++;
 }
 
-/// Minimal JSON reader for encoder.json: one object of string keys and non-negative
-/// integer values. Keys come back as UTF-8; all JSON escapes are decoded.
-class EncoderJsonReader {
- public:
-  EncoderJsonReader(const std::string& path, std::string_view text) : path_(path), text_(text) {}
-
-  std::vector<std::pair<std::string, int64_t>> read_object() {
-    std::vector<std::pair<std::string, int64_t>> entries;
-    skip_space();
-    expect('{');
-    skip_space();
-    if (peek() == '}') {
-      ++pos_;
-    } else {
-      while (true) {
-        skip_space();
-        std::string key = read_string();
-        skip_space();
-        expect(':');
-        skip_space();
-        const int64_t value = read_integer();
-        entries.emplace_back(std::move(key), value);
-        skip_space();
-        if (peek() == ',') {
-          ++pos_;
-          continue;
-        }
-        expect('}');
-        break;
-      }
-    }
-    skip_space();
-    if (pos_ != text_.size()) fail("unexpected text after the top-level object");
-    return entries;
+/// encoder.json: one object of symbol -> token id (a non-negative integer); the entries come
+/// back sorted by symbol (ids are explicit, so order does not matter). A key given twice is an
+/// error (JSON parsers would keep one silently).
+std::vector<std::pair<std::string, int64_t>> read_encoder_json(const std::string& path) {
+  const std::string text = read_file_text(path);
+  std::string duplicate;
+  const nlohmann::json::parser_callback_t find_duplicates =
+      [seen = std::unordered_set<std::string>(), &duplicate](
+          int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) mutable {
+        if (event == nlohmann::json::parse_event_t::key && depth == 1 &&
+            !seen.insert(parsed.get<std::string>()).second && duplicate.empty())
+          duplicate = parsed.get<std::string>();
+        return true;
+      };
+  nlohmann::json object;
+  try {
+    object = nlohmann::json::parse(text, find_duplicates);
+  } catch (const nlohmann::json::exception& e) {
+    GPT2_FAIL(path, ": invalid JSON: ", e.what());
   }
-
- private:
-  [[noreturn]] void fail(const std::string& problem) const {
-    GPT2_FAIL(path_, ": invalid JSON at byte ", pos_, ": ", problem);
+  if (!object.is_object()) GPT2_FAIL(path, ": expected one JSON object of token ids");
+  if (!duplicate.empty()) GPT2_FAIL(path, ": token \"", duplicate, "\" appears twice");
+  std::vector<std::pair<std::string, int64_t>> entries;
+  entries.reserve(object.size());
+  for (const auto& [symbol, id] : object.items()) {
+    if (!id.is_number_unsigned() || id.get<uint64_t>() > INT32_MAX)
+      GPT2_FAIL(path, ": the id of token \"", symbol, "\" is ", id.dump(),
+                ", not a token id (an integer in [0, 2^31))");
+    entries.emplace_back(symbol, id.get<int64_t>());
   }
-  char peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
-  void expect(char c) {
-    if (pos_ >= text_.size() || text_[pos_] != c) fail(str_cat("expected '", c, "'"));
-    ++pos_;
-  }
-  void skip_space() {
-    while (pos_ < text_.size()) {
-      const char c = text_[pos_];
-      if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
-      ++pos_;
-    }
-  }
-  std::string read_string() {
-    std::string out;
-    const std::string problem = decode_json_string(text_, pos_, &out);
-    if (!problem.empty()) fail(problem);
-    return out;
-  }
-  int64_t read_integer() {
-    const size_t start = pos_;
-    int64_t value = 0;
-    while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') {
-      value = value * 10 + (text_[pos_++] - '0');
-      if (value > INT32_MAX) fail("token id out of range");
-    }
-    if (pos_ == start) fail("expected a non-negative integer token id");
-    return value;
-  }
-
-  const std::string& path_;
-  std::string_view text_;
-  size_t pos_ = 0;
-};
+  return entries;
+}
 
 }  // namespace
 
@@ -239,8 +218,7 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_json_path,
   for (int b = 0; b < 256; ++b) cp_to_byte[byte_to_cp[b]] = static_cast<uint8_t>(b);
 
   // encoder.json: symbol (text over the byte alphabet) -> id; ids must be exactly 0..N-1.
-  const std::string json_text = read_file_text(encoder_json_path);
-  const auto entries = EncoderJsonReader(encoder_json_path, json_text).read_object();
+  const auto entries = read_encoder_json(encoder_json_path);
   if (entries.empty()) GPT2_FAIL(encoder_json_path, ": no tokens");
   std::unordered_map<std::string, int> symbol_to_id;
   symbol_to_id.reserve(entries.size());
@@ -252,9 +230,7 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_json_path,
                 entries.size(), " (ids must be 0..N-1)");
     }
     if (id_seen[id]) GPT2_FAIL(encoder_json_path, ": token id ", id, " appears twice");
-    if (!symbol_to_id.emplace(symbol, static_cast<int>(id)).second) {
-      GPT2_FAIL(encoder_json_path, ": token \"", symbol, "\" appears twice");
-    }
+    symbol_to_id.emplace(symbol, static_cast<int>(id));
     id_seen[id] = true;
     std::string bytes;
     for (size_t pos = 0; pos < symbol.size();) {

@@ -5,17 +5,14 @@
  * OUT/metrics.jsonl holds one flat JSON object per optimizer step, e.g.
  *   {"step":3,"loss":10.2,"lr":0.0006,"grad_norm":1.5,"ms":120,"tokens_per_s":2133,
  *    "peak_mem_bytes":123456,"attn":"flash","device":"cpu","precision":"fp32","micro_batches":1}
- * plus "val_loss" on the steps that measured it. Floats are printed with "%.9g" so that a float
- * read back is bit-identical (resume tests compare these strings); non-finite values are
- * written as null to keep every line valid JSON.
- * parse_flat_json_object() reads such a line back (objects of strings, numbers, true/false/null;
- * no nesting) for the trainer's resume truncation and for tests.
+ * plus "val_loss" on the steps that measured it. Lines are written through data/json.h: floats
+ * as their shortest round-trip decimal (a float read back is bit-identical, which the resume
+ * tests rely on), non-finite values as null, so every line is valid JSON.
  */
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,11 +36,6 @@ struct StepMetrics {
   int micro_batches = 1;
 };
 
-/// "%.9g", or "null" when not finite.
-std::string json_number(double value);
-/// A JSON string literal with quotes, escaping ", \ and control characters.
-std::string json_string(const std::string& text);
-
 /// One metrics.jsonl line, without the trailing newline.
 std::string to_json_line(const StepMetrics& metrics);
 
@@ -52,10 +44,6 @@ std::string format_step_line(const StepMetrics& metrics, int total_steps, double
 
 /// "1h02m", "3m05s", "12s".
 std::string format_duration(double seconds);
-
-/// Values of a flat JSON object as raw text (strings unescaped, numbers and literals verbatim);
-/// nullopt when line is not such an object.
-std::optional<std::map<std::string, std::string>> parse_flat_json_object(const std::string& line);
 
 /// Model FLOPs per trained token (forward + backward), for MFU; see metrics.cpp.
 double training_flops_per_token(const ModelConfig& config, int seq_len);

@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <sstream>
 
 #include "data/file_io.h"
+#include "data/json.h"
 #include "kernels/common/error.h"
 #include "model/parameters.h"
 #include "train/metrics.h"
@@ -120,13 +120,11 @@ int truncate_metrics(const std::string& path, int64_t max_step) {
   std::string kept;
   int kept_lines = 0;
   for (std::string line; std::getline(lines, line);) {
-    const auto object = parse_flat_json_object(line);
-    if (!object) continue;
-    const auto step = object->find("step");
-    if (step == object->end()) continue;
-    char* end = nullptr;
-    const long long value = std::strtoll(step->second.c_str(), &end, 10);
-    if (end != step->second.c_str() + step->second.size() || value > max_step) continue;
+    const Json object = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!object.is_object()) continue;  // includes a line torn by a crash (a parse error)
+    const auto step = object.find("step");
+    if (step == object.end() || !step->is_number_integer() || step->get<int64_t>() > max_step)
+      continue;
     kept += line + "\n";
     ++kept_lines;
   }

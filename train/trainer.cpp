@@ -11,6 +11,7 @@
 
 #include "data/dataloader.h"
 #include "data/file_io.h"
+#include "data/json.h"
 #include "data/tokenizer.h"
 #include "kernels/common/error.h"
 #include "kernels/common/rng.h"
@@ -170,25 +171,25 @@ void report_summary(const TrainConfig& config, const Model& model, const RunTota
   }
   std::fflush(stdout);
 
-  std::string json = "{";
-  json += "\"steps\":" + std::to_string(totals.throughput.steps());
-  json += ",\"warmup_steps_excluded\":" + std::to_string(excluded);
-  json += ",\"tokens_per_s\":" + json_number(tokens_per_s);
-  json += ",\"peak_mem_bytes\":" + std::to_string(peak);
-  json += ",\"planned_mem_bytes\":" + std::to_string(model.memory_plan().total());
-  if (totals.last_loss) json += ",\"final_train_loss\":" + json_number(*totals.last_loss);
-  if (totals.last_val_loss) json += ",\"final_val_loss\":" + json_number(*totals.last_val_loss);
-  json += ",\"flops_per_token\":" + json_number(flops_per_token);
-  if (on_cuda) json += ",\"mfu\":" + json_number(mfu);
-  json += ",\"device\":" + json_string(to_string(config.device));
-  json += ",\"device_name\":" + json_string(model.device_name());
-  json += ",\"model\":" + json_string(config.model_config.describe());
-  json += ",\"attn\":" + json_string(to_string(config.attention));
-  json += ",\"precision\":" + json_string(to_string(config.precision));
-  json += ",\"batch_size\":" + std::to_string(config.batch_size);
-  json += ",\"seq_len\":" + std::to_string(config.seq_len);
-  json += ",\"total_batch_size\":" + std::to_string(config.total_batch_size);
-  json += "}\n";
+  Json summary;
+  summary["steps"] = totals.throughput.steps();
+  summary["warmup_steps_excluded"] = excluded;
+  summary["tokens_per_s"] = tokens_per_s;
+  summary["peak_mem_bytes"] = peak;
+  summary["planned_mem_bytes"] = model.memory_plan().total();
+  if (totals.last_loss) summary["final_train_loss"] = json_float(*totals.last_loss);
+  if (totals.last_val_loss) summary["final_val_loss"] = json_float(*totals.last_val_loss);
+  summary["flops_per_token"] = flops_per_token;
+  if (on_cuda) summary["mfu"] = mfu;
+  summary["device"] = to_string(config.device);
+  summary["device_name"] = model.device_name();
+  summary["model"] = config.model_config.describe();
+  summary["attn"] = to_string(config.attention);
+  summary["precision"] = to_string(config.precision);
+  summary["batch_size"] = config.batch_size;
+  summary["seq_len"] = config.seq_len;
+  summary["total_batch_size"] = config.total_batch_size;
+  const std::string json = dump_json(summary) + "\n";
   AtomicFileWriter writer(summary_path(config.out_dir));
   writer.write(json.data(), json.size());
   writer.commit();

@@ -16,13 +16,12 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "data/file_io.h"
-#include "train/metrics.h"
+#include "data/json.h"
 
 namespace gpt2::testing {
 
@@ -77,14 +76,14 @@ inline std::string embedded_val_data() {
   return std::string(GPT2_TEST_DATA_DIR) + "/default/kjv_val.bin";
 }
 
-/// Every line of a metrics.jsonl, parsed; a line that does not parse fails the test.
-inline std::vector<std::map<std::string, std::string>> read_metrics(const std::string& path) {
-  std::vector<std::map<std::string, std::string>> rows;
+/// Every line of a metrics.jsonl, parsed; a line that is not a JSON object fails the test.
+inline std::vector<Json> read_metrics(const std::string& path) {
+  std::vector<Json> rows;
   std::istringstream lines(read_file_text(path));
   for (std::string line; std::getline(lines, line);) {
-    auto object = parse_flat_json_object(line);
-    EXPECT_TRUE(object.has_value()) << "unparseable metrics line: " << line;
-    if (object) rows.push_back(*object);
+    const Json object = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    EXPECT_TRUE(object.is_object()) << "unparseable metrics line: " << line;
+    if (object.is_object()) rows.push_back(object);
   }
   return rows;
 }

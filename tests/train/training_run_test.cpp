@@ -6,13 +6,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <map>
 #include <string>
 #include <vector>
 
 #include "data/file_io.h"
 #include "data/shard.h"
-#include "train/metrics.h"
+#include "data/json.h"
 #include "train_test_util.h"
 
 namespace gpt2 {
@@ -37,9 +36,9 @@ std::vector<std::string> with(std::vector<std::string> args,
   return args;
 }
 
-std::vector<double> losses(const std::vector<std::map<std::string, std::string>>& rows) {
+std::vector<double> losses(const std::vector<Json>& rows) {
   std::vector<double> out;
-  for (const auto& row : rows) out.push_back(std::strtod(row.at("loss").c_str(), nullptr));
+  for (const auto& row : rows) out.push_back(row.at("loss").get<double>());
   return out;
 }
 
@@ -97,27 +96,29 @@ TEST(TrainingRun, MetricsAndSummaryFiles) {
   ASSERT_EQ(rows.size(), 5u);
   for (int i = 0; i < 5; ++i) {
     const auto& row = rows[i];
-    EXPECT_EQ(row.at("step"), std::to_string(i + 1));
+    EXPECT_EQ(row.at("step"), i + 1);
     for (const char* key : {"loss", "lr", "grad_norm", "ms", "tokens_per_s", "peak_mem_bytes"})
-      EXPECT_GT(std::strtod(row.at(key).c_str(), nullptr), 0.0) << key << " at step " << i + 1;
+      EXPECT_GT(row.at(key).get<double>(), 0.0) << key << " at step " << i + 1;
     EXPECT_EQ(row.at("attn"), "flash");
     EXPECT_EQ(row.at("device"), "cpu");
     EXPECT_EQ(row.at("precision"), "fp32");
-    EXPECT_EQ(row.at("micro_batches"), "2");
+    EXPECT_EQ(row.at("micro_batches"), 2);
     // Validation every 2 steps and at the last one: steps 2, 4 and 5.
     const bool validated = (i + 1) % 2 == 0 || i + 1 == 5;
     EXPECT_EQ(row.count("val_loss"), validated ? 1u : 0u) << "step " << i + 1;
   }
 
-  const auto summary = parse_flat_json_object(read_file_text(out + "/summary.json"));
-  ASSERT_TRUE(summary.has_value());
-  EXPECT_EQ(summary->at("steps"), "5");
-  EXPECT_EQ(summary->at("warmup_steps_excluded"), "3");
-  EXPECT_GT(std::strtod(summary->at("tokens_per_s").c_str(), nullptr), 0.0);
-  EXPECT_GT(std::strtod(summary->at("peak_mem_bytes").c_str(), nullptr), 0.0);
-  EXPECT_EQ(summary->at("final_train_loss"), rows[4].at("loss"));
-  EXPECT_EQ(summary->at("final_val_loss"), rows[4].at("val_loss"));
-  EXPECT_EQ(summary->count("mfu"), 0u);  // CPU: no MFU
+  const std::string summary_text = read_file_text(out + "/summary.json");
+  const Json summary = parse_json(summary_text, "summary.json");
+  EXPECT_EQ(summary_text.back(), '\n');
+  EXPECT_EQ(summary.at("steps"), 5);
+  EXPECT_EQ(summary.at("warmup_steps_excluded"), 3);
+  EXPECT_GT(summary.at("tokens_per_s").get<double>(), 0.0);
+  EXPECT_GT(summary.at("peak_mem_bytes").get<double>(), 0.0);
+  EXPECT_EQ(summary.at("final_train_loss"), rows[4].at("loss"));
+  EXPECT_EQ(summary.at("final_val_loss"), rows[4].at("val_loss"));
+  EXPECT_EQ(summary.at("device"), "cpu");
+  EXPECT_EQ(summary.count("mfu"), 0u);  // CPU: no MFU
   std::filesystem::remove_all(dir);
 }
 
