@@ -7,22 +7,17 @@
  * (magic, version, config via validate_config) and the exact file size before touching the
  * payload, and every message starts with the file's path. Parameters are streamed in fixed
  * chunks so a bf16 file of the 1.5B model needs no second full-size buffer.
- * bf16 <- fp32 rounds to nearest even (NaN stays NaN: the quiet bit is forced so truncation
- * cannot turn a NaN payload into infinity); bf16 -> fp32 is exact (zero-extend the mantissa).
+ * bf16 <-> fp32 is kernels/common/bf16.h (round to nearest even; NaN stays NaN; widening exact).
  * The training state's payload (m then v, fp32) is guarded by an FNV-1a 64 hash.
  * Writes go through AtomicFileWriter: a killed process leaves the old file or the new one.
  */
 #include "model/checkpoint.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <memory>
 
 #include "data/file_io.h"
+#include "kernels/common/bf16.h"
 #include "kernels/common/error.h"
 #include "model/parameters.h"
 
@@ -48,52 +43,6 @@ enum StateSlot : int {
   kSlotPayloadHash = 16, kSlotPayloadBytes = 17
 };
 
-uint16_t float_to_bf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  if ((bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu) != 0)
-    return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // NaN: keep sign, force quiet bit
-  const uint32_t rounding_bias = 0x7FFFu + ((bits >> 16) & 1u);  // ties go to the even result
-  return static_cast<uint16_t>((bits + rounding_bias) >> 16);
-}
-
-float bf16_to_float(uint16_t value) {
-  const uint32_t bits = static_cast<uint32_t>(value) << 16;
-  float result;
-  std::memcpy(&result, &bits, sizeof result);
-  return result;
-}
-
-// Read-only file with its size, closed on scope exit.
-class InputFile {
- public:
-  explicit InputFile(const std::string& path) : path_(path) {
-    file_ = std::fopen(path.c_str(), "rb");
-    if (!file_) GPT2_FAIL(path, ": cannot open for reading (", std::strerror(errno), ")");
-    struct stat info;
-    if (fstat(fileno(file_), &info) != 0 || !S_ISREG(info.st_mode)) {
-      std::fclose(file_);
-      GPT2_FAIL(path, ": not a regular file");
-    }
-    size_ = static_cast<uint64_t>(info.st_size);
-  }
-  ~InputFile() { std::fclose(file_); }
-  InputFile(const InputFile&) = delete;
-  InputFile& operator=(const InputFile&) = delete;
-
-  uint64_t size() const { return size_; }
-
-  void read(void* data, size_t bytes, const char* what) {
-    if (std::fread(data, 1, bytes, file_) != bytes)
-      GPT2_FAIL(path_, ": read error in ", what, " (file changed while reading?)");
-  }
-
- private:
-  std::string path_;
-  FILE* file_ = nullptr;
-  uint64_t size_ = 0;
-};
-
 struct ModelHeader {
   ModelConfig config;
   int32_t version = 0;
@@ -105,7 +54,7 @@ ModelHeader read_model_header(InputFile& file, const std::string& path) {
     GPT2_FAIL(path, ": file is ", file.size(), " bytes, shorter than the ", kModelHeaderBytes,
               "-byte llm.c model header (truncated or not a model file)");
   int32_t header[kModelHeaderInts];
-  file.read(header, sizeof header, "the header");
+  file.read_exactly(header, sizeof header, "the header");
   if (header[0] != kModelMagic)
     GPT2_FAIL(path, ": bad magic number ", header[0], " (expected ", kModelMagic,
               "): not an llm.c model file");
@@ -182,7 +131,7 @@ void write_model_checkpoint(const std::string& path, const ModelConfig& config,
     std::vector<uint16_t> chunk(std::min(total, kChunkElements));
     for (size_t start = 0; start < total; start += chunk.size()) {
       const size_t n = std::min(chunk.size(), total - start);
-      for (size_t i = 0; i < n; ++i) chunk[i] = float_to_bf16(params[start + i]);
+      for (size_t i = 0; i < n; ++i) chunk[i] = float_to_bf16_bits(params[start + i]);
       writer.write(chunk.data(), n * sizeof(uint16_t));
     }
   }
@@ -202,13 +151,13 @@ ModelCheckpoint read_model_checkpoint(const std::string& path) {
   const size_t total = ParameterLayout::for_config(header.config).total;
   checkpoint.params.resize(total);
   if (header.version == kModelVersionFp32) {
-    file.read(checkpoint.params.data(), total * sizeof(float), "the parameters");
+    file.read_exactly(checkpoint.params.data(), total * sizeof(float), "the parameters");
   } else {
     std::vector<uint16_t> chunk(std::min(total, kChunkElements));
     for (size_t start = 0; start < total; start += chunk.size()) {
       const size_t n = std::min(chunk.size(), total - start);
-      file.read(chunk.data(), n * sizeof(uint16_t), "the parameters");
-      for (size_t i = 0; i < n; ++i) checkpoint.params[start + i] = bf16_to_float(chunk[i]);
+      file.read_exactly(chunk.data(), n * sizeof(uint16_t), "the parameters");
+      for (size_t i = 0; i < n; ++i) checkpoint.params[start + i] = bf16_bits_to_float(chunk[i]);
     }
   }
   return checkpoint;
@@ -253,7 +202,7 @@ TrainingState read_training_state(const std::string& path) {
     GPT2_FAIL(path, ": file is ", file.size(), " bytes, shorter than the ", kStateHeaderBytes,
               "-byte training-state header (truncated or not a training-state file)");
   int64_t header[kStateHeaderInts];
-  file.read(header, sizeof header, "the header");
+  file.read_exactly(header, sizeof header, "the header");
   if (header[kSlotMagic] != kStateMagic)
     GPT2_FAIL(path, ": bad magic number ", header[kSlotMagic], " (expected ", kStateMagic,
               "): not a training-state file");
@@ -288,8 +237,8 @@ TrainingState read_training_state(const std::string& path) {
   for (int i = 0; i < 4; ++i) state.sample_rng[i] = static_cast<uint64_t>(header[kSlotRngState + i]);
   state.adam_m.resize(static_cast<size_t>(num_parameters));
   state.adam_v.resize(static_cast<size_t>(num_parameters));
-  file.read(state.adam_m.data(), vector_bytes, "the AdamW m vector");
-  file.read(state.adam_v.data(), vector_bytes, "the AdamW v vector");
+  file.read_exactly(state.adam_m.data(), vector_bytes, "the AdamW m vector");
+  file.read_exactly(state.adam_v.data(), vector_bytes, "the AdamW v vector");
   uint64_t hash = fnv1a64(kFnvOffset, state.adam_m.data(), vector_bytes);
   hash = fnv1a64(hash, state.adam_v.data(), vector_bytes);
   if (hash != static_cast<uint64_t>(header[kSlotPayloadHash]))

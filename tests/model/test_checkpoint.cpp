@@ -278,7 +278,7 @@ TEST_F(CheckpointTest, RejectsMalformedModelFiles) {
   write_bytes(path("relabelled.bin"), bytes);
   expect_model_rejected(path("relabelled.bin"), "trailing bytes");
 
-  expect_model_rejected(path("missing.bin"), "cannot open");
+  expect_model_rejected(path("missing.bin"), "no such file");
   EXPECT_THROW(read_model_checkpoint_config(path("magic.bin")), Error);
 }
 
