@@ -24,6 +24,7 @@ std::string to_json_line(const StepMetrics& m) {
   line["device"] = m.device;
   line["precision"] = m.precision;
   line["micro_batches"] = m.micro_batches;
+  if (m.skipped) line["skipped"] = true;
   return dump_json(line);
 }
 
@@ -53,6 +54,7 @@ std::string format_step_line(const StepMetrics& m, int total_steps, double eta_s
     std::snprintf(buf, sizeof buf, " | val loss %.6f", *m.val_loss);
     line += buf;
   }
+  if (m.skipped) line += " | update skipped (non-finite)";
   return line;
 }
 

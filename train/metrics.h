@@ -5,7 +5,8 @@
  * OUT/metrics.jsonl holds one flat JSON object per optimizer step, e.g.
  *   {"step":3,"loss":10.2,"lr":0.0006,"grad_norm":1.5,"ms":120,"tokens_per_s":2133,
  *    "peak_mem_bytes":123456,"attn":"flash","device":"cpu","precision":"fp32","micro_batches":1}
- * plus "val_loss" on the steps that measured it. Lines are written through data/json.h: floats
+ * plus "val_loss" on the steps that measured it and "skipped":true on a step whose update was
+ * skipped (--on-nonfinite skip-step). Lines are written through data/json.h: floats
  * as their shortest round-trip decimal (a float read back is bit-identical, which the resume
  * tests rely on), non-finite values as null, so every line is valid JSON.
  */
@@ -34,6 +35,7 @@ struct StepMetrics {
   std::string device;
   std::string precision;
   int micro_batches = 1;
+  bool skipped = false;  // the update was not applied (non-finite loss or gradient norm)
 };
 
 /// One metrics.jsonl line, without the trailing newline.

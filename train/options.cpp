@@ -45,6 +45,7 @@ cxxopts::Options make_options() {
       ("out", "directory for metrics.jsonl, summary.json and checkpoints", s()->default_value("out"))
       ("checkpoint-every", "checkpoint every N steps and at the last step (0 disables)", s()->default_value("0"))
       ("resume", "continue from the latest complete checkpoint in --out")
+      ("on-nonfinite", "a step with a non-finite loss or gradient norm: stop (exit 1) or skip-step (skip its update; stop after 10 in a row)", s()->default_value("stop"))
       ("seed", "seed of initialization, data order and sampling", s()->default_value("1337"))
       ("help", "print this help");
   return options;
@@ -96,6 +97,20 @@ Precision parse_precision(const std::string& name) {
   if (name == "fp32") return Precision::kFp32;
   if (name == "bf16") return Precision::kBf16;
   GPT2_USAGE_FAIL("--precision must be fp32 or bf16 (got '", name, "')");
+}
+
+NonFinitePolicy parse_nonfinite_policy(const std::string& name) {
+  if (name == "stop") return NonFinitePolicy::kStop;
+  if (name == "skip-step") return NonFinitePolicy::kSkipStep;
+  GPT2_USAGE_FAIL("--on-nonfinite must be stop or skip-step (got '", name, "')");
+}
+
+const char* to_string(NonFinitePolicy policy) {
+  switch (policy) {
+    case NonFinitePolicy::kStop: return "stop";
+    case NonFinitePolicy::kSkipStep: return "skip-step";
+  }
+  return "unknown";
 }
 
 std::string usage_text() { return make_options().help(); }
@@ -178,6 +193,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   if (cli.out_dir.empty()) GPT2_USAGE_FAIL("--out is empty");
   cli.checkpoint_every = parse_count("checkpoint-every", text("checkpoint-every"));
   cli.resume = given("resume");
+  cli.on_nonfinite = parse_nonfinite_policy(text("on-nonfinite"));
   // The seed is stored as int64 in the training state, hence the upper bound.
   cli.seed = static_cast<uint64_t>(parse_integer("seed", text("seed"), 0,
                                                  std::numeric_limits<int64_t>::max(),
@@ -253,6 +269,7 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
   config.out_dir = cli.out_dir;
   config.checkpoint_every = cli.checkpoint_every;
   config.resume = cli.resume;
+  config.on_nonfinite = cli.on_nonfinite;
   config.seed = cli.seed;
   return config;
 }

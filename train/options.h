@@ -27,6 +27,13 @@
 
 namespace gpt2 {
 
+/// What a step whose loss or gradient norm is not finite does (--on-nonfinite).
+enum class NonFinitePolicy {
+  kStop,      // stop the run at that step, before its update: exit code 1
+  kSkipStep,  // skip that step's update; stop after kMaxConsecutiveSkippedSteps in a row
+};
+constexpr int kMaxConsecutiveSkippedSteps = 10;
+
 /// What the user typed; unset optionals take device-dependent defaults at resolution.
 struct CommandLine {
   std::string train_data;  // glob; empty = the embedded data (data/paths.h)
@@ -53,6 +60,7 @@ struct CommandLine {
   std::string out_dir = "out";
   int checkpoint_every = 0;
   bool resume = false;
+  NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;
   uint64_t seed = 1337;
   bool help = false;
 };
@@ -84,6 +92,7 @@ struct TrainConfig {
   std::string out_dir;
   int checkpoint_every = 0;  // 0 disables (including the final checkpoint)
   bool resume = false;
+  NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;
   uint64_t seed = 0;
 };
 
@@ -103,8 +112,11 @@ std::string usage_text();
 /// Throws gpt2::UsageError for bad combinations, gpt2::Error for an unusable device or file.
 TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailability& devices);
 
-/// "naive" | "flash", "cpu" | "cuda", "fp32" | "bf16"; throw gpt2::UsageError naming option.
+/// "naive" | "flash", "cpu" | "cuda", "fp32" | "bf16", "stop" | "skip-step"; throw
+/// gpt2::UsageError naming the option.
 AttentionKind parse_attention(const std::string& name);
 Precision parse_precision(const std::string& name);
+NonFinitePolicy parse_nonfinite_policy(const std::string& name);
+const char* to_string(NonFinitePolicy policy);
 
 }  // namespace gpt2

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -99,6 +100,7 @@ void print_configuration(const TrainConfig& c, const DataLoader& train, const Da
   std::printf("  %-18s %s\n", "out", c.out_dir.c_str());
   if (c.checkpoint_every > 0)
     std::printf("  %-18s every %d steps and at the last\n", "checkpoints", c.checkpoint_every);
+  std::printf("  %-18s %s\n", "non-finite step", to_string(c.on_nonfinite));
   std::printf("  %-18s %llu\n", "seed", static_cast<unsigned long long>(c.seed));
   print_data("train data", train);
   if (val != nullptr) print_data("val data", *val);
@@ -118,13 +120,28 @@ float validation_loss(Model& model, DataLoader& loader, int batches, std::vector
   return static_cast<float>(sum / batches);
 }
 
+// A checkpoint is only written when every value in it is finite: a NaN in a saved file would
+// poison every run that resumes from it.
+void check_finite(const std::vector<float>& values, const char* what, const ModelConfig& config,
+                  int step) {
+  const auto bad = std::find_if(values.begin(), values.end(),
+                                [](float v) { return !std::isfinite(v); });
+  if (bad == values.end()) return;
+  const auto index = static_cast<size_t>(bad - values.begin());
+  const ParameterLayout layout = ParameterLayout::for_config(config);
+  int tensor = kNumParamTensors - 1;
+  while (tensor > 0 && layout.offsets[tensor] > index) --tensor;
+  GPT2_FAIL("step ", step, ": not writing a checkpoint: the ", what, " ",
+            ParameterLayout::name(tensor), "[", index - layout.offsets[tensor], "] is ", *bad,
+            "; the previous checkpoint is kept");
+}
+
 void write_checkpoint(const TrainConfig& config, Model& model, int step,
                       const DataLoader& train_loader, const Rng& sample_rng) {
   const size_t num_params = ParameterLayout::for_config(config.model_config).total;
   std::vector<float> params(num_params);
   model.get_parameters(params.data());
-  const std::string model_path = model_checkpoint_path(config.out_dir, step);
-  write_model_checkpoint(model_path, config.model_config, params.data());
+  check_finite(params, "parameter", config.model_config, step);
 
   TrainingState state;
   state.step = step;
@@ -139,6 +156,10 @@ void write_checkpoint(const TrainConfig& config, Model& model, int step,
   state.adam_m.resize(num_params);
   state.adam_v.resize(num_params);
   model.get_optimizer_state(state.adam_m.data(), state.adam_v.data());
+  check_finite(state.adam_m, "AdamW m of", config.model_config, step);
+  check_finite(state.adam_v, "AdamW v of", config.model_config, step);
+  const std::string model_path = model_checkpoint_path(config.out_dir, step);
+  write_model_checkpoint(model_path, config.model_config, params.data());
   const std::string state_path = training_state_path(config.out_dir, step);
   write_training_state(state_path, state);
   std::printf("checkpoint: %s, %s\n", model_path.c_str(), state_path.c_str());
@@ -146,6 +167,7 @@ void write_checkpoint(const TrainConfig& config, Model& model, int step,
 
 struct RunTotals {
   ThroughputStats throughput;
+  int skipped_steps = 0;  // updates skipped for a non-finite loss or gradient norm
   std::optional<float> last_loss;
   std::optional<float> last_val_loss;
 };
@@ -165,6 +187,9 @@ void report_summary(const TrainConfig& config, const Model& model, const RunTota
               format_bytes(model.memory_plan().total()).c_str());
   if (totals.last_loss) std::printf("  %-18s %.6f\n", "final train loss", *totals.last_loss);
   if (totals.last_val_loss) std::printf("  %-18s %.6f\n", "final val loss", *totals.last_val_loss);
+  if (totals.skipped_steps > 0)
+    std::printf("  %-18s %d (non-finite loss or gradient norm)\n", "skipped updates",
+                totals.skipped_steps);
   if (on_cuda) {
     std::printf("  %-18s %.2f%% (%.4g FLOPs/token, peak %.0f TFLOP/s)\n", "MFU", 100.0 * mfu,
                 flops_per_token, kH100PeakFlops / 1e12);
@@ -179,6 +204,7 @@ void report_summary(const TrainConfig& config, const Model& model, const RunTota
   summary["planned_mem_bytes"] = model.memory_plan().total();
   if (totals.last_loss) summary["final_train_loss"] = json_float(*totals.last_loss);
   if (totals.last_val_loss) summary["final_val_loss"] = json_float(*totals.last_val_loss);
+  if (totals.skipped_steps > 0) summary["skipped_steps"] = totals.skipped_steps;
   summary["flops_per_token"] = flops_per_token;
   if (on_cuda) summary["mfu"] = mfu;
   summary["device"] = to_string(config.device);
@@ -302,6 +328,7 @@ void run_training(const TrainConfig& config) {
   const int64_t tokens_per_step = config.total_batch_size;  // all ranks
   const float loss_scale = 1.0f / static_cast<float>(config.grad_accum_steps);
   RunTotals totals;
+  int skipped_in_a_row = 0;  // consecutive steps without an update (--on-nonfinite skip-step)
 
   for (int step = first_step; step <= config.steps; ++step) {
     const Clock::time_point start = Clock::now();
@@ -314,12 +341,21 @@ void run_training(const TrainConfig& config) {
     }
     const float loss = static_cast<float>(loss_sum / config.grad_accum_steps);
     const float norm = model->grad_norm();
-    const float grad_scale =
-        (config.grad_clip > 0.0f && norm > config.grad_clip) ? config.grad_clip / norm : 1.0f;
+    // A non-finite loss or norm means the update would write NaN or inf into the parameters:
+    // it is never applied (stop ends the run below, after the step's metrics line).
+    const bool finite = std::isfinite(loss) && std::isfinite(norm);
     cpu::AdamWHyper hyper;
     hyper.lr = config.lr_schedule.at(step - 1);
     hyper.weight_decay = config.weight_decay;
-    model->adamw_step(hyper, step, grad_scale);
+    if (finite) {
+      const float grad_scale =
+          (config.grad_clip > 0.0f && norm > config.grad_clip) ? config.grad_clip / norm : 1.0f;
+      model->adamw_step(hyper, step, grad_scale);
+      skipped_in_a_row = 0;
+    } else {
+      ++skipped_in_a_row;
+      ++totals.skipped_steps;
+    }
     const double seconds = seconds_since(start);
     totals.throughput.add_step(seconds, tokens_per_step);
 
@@ -334,10 +370,13 @@ void run_training(const TrainConfig& config) {
     metrics_row.device = to_string(config.device);
     metrics_row.precision = to_string(config.precision);
     metrics_row.micro_batches = config.grad_accum_steps;
+    metrics_row.skipped = !finite;
     totals.last_loss = loss;
 
     const bool last_step = step == config.steps;
-    if (val_loader && (step % config.val_every == 0 || last_step)) {
+    const bool stopping = !finite && (config.on_nonfinite == NonFinitePolicy::kStop ||
+                                      skipped_in_a_row >= kMaxConsecutiveSkippedSteps);
+    if (val_loader && !stopping && (step % config.val_every == 0 || last_step)) {
       metrics_row.val_loss = validation_loss(*model, *val_loader, val_batches, inputs, targets);
       totals.last_val_loss = metrics_row.val_loss;
     }
@@ -345,7 +384,7 @@ void run_training(const TrainConfig& config) {
 
     const double eta = totals.throughput.mean_step_seconds() * (config.steps - step);
     std::printf("%s\n", format_step_line(metrics_row, config.steps, eta).c_str());
-    if (config.sample_every > 0 && step % config.sample_every == 0) {
+    if (config.sample_every > 0 && !stopping && step % config.sample_every == 0) {
       const std::vector<int> sample = generate_tokens(*model, config.sample_tokens, sample_rng);
       std::printf("sample at step %d:\n%s\n---\n", step, tokenizer->decode(sample).c_str());
     }
@@ -356,6 +395,16 @@ void run_training(const TrainConfig& config) {
         std::fflush(metrics.get()) != 0)
       GPT2_FAIL(metrics_file, ": write failed");
 
+    if (stopping) {
+      const std::string what = str_cat("the loss is ", loss, " and the gradient norm is ", norm);
+      if (config.on_nonfinite == NonFinitePolicy::kStop)
+        GPT2_FAIL("step ", step, ": ", what, ": the run diverged and stops here (--on-nonfinite ",
+                  "stop); the update of step ", step, " was not applied and no checkpoint holds ",
+                  "it. Lower --lr, or pass --on-nonfinite skip-step to skip such steps");
+      GPT2_FAIL("step ", step, ": ", what, ": ", skipped_in_a_row, " steps in a row had their ",
+                "update skipped (--on-nonfinite skip-step): the run diverged and stops here. ",
+                "Lower --lr");
+    }
     if (config.checkpoint_every > 0 && (step % config.checkpoint_every == 0 || last_step))
       write_checkpoint(config, *model, step, train_loader, sample_rng);
   }

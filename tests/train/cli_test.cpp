@@ -45,7 +45,7 @@ TEST(TrainCli, HelpExitsZeroAndListsTheOptions) {
                              "--total-batch-size", "--steps", "--lr", "--warmup-steps",
                              "--lr-schedule", "--final-lr-frac", "--weight-decay", "--grad-clip",
                              "--val-every", "--val-steps", "--sample-every", "--sample-tokens",
-                             "--out", "--checkpoint-every", "--resume", "--seed"})
+                             "--out", "--checkpoint-every", "--resume", "--on-nonfinite", "--seed"})
     EXPECT_NE(result.output.find(option), std::string::npos) << option;
 }
 
