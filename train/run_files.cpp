@@ -50,10 +50,10 @@ std::string summary_path(const std::string& out_dir) {
   return (std::filesystem::path(out_dir) / "summary.json").string();
 }
 
-std::optional<ResumePoint> find_resume_point(const std::string& out_dir,
-                                             std::vector<std::string>* notes) {
+ResumeSearch find_resume_point(const std::string& out_dir) {
+  ResumeSearch search;
   std::error_code ec;
-  if (!std::filesystem::is_directory(out_dir, ec)) return std::nullopt;
+  if (!std::filesystem::is_directory(out_dir, ec)) return search;
   std::vector<int64_t> steps;
   for (const auto& entry : std::filesystem::directory_iterator(out_dir, ec)) {
     const int64_t step = model_file_step(entry.path().filename().string());
@@ -67,28 +67,49 @@ std::optional<ResumePoint> find_resume_point(const std::string& out_dir,
     point.step = step;
     point.model_path = model_checkpoint_path(out_dir, step);
     point.state_path = training_state_path(out_dir, step);
+    const std::string model_name = std::filesystem::path(point.model_path).filename().string();
     if (!file_exists(point.state_path)) {
-      if (notes)
-        notes->push_back(str_cat(point.model_path, " has no training state (",
-                                 point.state_path, " is missing): skipped"));
+      search.notes.push_back(str_cat(point.model_path, " has no training state (",
+                                     point.state_path, " is missing): skipped"));
+      continue;
+    }
+    const auto reject = [&](const std::string& why) {
+      search.notes.push_back(str_cat("checkpoint of step ", step, " skipped: ", why));
+      ++search.rejected;
+    };
+    try {
+      point.state = read_training_state(point.state_path);
+    } catch (const Error& e) {
+      reject(e.what());
+      continue;
+    }
+    if (point.state.step != step) {
+      reject(str_cat(point.state_path, " records step ", point.state.step, ", not ", step));
+      continue;
+    }
+    if (point.state.model_file != model_name) {
+      reject(str_cat(point.state_path, " belongs to the model file ", point.state.model_file,
+                     ", not ", model_name));
       continue;
     }
     try {
       point.model = read_model_checkpoint(point.model_path);
-      point.state = read_training_state(point.state_path);
     } catch (const Error& e) {
-      if (notes) notes->push_back(str_cat("checkpoint of step ", step, " skipped: ", e.what()));
+      reject(e.what());
       continue;
     }
-    if (point.state.step != step) {
-      if (notes)
-        notes->push_back(str_cat(point.state_path, " records step ", point.state.step,
-                                 ", not ", step, ": skipped"));
+    if (point.model.digest != point.state.model_digest) {
+      reject(str_cat(point.model_path, " (", point.model.digest.bytes, " bytes, hash ",
+                     point.model.digest.hash, ") is not the file ", point.state_path,
+                     " was saved with (", point.state.model_digest.bytes, " bytes, hash ",
+                     point.state.model_digest.hash,
+                     "): it is corrupted or was written by another run"));
       continue;
     }
-    return point;
+    search.point = std::move(point);
+    return search;
   }
-  return std::nullopt;
+  return search;
 }
 
 void check_resume_compatible(const TrainConfig& config, const ResumePoint& point) {

@@ -3,10 +3,13 @@
  * @brief The files of a run in --out: checkpoint names, finding where to resume, metrics cut.
  *
  * A checkpoint at step N is a pair written in this order: OUT/model_%08d.bin (llm.c fp32)
- * then OUT/state_%08d.bin (optimizer moments, loader position, sampling RNG). Each write is
- * atomic, so a crash between the two leaves a model without its state: find_resume_point()
- * takes the highest N whose two files both exist and read cleanly, and reports every newer
- * one it skipped (and why) through `notes`.
+ * then OUT/state_%08d.bin (optimizer moments, loader position, sampling RNG, and the name, size
+ * and hash of the model file it belongs to). Each write is atomic, so a crash between the two
+ * leaves a model without its state. find_resume_point() takes the highest N whose pair
+ * verifies: both files present and reading cleanly (the state's own hash), the state naming
+ * this model file and step, and the model file hashing to what the state recorded. Every newer
+ * candidate it passes over is described, with the reason, in `notes`; `rejected` counts those
+ * that were present but did not verify (corrupt or mixed pairs), as opposed to incomplete ones.
  * On resume, metrics.jsonl is cut back to the lines with step <= N (atomically), so that the
  * continued run appends exactly the lines an uninterrupted run would have written; lines that
  * do not parse (a line torn by a crash) are dropped.
@@ -37,10 +40,14 @@ struct ResumePoint {
   TrainingState state;
 };
 
-/// The latest complete, readable checkpoint pair in out_dir; nullopt when there is none
-/// (including when out_dir does not exist). Skipped candidates are described in notes.
-std::optional<ResumePoint> find_resume_point(const std::string& out_dir,
-                                             std::vector<std::string>* notes);
+struct ResumeSearch {
+  std::optional<ResumePoint> point;  // the latest pair that verifies; nullopt when none does
+  std::vector<std::string> notes;    // one line per newer candidate passed over, with why
+  int rejected = 0;                  // candidates present in full that did not verify
+};
+
+/// Searches out_dir (which may not exist: nothing found).
+ResumeSearch find_resume_point(const std::string& out_dir);
 
 /// Throws gpt2::Error naming the setting, the checkpoint's value and this run's value when the
 /// checkpoint cannot continue this run bit for bit (model config, B, T, total batch, seed,

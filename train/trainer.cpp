@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -159,7 +160,8 @@ void write_checkpoint(const TrainConfig& config, Model& model, int step,
   check_finite(state.adam_m, "AdamW m of", config.model_config, step);
   check_finite(state.adam_v, "AdamW v of", config.model_config, step);
   const std::string model_path = model_checkpoint_path(config.out_dir, step);
-  write_model_checkpoint(model_path, config.model_config, params.data());
+  state.model_digest = write_model_checkpoint(model_path, config.model_config, params.data());
+  state.model_file = std::filesystem::path(model_path).filename().string();
   const std::string state_path = training_state_path(config.out_dir, step);
   write_training_state(state_path, state);
   std::printf("checkpoint: %s, %s\n", model_path.c_str(), state_path.c_str());
@@ -238,9 +240,16 @@ void run_training(const TrainConfig& config) {
   int first_step = 1;
   std::optional<ResumePoint> resume_point;
   if (config.resume) {
-    std::vector<std::string> notes;
-    resume_point = find_resume_point(config.out_dir, &notes);
-    for (const std::string& note : notes) std::printf("resume: %s\n", note.c_str());
+    ResumeSearch search = find_resume_point(config.out_dir);
+    for (const std::string& note : search.notes) std::printf("resume: %s\n", note.c_str());
+    resume_point = std::move(search.point);
+    if (!resume_point && search.rejected > 0) {
+      // Starting over would overwrite metrics.jsonl and, step by step, the checkpoints that
+      // failed to verify: that is for the user to decide.
+      GPT2_FAIL("--resume: none of the ", search.rejected, " checkpoint(s) in ", config.out_dir,
+                " verifies (reasons above); not starting over on top of them. Move or delete "
+                "them to start from scratch, or use another --out");
+    }
     if (!resume_point)
       std::printf("resume: no complete checkpoint in %s; starting from scratch\n",
                   config.out_dir.c_str());
