@@ -44,6 +44,7 @@ cxxopts::Options make_options() {
       ("sample-tokens", "tokens per sample", s()->default_value("64"))
       ("out", "directory for metrics.jsonl, summary.json and checkpoints", s()->default_value("out"))
       ("checkpoint-every", "checkpoint every N steps and at the last step (0 disables)", s()->default_value("0"))
+      ("keep-checkpoints", "keep the newest N checkpoint pairs in --out, removing older ones (0 keeps all)", s()->default_value(std::to_string(kDefaultKeepCheckpoints)))
       ("resume", "continue from the latest complete checkpoint in --out")
       ("on-nonfinite", "a step with a non-finite loss or gradient norm: stop (exit 1) or skip-step (skip its update; stop after 10 in a row)", s()->default_value("stop"))
       ("seed", "seed of initialization, data order and sampling", s()->default_value("1337"))
@@ -192,6 +193,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   cli.out_dir = text("out");
   if (cli.out_dir.empty()) GPT2_USAGE_FAIL("--out is empty");
   cli.checkpoint_every = parse_count("checkpoint-every", text("checkpoint-every"));
+  cli.keep_checkpoints = parse_count("keep-checkpoints", text("keep-checkpoints"));
   cli.resume = given("resume");
   cli.on_nonfinite = parse_nonfinite_policy(text("on-nonfinite"));
   // The seed is stored as int64 in the training state, hence the upper bound.
@@ -268,6 +270,7 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
   config.sample_tokens = cli.sample_tokens;
   config.out_dir = cli.out_dir;
   config.checkpoint_every = cli.checkpoint_every;
+  config.keep_checkpoints = cli.keep_checkpoints;
   config.resume = cli.resume;
   config.on_nonfinite = cli.on_nonfinite;
   config.seed = cli.seed;

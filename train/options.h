@@ -34,6 +34,9 @@ enum class NonFinitePolicy {
 };
 constexpr int kMaxConsecutiveSkippedSteps = 10;
 
+/// --keep-checkpoints default: the newest pair and two to fall back on.
+constexpr int kDefaultKeepCheckpoints = 3;
+
 /// What the user typed; unset optionals take device-dependent defaults at resolution.
 struct CommandLine {
   std::string train_data;  // glob; empty = the embedded data (data/paths.h)
@@ -59,6 +62,7 @@ struct CommandLine {
   int sample_tokens = 64;
   std::string out_dir = "out";
   int checkpoint_every = 0;
+  int keep_checkpoints = kDefaultKeepCheckpoints;
   bool resume = false;
   NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;
   uint64_t seed = 1337;
@@ -91,6 +95,7 @@ struct TrainConfig {
   int sample_tokens = 0;
   std::string out_dir;
   int checkpoint_every = 0;  // 0 disables (including the final checkpoint)
+  int keep_checkpoints = 0;  // newest pairs kept; 0 keeps all
   bool resume = false;
   NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;
   uint64_t seed = 0;

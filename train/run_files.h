@@ -10,6 +10,11 @@
  * this model file and step, and the model file hashing to what the state recorded. Every newer
  * candidate it passes over is described, with the reason, in `notes`; `rejected` counts those
  * that were present but did not verify (corrupt or mixed pairs), as opposed to incomplete ones.
+ * The run holds an advisory lock on OUT/gpt2-train.lock (flock, released by the kernel when the
+ * process ends, however it ends) for its whole life, so a second run on the same OUT stops at
+ * once, naming the first one's pid. Holding it, the run removes the temporary files
+ * (<name>.tmp.<pid>, see AtomicFileWriter) whose writer is no longer running, and after each
+ * checkpoint it removes the pairs older than the newest --keep-checkpoints ones.
  * On resume, metrics.jsonl is cut back to the lines with step <= N (atomically), so that the
  * continued run appends exactly the lines an uninterrupted run would have written; lines that
  * do not parse (a line torn by a crash) are dropped.
@@ -31,6 +36,31 @@ std::string model_checkpoint_path(const std::string& out_dir, int64_t step);
 std::string training_state_path(const std::string& out_dir, int64_t step);
 std::string metrics_path(const std::string& out_dir);
 std::string summary_path(const std::string& out_dir);
+std::string lock_path(const std::string& out_dir);  // OUT/gpt2-train.lock
+
+/// Holds the advisory lock of out_dir (which must exist) until destroyed; the lock file holds
+/// the holder's pid. Throws gpt2::Error "<out_dir> is in use by another gpt2-train (pid N) ..."
+/// when another process (or another RunDirLock of this one) holds it.
+class RunDirLock {
+ public:
+  explicit RunDirLock(const std::string& out_dir);
+  ~RunDirLock();
+  RunDirLock(const RunDirLock&) = delete;
+  RunDirLock& operator=(const RunDirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+/// Removes out_dir's files named <name>.tmp.<pid> whose pid is not a running process (left by a
+/// writer that was killed); returns the names removed. Call it holding the RunDirLock.
+std::vector<std::string> remove_stale_temporaries(const std::string& out_dir);
+
+/// After the checkpoint of step `step` is written: keeps the newest `keep` complete pairs at or
+/// below that step and removes the model and state files of every older step (complete pair or
+/// not); files of later steps (left by a run that is being redone from an earlier checkpoint) are
+/// left alone, as is everything with keep == 0. Returns the steps whose files were removed.
+std::vector<int64_t> prune_checkpoints(const std::string& out_dir, int64_t step, int keep);
 
 struct ResumePoint {
   int64_t step = 0;

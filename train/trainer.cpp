@@ -99,8 +99,11 @@ void print_configuration(const TrainConfig& c, const DataLoader& train, const Da
                 c.sample_tokens);
   }
   std::printf("  %-18s %s\n", "out", c.out_dir.c_str());
-  if (c.checkpoint_every > 0)
-    std::printf("  %-18s every %d steps and at the last\n", "checkpoints", c.checkpoint_every);
+  if (c.checkpoint_every > 0) {
+    std::printf("  %-18s every %d steps and at the last, %s\n", "checkpoints", c.checkpoint_every,
+                c.keep_checkpoints > 0 ? str_cat("the newest ", c.keep_checkpoints, " kept").c_str()
+                                       : "all kept");
+  }
   std::printf("  %-18s %s\n", "non-finite step", to_string(c.on_nonfinite));
   std::printf("  %-18s %llu\n", "seed", static_cast<unsigned long long>(c.seed));
   print_data("train data", train);
@@ -165,6 +168,9 @@ void write_checkpoint(const TrainConfig& config, Model& model, int step,
   const std::string state_path = training_state_path(config.out_dir, step);
   write_training_state(state_path, state);
   std::printf("checkpoint: %s, %s\n", model_path.c_str(), state_path.c_str());
+  for (const int64_t old_step : prune_checkpoints(config.out_dir, step, config.keep_checkpoints))
+    std::printf("checkpoint: removed the files of step %lld (--keep-checkpoints %d)\n",
+                static_cast<long long>(old_step), config.keep_checkpoints);
 }
 
 struct RunTotals {
@@ -226,7 +232,18 @@ void report_summary(const TrainConfig& config, const Model& model, const RunTota
 }  // namespace
 
 void run_training(const TrainConfig& config) {
-  // Everything that can reject the input comes first, before --out is touched: the tokenizer,
+  // One run per --out: an existing folder is locked before anything in it is read, a new one
+  // right after it is created (two runs racing to create it meet there).
+  std::optional<RunDirLock> out_lock;
+  if (std::filesystem::is_directory(config.out_dir)) {
+    out_lock.emplace(config.out_dir);
+    for (const std::string& name : remove_stale_temporaries(config.out_dir))
+      std::printf("out: removed %s, a temporary file whose writer is no longer running\n",
+                  name.c_str());
+  }
+
+  // Everything that can reject the input comes next, before --out is written (an existing one
+  // only got its lock file and lost its stale temporaries): the tokenizer,
   // the shards (headers here, the first shard's tokens by the prefetch below) and the resume
   // point.
   std::optional<Gpt2Tokenizer> tokenizer;
@@ -324,6 +341,7 @@ void run_training(const TrainConfig& config) {
   }
 
   make_directories(config.out_dir);
+  if (!out_lock) out_lock.emplace(config.out_dir);
   const std::string metrics_file = metrics_path(config.out_dir);
   if (resume_point) {
     truncate_metrics(metrics_file, resume_point->step);
