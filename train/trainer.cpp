@@ -24,6 +24,7 @@
 #include "train/metrics.h"
 #include "train/run_files.h"
 #include "train/sampling.h"
+#include "train/signals.h"
 
 namespace gpt2 {
 namespace {
@@ -231,7 +232,7 @@ void report_summary(const TrainConfig& config, const Model& model, const RunTota
 
 }  // namespace
 
-void run_training(const TrainConfig& config) {
+int run_training(const TrainConfig& config) {
   // One run per --out: an existing folder is locked before anything in it is read, a new one
   // right after it is created (two runs racing to create it meet there).
   std::optional<RunDirLock> out_lock;
@@ -281,7 +282,7 @@ void run_training(const TrainConfig& config) {
     if (first_step > config.steps) {
       std::printf("resume: the checkpoint is at step %d and --steps is %d: nothing to train\n",
                   first_step - 1, config.steps);
-      return;
+      return 0;
     }
   }
 
@@ -356,6 +357,7 @@ void run_training(const TrainConfig& config) {
   const float loss_scale = 1.0f / static_cast<float>(config.grad_accum_steps);
   RunTotals totals;
   int skipped_in_a_row = 0;  // consecutive steps without an update (--on-nonfinite skip-step)
+  const StopSignals stop_signals;  // from here on SIGTERM/SIGINT stop the run between steps
 
   for (int step = first_step; step <= config.steps; ++step) {
     const Clock::time_point start = Clock::now();
@@ -432,10 +434,31 @@ void run_training(const TrainConfig& config) {
                 "update skipped (--on-nonfinite skip-step): the run diverged and stops here. ",
                 "Lower --lr");
     }
-    if (config.checkpoint_every > 0 && (step % config.checkpoint_every == 0 || last_step))
-      write_checkpoint(config, *model, step, train_loader, sample_rng);
+    const bool checkpointing = config.checkpoint_every > 0;
+    const bool checkpoint_step = checkpointing && (step % config.checkpoint_every == 0 || last_step);
+    if (checkpoint_step) write_checkpoint(config, *model, step, train_loader, sample_rng);
+
+    if (const int signal_number = StopSignals::received()) {
+      if (checkpointing && !checkpoint_step)
+        write_checkpoint(config, *model, step, train_loader, sample_rng);
+      if (last_step) report_summary(config, *model, totals);
+      if (checkpointing) {
+        std::printf("stopped by %s after step %d of %d: saved %s and %s; --resume continues "
+                    "from there\n",
+                    signal_name(signal_number), step, config.steps,
+                    model_checkpoint_path(config.out_dir, step).c_str(),
+                    training_state_path(config.out_dir, step).c_str());
+      } else {
+        std::printf("stopped by %s after step %d of %d: no checkpoint saved (--checkpoint-every "
+                    "is 0)\n",
+                    signal_name(signal_number), step, config.steps);
+      }
+      std::fflush(stdout);
+      return 128 + signal_number;
+    }
   }
   report_summary(config, *model, totals);
+  return 0;
 }
 
 int train_main(int argc, char** argv) {
@@ -448,8 +471,7 @@ int train_main(int argc, char** argv) {
     }
     // Probing initializes the CUDA runtime: not worth it when the CPU is asked for by name.
     const DeviceAvailability devices = cli.device == "cpu" ? DeviceAvailability{} : probe_devices();
-    run_training(resolve_train_config(cli, devices));
-    return 0;
+    return run_training(resolve_train_config(cli, devices));
   } catch (const UsageError& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "gpt2-train: error: %s\n", e.what());

@@ -17,7 +17,9 @@
  *   1/grad_accum_steps, clip by the global norm, AdamW at lr = schedule(step - 1) unless the
  *   loss or the norm is not finite (--on-nonfinite); then validation, sampling, the metrics
  *   line and the checkpoint, in that order (a checkpoint at step N therefore follows the
- *   metrics line of step N), and the removal of checkpoints beyond --keep-checkpoints.
+ *   metrics line of step N), and the removal of checkpoints beyond --keep-checkpoints. After a
+ *   step during which SIGTERM or SIGINT arrived: a checkpoint of that step (when checkpointing
+ *   is on and the step did not write one anyway), a line saying what was saved, and the return.
  */
 #pragma once
 
@@ -27,7 +29,8 @@ namespace gpt2 {
 
 int train_main(int argc, char** argv);
 
-/// Throws gpt2::Error / gpt2::UsageError.
-void run_training(const TrainConfig& config);
+/// Returns the exit code: 0, or 128 + the signal when SIGTERM or SIGINT stopped the run between
+/// two steps (train/signals.h). Throws gpt2::Error / gpt2::UsageError.
+int run_training(const TrainConfig& config);
 
 }  // namespace gpt2
