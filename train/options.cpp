@@ -48,7 +48,7 @@ cxxopts::Options make_options() {
       ("resume", "continue from the latest complete checkpoint in --out")
       ("on-nonfinite", "a step with a non-finite loss or gradient norm: stop (exit 1) or skip-step (skip its update; stop after 10 in a row)", s()->default_value("stop"))
       ("seed", "seed of initialization, data order and sampling", s()->default_value("1337"))
-      ("help", "print this help");
+      ("h,help", "print this help");
   return options;
 }
 
@@ -57,10 +57,12 @@ int64_t parse_integer(const std::string& option, const std::string& text, int64_
   errno = 0;
   char* end = nullptr;
   const long long value = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE ||
-      value < min_value || value > max_value) {
+  if (text.empty() || end != text.c_str() + text.size() || (errno == ERANGE && value < 0) ||
+      value < min_value) {
     GPT2_USAGE_FAIL("--", option, " must be ", expectation, " (got '", text, "')");
   }
+  if (errno == ERANGE || value > max_value)
+    GPT2_USAGE_FAIL("--", option, " is out of range: at most ", max_value, " (got '", text, "')");
   return value;
 }
 
@@ -79,8 +81,17 @@ float parse_float(const std::string& option, const std::string& text, double min
   errno = 0;
   char* end = nullptr;
   const double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE ||
-      !std::isfinite(value) || value < min_value || value > max_value) {
+  if (text.empty() || end != text.c_str() + text.size() || std::isnan(value) ||
+      value < min_value) {
+    GPT2_USAGE_FAIL("--", option, " must be ", expectation, " (got '", text, "')");
+  }
+  if (max_value == std::numeric_limits<float>::max() &&
+      (errno == ERANGE || std::isinf(value) || value > max_value)) {
+    // Underflow (ERANGE with a tiny value) is not an error: such a value is as good as 0.
+    if (!(errno == ERANGE && std::fabs(value) < 1.0))
+      GPT2_USAGE_FAIL("--", option, " is out of range: at most ", max_value, " (got '", text,
+                      "')");
+  } else if (value > max_value || !std::isfinite(value)) {
     GPT2_USAGE_FAIL("--", option, " must be ", expectation, " (got '", text, "')");
   }
   return static_cast<float>(value);
@@ -221,6 +232,14 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
   config.attention = cli.attention;
 
   config.model_name = cli.model.value_or(on_cuda ? "d12" : "d2");
+  const bool looks_like_a_file = config.model_name.find('/') != std::string::npos ||
+                                 config.model_name.find('.') != std::string::npos;
+  if (!is_model_preset(config.model_name) && !file_exists(config.model_name) &&
+      looks_like_a_file) {
+    // A path is a file the machine lacks, not a bad option: exit code 1, like a missing shard.
+    GPT2_FAIL("--model ", config.model_name, ": no such file (--model takes a preset name such "
+              "as d12 or gpt2, or an llm.c model file)");
+  }
   if (!is_model_preset(config.model_name) && file_exists(config.model_name)) {
     config.model_from_checkpoint = true;
     config.model_config = read_model_checkpoint_config(config.model_name);

@@ -4,8 +4,9 @@
  *
  * Checks that the shards decode back to the inputs with an end-of-text token before each
  * document, that the validation split follows floor((i+1)*F) > floor(i*F) (expected
- * documents worked out by hand), that bad command lines exit 2 and that a missing input
- * exits non-zero naming the file and writes nothing.
+ * documents worked out by hand), that bad command lines exit 2 (an output that would overwrite
+ * an input among them) and that a missing input exits non-zero naming the file and writes
+ * nothing.
  */
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -230,11 +232,39 @@ TEST_F(TokenizeToolTest, MissingInputIsNamedAndNothingIsWritten) {
   }
 }
 
+TEST_F(TokenizeToolTest, RefusesToOverwriteAnInput) {
+  const std::vector<std::string> paths = write_documents({"first document", "second document"});
+  fs::create_symlink(paths[1], path("link.bin"));
+  const std::string other_spelling = folder_.string() + "/./doc_0.txt";
+  const std::vector<std::vector<std::string>> overwriting = {
+      {"--input", paths[0], "--output", paths[0]},
+      {"--input", paths[0], paths[1], "--output", other_spelling},
+      {"--input", paths[0], paths[1], "--output", path("link.bin")},
+      {"--input", paths[0], paths[1], "--output", path("train.bin"), "--val-output", paths[1],
+       "--val-fraction", "0.5"},
+  };
+  for (const std::vector<std::string>& args : overwriting) {
+    const RunResult run = run_tool(args);
+    std::string joined;
+    for (const std::string& a : args) joined += a + " ";
+    EXPECT_EQ(run.exit_code, 2) << joined << "\n" << run.output;
+    EXPECT_NE(run.output.find("is also an --input file"), std::string::npos)
+        << joined << "\n" << run.output;
+    EXPECT_NE(run.output.find("refusing to overwrite an input"), std::string::npos) << run.output;
+    EXPECT_FALSE(fs::exists(path("train.bin")));
+  }
+  std::ifstream first(paths[0]), second(paths[1]);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(first), {}), "first document");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(second), {}), "second document");
+}
+
 TEST_F(TokenizeToolTest, HelpExitsZeroAndListsOptions) {
-  const RunResult run = run_tool({"--help"});
-  EXPECT_EQ(run.exit_code, 0) << run.output;
-  for (const char* option : {"--input", "--output", "--val-output", "--val-fraction"}) {
-    EXPECT_NE(run.output.find(option), std::string::npos) << option << "\n" << run.output;
+  for (const char* flag : {"--help", "-h"}) {
+    const RunResult run = run_tool({flag});
+    EXPECT_EQ(run.exit_code, 0) << flag << "\n" << run.output;
+    for (const char* option : {"--input", "--output", "--val-output", "--val-fraction"}) {
+      EXPECT_NE(run.output.find(option), std::string::npos) << option << "\n" << run.output;
+    }
   }
 }
 
