@@ -1,10 +1,16 @@
 #include "train/metrics.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "data/json.h"
+#include "kernels/common/error.h"
 #include "model/memory_plan.h"
 #include "model/parameters.h"
 
@@ -26,6 +32,36 @@ std::string to_json_line(const StepMetrics& m) {
   line["micro_batches"] = m.micro_batches;
   if (m.skipped) line["skipped"] = true;
   return dump_json(line);
+}
+
+MetricsFile::MetricsFile(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+  if (fd_ < 0) GPT2_FAIL(path, ": cannot open for appending: ", std::strerror(errno));
+}
+
+MetricsFile::~MetricsFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void MetricsFile::append_line(const std::string& line, int step) {
+  const off_t end = ::lseek(fd_, 0, SEEK_END);
+  const std::string text = line + "\n";
+  size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(fd_, text.data() + written, text.size() - written);
+    if (n > 0) {
+      written += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    const int err = n < 0 ? errno : EIO;
+    // Cut the partial line off: the file keeps exactly the lines of the steps before.
+    const bool cut = end >= 0 && ::ftruncate(fd_, end) == 0;
+    GPT2_FAIL(path_, ": cannot append the metrics of step ", step, " (", written, " of ",
+              text.size(), " bytes written): ", std::strerror(err),
+              cut ? "; the file keeps the lines of the steps before"
+                  : "; the partial line could not be removed");
+  }
 }
 
 std::string format_duration(double seconds) {

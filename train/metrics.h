@@ -41,6 +41,25 @@ struct StepMetrics {
 /// One metrics.jsonl line, without the trailing newline.
 std::string to_json_line(const StepMetrics& metrics);
 
+/// metrics.jsonl opened for appending whole lines. A failed append (disk full, file size limit)
+/// throws gpt2::Error naming the file, the step and the system's reason, after cutting the file
+/// back to where it ended before, so no partial line is ever left in it.
+class MetricsFile {
+ public:
+  /// Creates the file when missing; throws gpt2::Error naming it when it cannot be opened.
+  explicit MetricsFile(const std::string& path);
+  ~MetricsFile();
+  MetricsFile(const MetricsFile&) = delete;
+  MetricsFile& operator=(const MetricsFile&) = delete;
+
+  /// Appends line and a newline, with write(2): on disk (in the page cache) when it returns.
+  void append_line(const std::string& line, int step);
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
 /// The console line of a step; eta_seconds < 0 omits the ETA.
 std::string format_step_line(const StepMetrics& metrics, int total_steps, double eta_seconds);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -350,8 +351,7 @@ int run_training(const TrainConfig& config) {
     AtomicFileWriter fresh(metrics_file);  // an earlier run's lines must not survive
     fresh.commit();
   }
-  std::unique_ptr<FILE, int (*)(FILE*)> metrics(std::fopen(metrics_file.c_str(), "a"), &std::fclose);
-  if (!metrics) GPT2_FAIL(metrics_file, ": cannot open for appending");
+  MetricsFile metrics(metrics_file);
 
   const int64_t tokens_per_step = config.total_batch_size;  // all ranks
   const float loss_scale = 1.0f / static_cast<float>(config.grad_accum_steps);
@@ -419,10 +419,7 @@ int run_training(const TrainConfig& config) {
     }
     std::fflush(stdout);
 
-    const std::string line = to_json_line(metrics_row) + "\n";
-    if (std::fwrite(line.data(), 1, line.size(), metrics.get()) != line.size() ||
-        std::fflush(metrics.get()) != 0)
-      GPT2_FAIL(metrics_file, ": write failed");
+    metrics.append_line(to_json_line(metrics_row), step);
 
     if (stopping) {
       const std::string what = str_cat("the loss is ", loss, " and the gradient norm is ", norm);
@@ -462,6 +459,9 @@ int run_training(const TrainConfig& config) {
 }
 
 int train_main(int argc, char** argv) {
+  // A write past the file size limit (ulimit -f) then fails with EFBIG and is reported like
+  // a full disk, instead of SIGXFSZ killing the process without a word.
+  std::signal(SIGXFSZ, SIG_IGN);
   try {
     std::vector<std::string> args(argv + (argc > 0 ? 1 : 0), argv + argc);
     const CommandLine cli = parse_command_line(args);

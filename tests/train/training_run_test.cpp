@@ -122,5 +122,31 @@ TEST(TrainingRun, MetricsAndSummaryFiles) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(TrainingRun, AFailedMetricsWriteNamesTheReasonAndLeavesNoPartialLine) {
+  // A 2 KiB file size limit (ulimit -f counts 512-byte blocks in sh, 1 KiB ones in bash; either
+  // way a few lines) makes the kernel refuse an append partway through a line, like a full disk.
+  const std::string out = scratch_dir();
+  std::vector<std::string> args = tiny_run(out, 40);
+  args.insert(args.end(), {"--batch-size", "1", "--seq-len", "16", "--val-every", "0"});
+  const auto result = run_trainer(args, "ulimit -f 4;");
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find("gpt2-train: error: " + out + "/metrics.jsonl: cannot append the "
+                               "metrics of step "),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("File too large"), std::string::npos) << result.output;
+  const std::string text = read_file_text(out + "/metrics.jsonl");
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text.back(), '\n');
+  const auto rows = read_metrics(out + "/metrics.jsonl");  // every line parses
+  ASSERT_GE(rows.size(), 2u);
+  EXPECT_EQ(rows.back().at("step"), static_cast<int>(rows.size()));
+  // The step that failed is the one after the last line kept.
+  EXPECT_NE(result.output.find("metrics of step " + std::to_string(rows.size() + 1) + " "),
+            std::string::npos)
+      << result.output;
+  std::filesystem::remove_all(out);
+}
+
 }  // namespace
 }  // namespace gpt2
