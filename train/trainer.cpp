@@ -64,6 +64,30 @@ DataLoaderOptions loader_options(const TrainConfig& config, const std::string& p
   return options;
 }
 
+// The plan the run prints and reports. On the GPU it is the backend's (device memory). On the
+// CPU the measured peak is the whole process's high-water mark, so the plan adds what the
+// process holds besides the model's buffers: what is resident before allocation (code,
+// libraries, the data and tokenizer read so far, a resume point's copies) and the fp32 copies
+// of the parameters that initialization (one) or a checkpoint (parameters, m and v: three)
+// makes on the host.
+MemoryPlan run_memory_plan(const TrainConfig& config, const ModelOptions& options, bool resuming) {
+  MemoryPlan plan = plan_model_memory(options, config.device);
+  if (config.device != DeviceKind::kCpu) return plan;
+  plan.add("host", "process before allocation (VmRSS: code, data read so far)",
+           resident_memory_bytes());
+  const size_t param_bytes = ParameterLayout::for_config(config.model_config).total * sizeof(float);
+  // A resume point's parameters, m and v are resident already (above); the buffers of later
+  // checkpoints reuse that memory once the model holds them.
+  const int copies = resuming ? 0 : config.checkpoint_every > 0 ? 3 : 1;
+  if (copies > 0) {
+    plan.add("host", str_cat("staging: ", copies, copies == 1 ? " copy" : " copies",
+                             " of the parameters (", copies == 1 ? "initialization" : "checkpoints",
+                             ")"),
+             copies * param_bytes);
+  }
+  return plan;
+}
+
 void print_data(const char* label, const DataLoader& loader) {
   std::printf("  %-18s %zu file(s), %lld tokens, %lld batches per epoch\n", label,
               loader.files().size(), static_cast<long long>(loader.total_tokens()),
@@ -182,7 +206,8 @@ struct RunTotals {
   std::optional<float> last_val_loss;
 };
 
-void report_summary(const TrainConfig& config, const Model& model, const RunTotals& totals) {
+void report_summary(const TrainConfig& config, const Model& model, const MemoryPlan& plan,
+                    const RunTotals& totals) {
   const double tokens_per_s = totals.throughput.mean_tokens_per_s();
   const size_t peak = model.peak_memory_bytes();
   const double flops_per_token = training_flops_per_token(config.model_config, config.seq_len);
@@ -194,7 +219,7 @@ void report_summary(const TrainConfig& config, const Model& model, const RunTota
   std::printf("  %-18s %.0f tokens/s (mean over %d step(s); the first %d excluded as warm-up)\n",
               "throughput", tokens_per_s, totals.throughput.steps() - excluded, excluded);
   std::printf("  %-18s %s measured (%s planned)\n", "peak memory", format_bytes(peak).c_str(),
-              format_bytes(model.memory_plan().total()).c_str());
+              format_bytes(plan.total()).c_str());
   if (totals.last_loss) std::printf("  %-18s %.6f\n", "final train loss", *totals.last_loss);
   if (totals.last_val_loss) std::printf("  %-18s %.6f\n", "final val loss", *totals.last_val_loss);
   if (totals.skipped_steps > 0)
@@ -211,7 +236,7 @@ void report_summary(const TrainConfig& config, const Model& model, const RunTota
   summary["warmup_steps_excluded"] = excluded;
   summary["tokens_per_s"] = tokens_per_s;
   summary["peak_mem_bytes"] = peak;
-  summary["planned_mem_bytes"] = model.memory_plan().total();
+  summary["planned_mem_bytes"] = plan.total();
   if (totals.last_loss) summary["final_train_loss"] = json_float(*totals.last_loss);
   if (totals.last_val_loss) summary["final_val_loss"] = json_float(*totals.last_val_loss);
   if (totals.skipped_steps > 0) summary["skipped_steps"] = totals.skipped_steps;
@@ -314,9 +339,8 @@ int run_training(const TrainConfig& config) {
   // The plan is printed before anything is allocated: when it does not fit, the backend's
   // constructor refuses (naming the buffer) right after it, with the plan on the screen.
   const ModelOptions options = model_options(config);
-  std::printf("%s\n", plan_model_memory(options, config.device)
-                          .to_string("memory plan (before allocation)")
-                          .c_str());
+  const MemoryPlan plan = run_memory_plan(config, options, resume_point.has_value());
+  std::printf("%s\n", plan.to_string("memory plan (before allocation)").c_str());
   std::fflush(stdout);
   std::unique_ptr<Model> model = config.device == DeviceKind::kCuda ? make_cuda_model(options)
                                                                     : make_cpu_model(options);
@@ -438,7 +462,7 @@ int run_training(const TrainConfig& config) {
     if (const int signal_number = StopSignals::received()) {
       if (checkpointing && !checkpoint_step)
         write_checkpoint(config, *model, step, train_loader, sample_rng);
-      if (last_step) report_summary(config, *model, totals);
+      if (last_step) report_summary(config, *model, plan, totals);
       if (checkpointing) {
         std::printf("stopped by %s after step %d of %d: saved %s and %s; --resume continues "
                     "from there\n",
@@ -454,7 +478,7 @@ int run_training(const TrainConfig& config) {
       return 128 + signal_number;
     }
   }
-  report_summary(config, *model, totals);
+  report_summary(config, *model, plan, totals);
   return 0;
 }
 
