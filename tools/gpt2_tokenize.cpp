@@ -93,8 +93,9 @@ TokenizeOptions parse_command_line(int argc, char** argv, bool* help) {
   if (has_val_output) opts.val_output = result["val-output"].as<std::string>();
   // An output written over an input would destroy it: compared by name and, when both exist,
   // as files (a link or another spelling of the same path is the same file).
-  for (const auto& [option, output] : {std::pair<const char*, const std::string&>{"--output", opts.output},
-                                       {"--val-output", opts.val_output}}) {
+  using OutputOption = std::pair<const char*, const std::string&>;
+  for (const auto& [option, output] :
+       {OutputOption{"--output", opts.output}, OutputOption{"--val-output", opts.val_output}}) {
     if (output.empty()) continue;
     for (const std::string& input : opts.inputs) {
       std::error_code ec;

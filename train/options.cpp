@@ -44,9 +44,11 @@ cxxopts::Options make_options() {
       ("sample-tokens", "tokens per sample", s()->default_value("64"))
       ("out", "directory for metrics.jsonl, summary.json and checkpoints", s()->default_value("out"))
       ("checkpoint-every", "checkpoint every N steps and at the last step (0 disables)", s()->default_value("0"))
-      ("keep-checkpoints", "keep the newest N checkpoint pairs in --out, removing older ones (0 keeps all)", s()->default_value(std::to_string(kDefaultKeepCheckpoints)))
-      ("resume", "continue from the latest complete checkpoint in --out")
-      ("on-nonfinite", "a step with a non-finite loss or gradient norm: stop (exit 1) or skip-step (skip its update; stop after 10 in a row)", s()->default_value("stop"))
+      ("keep-checkpoints", "keep the newest N checkpoint pairs in --out (0 keeps all)",
+       s()->default_value(std::to_string(kDefaultKeepCheckpoints)))
+      ("resume", "continue from the latest checkpoint pair in --out that verifies")
+      ("on-nonfinite", "a step with a non-finite loss or gradient norm: stop (exit 1) or "
+       "skip-step (skip its update; stop after 10 in a row)", s()->default_value("stop"))
       ("seed", "seed of initialization, data order and sampling", s()->default_value("1337"))
       ("h,help", "print this help");
   return options;

@@ -106,7 +106,8 @@ RunDirLock::RunDirLock(const std::string& out_dir) {
               "): one run per --out; wait for it to finish or choose another --out");
   }
   const std::string pid = str_cat(static_cast<long>(::getpid()), "\n");
-  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+  if (::ftruncate(fd_, 0) != 0 ||
+      ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
     // The lock is held; only the pid shown to a second run is missing.
     std::fprintf(stderr, "gpt2-train: warning: %s: cannot record this run's pid: %s\n",
                  path.c_str(), std::strerror(errno));
@@ -151,7 +152,8 @@ std::vector<int64_t> prune_checkpoints(const std::string& out_dir, int64_t step,
   for (const int64_t s : doomed) {
     // The model first: a crash in between leaves a state without its model, which resume
     // ignores and the next prune removes.
-    for (const std::string& path : {model_checkpoint_path(out_dir, s), training_state_path(out_dir, s)})
+    for (const std::string& path :
+         {model_checkpoint_path(out_dir, s), training_state_path(out_dir, s)})
       if (::unlink(path.c_str()) != 0 && errno != ENOENT)
         GPT2_FAIL(path, ": cannot remove this old checkpoint file: ", std::strerror(errno));
   }

@@ -456,7 +456,8 @@ int run_training(const TrainConfig& config) {
                 "Lower --lr");
     }
     const bool checkpointing = config.checkpoint_every > 0;
-    const bool checkpoint_step = checkpointing && (step % config.checkpoint_every == 0 || last_step);
+    const bool checkpoint_step =
+        checkpointing && (step % config.checkpoint_every == 0 || last_step);
     if (checkpoint_step) write_checkpoint(config, *model, step, train_loader, sample_rng);
 
     if (const int signal_number = StopSignals::received()) {

@@ -191,7 +191,8 @@ TEST_F(FileIoTest, InputFileReportsItsSizeAndShortReadsNamingTheFileAndThePart) 
   file.read_exactly(buf, 4, "the magic");
   EXPECT_EQ(std::string(buf, 4), "0123");
   EXPECT_EQ(error_message([&] { file.read_exactly(buf, 8, "the header"); }),
-            path("ten.bin") + ": read of the header failed after 6 of 8 bytes: unexpected end of file");
+            path("ten.bin") +
+                ": read of the header failed after 6 of 8 bytes: unexpected end of file");
   EXPECT_EQ(file.read_some(buf, sizeof buf), 0u);
   EXPECT_EQ(error_message([&] { InputFile missing(path("missing.bin")); }),
             path("missing.bin") + ": no such file");

@@ -288,7 +288,8 @@ TEST_F(TokenizeToolTest, ALongLineWithoutSpacesTakesAboutTenTimesItsSizeInMemory
   for (char& c : letters) c = static_cast<char>('a' + rng.uniform_int(26));
   std::ofstream(path("line.txt"), std::ios::binary) << letters;
   std::ofstream(path("tiny.txt"), std::ios::binary) << "a few words";
-  const size_t baseline = tool_peak_memory({"--input", path("tiny.txt"), "--output", path("t.bin")});
+  const size_t baseline =
+      tool_peak_memory({"--input", path("tiny.txt"), "--output", path("t.bin")});
   const size_t peak = tool_peak_memory({"--input", path("line.txt"), "--output", path("l.bin")});
   const double per_byte = static_cast<double>(peak - std::min(peak, baseline)) / kBytes;
   EXPECT_LE(per_byte, 14.0) << "peak " << peak << " bytes, baseline " << baseline;

@@ -378,7 +378,8 @@ TEST_F(CheckpointTest, ModelFileDigestIsTheHashOfTheBytesWrittenAndRead) {
   std::vector<float> params(ParameterLayout::for_config(config).total);
   for (size_t i = 0; i < params.size(); ++i) params[i] = 0.001f * static_cast<float>(i % 997);
   for (const int32_t version : {kModelVersionFp32, kModelVersionBf16}) {
-    const ModelFileDigest written = write_model_checkpoint(path("m.bin"), config, params.data(), version);
+    const ModelFileDigest written =
+        write_model_checkpoint(path("m.bin"), config, params.data(), version);
     std::vector<unsigned char> bytes = read_bytes(path("m.bin"));
     EXPECT_EQ(written.bytes, bytes.size());
     // FNV-1a 64 of the file's bytes, computed here independently.

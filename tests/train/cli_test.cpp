@@ -48,8 +48,8 @@ TEST(TrainCli, HelpExitsZeroAndListsTheOptions) {
                              "--total-batch-size", "--steps", "--lr", "--warmup-steps",
                              "--lr-schedule", "--final-lr-frac", "--weight-decay", "--grad-clip",
                              "--val-every", "--val-steps", "--sample-every", "--sample-tokens",
-                             "--out", "--checkpoint-every", "--keep-checkpoints", "--resume", "--on-nonfinite",
-                             "--seed"})
+                             "--out", "--checkpoint-every", "--keep-checkpoints", "--resume",
+                             "--on-nonfinite", "--seed"})
     EXPECT_NE(result.output.find(option), std::string::npos) << option;
 }
 
@@ -78,7 +78,8 @@ TEST(TrainCli, ValuesBeyondTheTypeSayOutOfRange) {
   expect_usage_error({"--lr", "1e39"}, {"--lr is out of range", "'1e39'"});
   // Below the range is still "must be ...": the sign, not the size, is wrong.
   expect_usage_error({"--steps", "-99999999999"}, {"--steps must be a positive integer"});
-  expect_usage_error({"--steps", "-99999999999999999999999"}, {"--steps must be a positive integer"});
+  expect_usage_error({"--steps", "-99999999999999999999999"},
+                     {"--steps must be a positive integer"});
 }
 
 TEST(TrainCli, AMissingModelFileIsAMissingFileNotAnUnknownName) {

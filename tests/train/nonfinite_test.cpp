@@ -68,7 +68,8 @@ TEST(NonFinite, SkipStepSkipsTheUpdatesAndGivesUpAfterTenInARow) {
     const auto result = run_trainer(diverging_run(
         out, 12, "1e3", {"--on-nonfinite", "skip-step", "--checkpoint-every", "6"}));
     EXPECT_EQ(result.exit_code, 0) << result.output;
-    EXPECT_NE(result.output.find("5 (non-finite loss or gradient norm)"), std::string::npos) << result.output;
+    EXPECT_NE(result.output.find("5 (non-finite loss or gradient norm)"), std::string::npos)
+        << result.output;
     const auto rows = read_metrics(metrics_path(out));
     ASSERT_EQ(rows.size(), 12u);
     for (int step = 1; step <= 12; ++step)
