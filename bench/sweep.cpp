@@ -27,8 +27,8 @@
 
 #include <cxxopts.hpp>
 
+#include "base/json.h"
 #include "data/file_io.h"
-#include "data/json.h"
 #include "kernels/common/error.h"
 #include "model/config.h"
 #include "model/memory_plan.h"

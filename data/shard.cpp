@@ -16,8 +16,8 @@
 #include <cstring>
 #include <limits>
 
-#include "data/file_io.h"
-#include "kernels/common/error.h"
+#include "base/error.h"
+#include "base/file_io.h"
 
 namespace gpt2 {
 namespace {

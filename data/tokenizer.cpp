@@ -26,11 +26,11 @@
 #include <cstdint>
 #include <unordered_set>
 
-#include "data/file_io.h"
-#include "data/json.h"
+#include "base/error.h"
+#include "base/file_io.h"
+#include "base/json.h"
 #include "data/paths.h"
 #include "data/unicode_classes.h"
-#include "kernels/common/error.h"
 
 namespace gpt2 {
 namespace {

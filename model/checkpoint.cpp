@@ -7,7 +7,7 @@
  * (magic, version, config via validate_config) and the exact file size before touching the
  * payload, and every message starts with the file's path. Parameters are streamed in fixed
  * chunks so a bf16 file of the 1.5B model needs no second full-size buffer.
- * bf16 <-> fp32 is kernels/common/bf16.h (round to nearest even; NaN stays NaN; widening exact).
+ * bf16 <-> fp32 is base/bf16.h (round to nearest even; NaN stays NaN; widening exact).
  * The training state's header and payload (m then v, fp32) are guarded by an FNV-1a 64 hash;
  * model files are hashed as they are written and read, so a state can record its model's hash.
  * Writes go through AtomicFileWriter: a killed process leaves the old file or the new one.
@@ -18,9 +18,9 @@
 #include <cstring>
 #include <memory>
 
-#include "data/file_io.h"
-#include "kernels/common/bf16.h"
-#include "kernels/common/error.h"
+#include "base/bf16.h"
+#include "base/error.h"
+#include "base/file_io.h"
 #include "model/parameters.h"
 
 namespace gpt2 {

@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "base/rng.h"
 #include "data/dataloader.h"
-#include "kernels/common/rng.h"
 #include "model/config.h"
 
 namespace gpt2 {

@@ -21,8 +21,8 @@
 #include <new>
 #include <sstream>
 
-#include "data/file_io.h"
-#include "kernels/common/error.h"
+#include "base/error.h"
+#include "base/file_io.h"
 #include "kernels/cpu/crossentropy.h"
 #include "kernels/cpu/encoder.h"
 #include "kernels/cpu/gelu.h"

@@ -23,8 +23,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "kernels/common/bf16.h"
-#include "kernels/common/error.h"
+#include "base/bf16.h"
+#include "base/error.h"
 #include "kernels/gpu/adamw.cuh"
 #include "kernels/gpu/attention.cuh"
 #include "kernels/gpu/common.cuh"

@@ -3,9 +3,9 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "data/file_io.h"
+#include "base/file_io.h"
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 
 namespace gpt2 {
 

@@ -26,10 +26,10 @@
 #define CXXOPTS_VECTOR_DELIMITER '\0'
 #include <cxxopts.hpp>
 
-#include "data/file_io.h"
+#include "base/error.h"
+#include "base/file_io.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
-#include "kernels/common/error.h"
 
 namespace gpt2 {
 namespace {

@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <cstring>
 
-#include "data/json.h"
-#include "kernels/common/error.h"
+#include "base/error.h"
+#include "base/json.h"
 #include "model/memory_plan.h"
 #include "model/parameters.h"
 

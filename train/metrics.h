@@ -6,7 +6,7 @@
  *   {"step":3,"loss":10.2,"lr":0.0006,"grad_norm":1.5,"ms":120,"tokens_per_s":2133,
  *    "peak_mem_bytes":123456,"attn":"flash","device":"cpu","precision":"fp32","micro_batches":1}
  * plus "val_loss" on the steps that measured it and "skipped":true on a step whose update was
- * skipped (--on-nonfinite skip-step). Lines are written through data/json.h: floats
+ * skipped (--on-nonfinite skip-step). Lines are written through base/json.h: floats
  * as their shortest round-trip decimal (a float read back is bit-identical, which the resume
  * tests rely on), non-finite values as null, so every line is valid JSON.
  */

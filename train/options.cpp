@@ -7,9 +7,9 @@
 
 #include <cxxopts.hpp>
 
-#include "data/file_io.h"
+#include "base/error.h"
+#include "base/file_io.h"
 #include "data/paths.h"
-#include "kernels/common/error.h"
 #include "model/checkpoint.h"
 
 namespace gpt2 {

@@ -15,9 +15,9 @@
 #include <set>
 #include <sstream>
 
-#include "data/file_io.h"
-#include "data/json.h"
-#include "kernels/common/error.h"
+#include "base/error.h"
+#include "base/file_io.h"
+#include "base/json.h"
 #include "model/parameters.h"
 #include "train/metrics.h"
 #include "train/options.h"

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 
 namespace gpt2 {
 namespace {

@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
+#include "base/file_io.h"
+#include "base/json.h"
+#include "base/rng.h"
 #include "data/dataloader.h"
-#include "data/file_io.h"
-#include "data/json.h"
 #include "data/tokenizer.h"
-#include "kernels/common/error.h"
-#include "kernels/common/rng.h"
 #include "model/checkpoint.h"
 #include "model/memory_plan.h"
 #include "model/model.h"

@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
+#include "base/rng.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
-#include "kernels/common/rng.h"
 
 namespace gpt2 {
 namespace {

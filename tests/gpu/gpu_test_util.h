@@ -10,7 +10,7 @@
  * before each launch, so an element the kernel forgot to write fails the comparison.
  * expect_close() checks |got - expected| <= allowed[i] for every element and prints one line
  * per comparison (max abs/rel error, worst allowed ratio) plus the first mismatches.
- * bf16 conversions on the host are kernels/common/bf16.h's (bit by bit, round-to-nearest-even
+ * bf16 conversions on the host are base/bf16.h's (bit by bit, round-to-nearest-even
  * like __float2bfloat16_rn), so the tests need no CUDA device code.
  */
 #pragma once
@@ -27,9 +27,9 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include "kernels/common/bf16.h"
-#include "kernels/common/error.h"
-#include "kernels/common/rng.h"
+#include "base/bf16.h"
+#include "base/error.h"
+#include "base/rng.h"
 #include "kernels/gpu/context.cuh"
 
 #define GPT2_REQUIRE_GPU()                                            \

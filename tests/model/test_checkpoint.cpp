@@ -26,8 +26,8 @@
 
 #include <gtest/gtest.h>
 
-#include "kernels/common/error.h"
-#include "kernels/common/rng.h"
+#include "base/error.h"
+#include "base/rng.h"
 #include "model/checkpoint.h"
 #include "model/parameters.h"
 

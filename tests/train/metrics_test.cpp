@@ -15,8 +15,8 @@
 #include <vector>
 #include <unistd.h>
 
-#include "data/file_io.h"
-#include "data/json.h"
+#include "base/file_io.h"
+#include "base/json.h"
 #include "model/parameters.h"
 #include "train/run_files.h"
 

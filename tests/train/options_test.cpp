@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 #include "model/checkpoint.h"
 #include "model/parameters.h"
 

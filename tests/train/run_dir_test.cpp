@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 #include "train/run_files.h"
 #include "train_test_util.h"
 

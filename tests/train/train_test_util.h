@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "data/file_io.h"
-#include "data/json.h"
+#include "base/file_io.h"
+#include "base/json.h"
 
 namespace gpt2::testing {
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "data/file_io.h"
+#include "base/file_io.h"
+#include "base/json.h"
 #include "data/shard.h"
-#include "data/json.h"
 #include "train_test_util.h"
 
 namespace gpt2 {

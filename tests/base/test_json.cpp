@@ -1,5 +1,5 @@
-// data/json.h: the conventions every JSON file of the project follows, on top of nlohmann::json.
-#include "data/json.h"
+// base/json.h: the conventions every JSON file of the project follows, on top of nlohmann::json.
+#include "base/json.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <limits>
 #include <string>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 
 namespace gpt2 {
 namespace {

@@ -1,10 +1,10 @@
-#include "data/json.h"
+#include "base/json.h"
 
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 
 namespace gpt2 {
 

@@ -1,5 +1,5 @@
-// kernels/common/bf16.h: the host bf16 conversion against hand-worked bit patterns.
-#include "kernels/common/bf16.h"
+// base/bf16.h: the host bf16 conversion against hand-worked bit patterns.
+#include "base/bf16.h"
 
 #include <gtest/gtest.h>
 

@@ -10,7 +10,7 @@
  * expand_glob sorts by byte order (strcmp), independent of the locale, so every rank and
  * every run sees shards in the same order.
  */
-#include "data/file_io.h"
+#include "base/file_io.h"
 
 #include <fcntl.h>
 #include <glob.h>
@@ -21,7 +21,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 
 namespace gpt2 {
 namespace {

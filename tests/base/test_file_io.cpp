@@ -1,6 +1,6 @@
 /**
  * @file test_file_io.cpp
- * @brief Tests for data/file_io.h: atomic writes, whole-file reads, globbing, mkdir -p.
+ * @brief Tests for base/file_io.h: atomic writes, whole-file reads, globbing, mkdir -p.
  *
  * Each test works in its own fresh folder (mkdtemp under ::testing::TempDir()), removed at the
  * end. Atomicity is checked by its observable contract: until commit() the destination keeps
@@ -24,8 +24,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "data/file_io.h"
-#include "kernels/common/error.h"
+#include "base/error.h"
+#include "base/file_io.h"
 
 namespace gpt2 {
 namespace {
