@@ -29,9 +29,10 @@
 #include <cuda_runtime.h>
 #include <cxxopts.hpp>
 
-#include "data/file_io.h"
-#include "kernels/common/error.h"
-#include "kernels/common/rng.h"
+#include "base/bf16.h"
+#include "base/error.h"
+#include "base/file_io.h"
+#include "base/rng.h"
 #include "kernels/gpu/attention.cuh"
 #include "kernels/gpu/context.cuh"
 
@@ -48,23 +49,10 @@ struct Buffer {
   void* ptr = nullptr;
 };
 
-uint16_t to_bf16_bits(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
-
-float from_bf16_bits(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float x;
-  std::memcpy(&x, &bits, sizeof x);
-  return x;
-}
-
 std::vector<uint16_t> random_bf16(size_t n, uint64_t seed) {
   Rng rng(seed);
   std::vector<uint16_t> host(n);
-  for (auto& v : host) v = to_bf16_bits(static_cast<float>(rng.normal()));
+  for (auto& v : host) v = float_to_bf16_bits(static_cast<float>(rng.normal()));
   return host;
 }
 
@@ -80,7 +68,7 @@ std::vector<float> download_bf16(const Buffer& buffer, size_t n) {
   std::vector<uint16_t> host(n);
   GPT2_CUDA_CHECK(cudaMemcpy(host.data(), buffer.ptr, n * 2, cudaMemcpyDeviceToHost));
   std::vector<float> out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = from_bf16_bits(host[i]);
+  for (size_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(host[i]);
   return out;
 }
 

@@ -27,8 +27,9 @@
 
 #include <cxxopts.hpp>
 
-#include "data/file_io.h"
-#include "kernels/common/error.h"
+#include "base/json.h"
+#include "base/file_io.h"
+#include "base/error.h"
 #include "model/config.h"
 #include "model/memory_plan.h"
 
@@ -82,24 +83,11 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return parts;
 }
 
-// Value of "key": in a flat JSON object line (numbers and strings); empty when absent.
-std::string json_field(const std::string& json, const std::string& key) {
-  const std::string needle = "\"" + key + "\":";
-  const size_t at = json.find(needle);
-  if (at == std::string::npos) return "";
-  size_t begin = at + needle.size();
-  if (begin < json.size() && json[begin] == '"') {
-    const size_t end = json.find('"', begin + 1);
-    return json.substr(begin + 1, end - begin - 1);
-  }
-  size_t end = begin;
-  while (end < json.size() && json[end] != ',' && json[end] != '}') ++end;
-  return json.substr(begin, end - begin);
-}
-
-double json_number(const std::string& json, const std::string& key) {
-  const std::string v = json_field(json, key);
-  return v.empty() || v == "null" ? 0.0 : std::stod(v);
+// A number of a JSON object (summary.json, a metrics line); 0 when absent or null (as the CPU
+// summary's missing "mfu", a non-finite loss).
+double json_number(const Json& object, const char* key) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_number() ? it->get<double>() : 0.0;
 }
 
 std::string shell_quote(const std::string& s) {
@@ -135,17 +123,20 @@ RunResult run_one(const SweepOptions& o, int T, const std::string& attn) {
     std::printf("%s (exit %d, log %s)\n", r.status.c_str(), code, r.log_path.c_str());
     return r;
   }
-  const std::string summary = read_file_text(run_dir + "/summary.json");
+  const std::string summary_file = run_dir + "/summary.json";
+  const Json summary = parse_json(read_file_text(summary_file), summary_file);
   r.peak_mem_bytes = json_number(summary, "peak_mem_bytes");
   r.planned_mem_bytes = json_number(summary, "planned_mem_bytes");
   r.mfu = json_number(summary, "mfu");
   r.final_loss = json_number(summary, "final_train_loss");
-  r.device_name = json_field(summary, "device_name");
+  r.device_name = summary.value("device_name", "");
   std::vector<double> step_ms;
-  std::istringstream lines(read_file_text(run_dir + "/metrics.jsonl"));
+  const std::string metrics_file = run_dir + "/metrics.jsonl";
+  std::istringstream lines(read_file_text(metrics_file));
   std::string line;
   while (std::getline(lines, line)) {
-    if (json_number(line, "step") > o.warmup_steps) step_ms.push_back(json_number(line, "ms"));
+    const Json row = parse_json(line, metrics_file);
+    if (json_number(row, "step") > o.warmup_steps) step_ms.push_back(json_number(row, "ms"));
   }
   if (step_ms.empty()) {
     r.status = "FAILED";

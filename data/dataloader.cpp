@@ -14,10 +14,10 @@
 
 #include <numeric>
 
-#include "data/file_io.h"
+#include "base/error.h"
+#include "base/file_io.h"
+#include "base/rng.h"
 #include "data/shard.h"
-#include "kernels/common/error.h"
-#include "kernels/common/rng.h"
 
 namespace gpt2 {
 namespace {

@@ -12,16 +12,12 @@
  */
 #include "data/shard.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 
-#include "data/file_io.h"
-#include "kernels/common/error.h"
+#include "base/error.h"
+#include "base/file_io.h"
 
 namespace gpt2 {
 namespace {
@@ -45,48 +41,11 @@ void encode_le_int32(int32_t value, unsigned char* bytes) {
   for (int i = 0; i < 4; ++i) bytes[i] = static_cast<unsigned char>(u >> (8 * i));
 }
 
-// Owns a FILE* so that every throw below closes it.
-class InputFile {
- public:
-  explicit InputFile(const std::string& path) : path_(path) {
-    struct stat info {};
-    if (::stat(path.c_str(), &info) != 0) {
-      if (errno == ENOENT) GPT2_FAIL(path, ": no such file");
-      GPT2_FAIL(path, ": cannot read: ", std::strerror(errno));
-    }
-    if (S_ISDIR(info.st_mode)) GPT2_FAIL(path, ": is a directory, not a token shard");
-    file_ = std::fopen(path.c_str(), "rb");
-    if (file_ == nullptr) GPT2_FAIL(path, ": cannot open: ", std::strerror(errno));
-    struct stat opened {};
-    if (::fstat(::fileno(file_), &opened) != 0) {
-      GPT2_FAIL(path, ": cannot stat: ", std::strerror(errno));
-    }
-    size_ = static_cast<int64_t>(opened.st_size);
-  }
-  ~InputFile() { std::fclose(file_); }
-  InputFile(const InputFile&) = delete;
-  InputFile& operator=(const InputFile&) = delete;
-
-  int64_t size() const { return size_; }
-
-  void read_exactly(void* data, size_t bytes, const char* what) {
-    const size_t got = std::fread(data, 1, bytes, file_);
-    if (got != bytes) {
-      GPT2_FAIL(path_, ": read of ", what, " failed after ", got, " of ", bytes, " bytes: ",
-                std::ferror(file_) ? std::strerror(errno) : "unexpected end of file");
-    }
-  }
-
- private:
-  std::string path_;
-  FILE* file_ = nullptr;
-  int64_t size_ = 0;
-};
-
 // Reads and validates the header from the file's start; leaves the stream at the tokens.
 ShardHeader read_and_check_header(InputFile& file, const std::string& path) {
-  if (file.size() < kHeaderBytes) {
-    GPT2_FAIL(path, ": file is ", file.size(), " bytes, shorter than the ", kHeaderBytes,
+  const auto size = static_cast<int64_t>(file.size());
+  if (size < kHeaderBytes) {
+    GPT2_FAIL(path, ": file is ", size, " bytes, shorter than the ", kHeaderBytes,
               "-byte shard header: not a token shard (or truncated)");
   }
   unsigned char header[kHeaderBytes];
@@ -105,10 +64,10 @@ ShardHeader read_and_check_header(InputFile& file, const std::string& path) {
   }
   if (count < 0) GPT2_FAIL(path, ": header has a negative token count ", count, ": corrupt shard");
   const int64_t expected_bytes = kHeaderBytes + 2 * static_cast<int64_t>(count);
-  if (file.size() != expected_bytes) {
-    GPT2_FAIL(path, ": file is ", file.size(), " bytes but the header promises ", count,
+  if (size != expected_bytes) {
+    GPT2_FAIL(path, ": file is ", size, " bytes but the header promises ", count,
               " tokens (", expected_bytes, " bytes): ",
-              file.size() < expected_bytes ? "truncated?" : "trailing bytes after the tokens");
+              size < expected_bytes ? "truncated?" : "trailing bytes after the tokens");
   }
   ShardHeader result;
   result.path = path;

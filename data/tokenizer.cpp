@@ -12,20 +12,25 @@
  * (tools/make_tokenizer_fixtures.js re-checks this on every fixture).
  *
  * BPE merges the lowest-ranked adjacent pair everywhere (left to right, non-overlapping)
- * until none is left. Here a heap of candidate pairs ordered by (rank, position) over a linked
- * list of symbols does one rank's occurrences as a batch and only then adds the pairs the
- * batch formed, which reproduces that order in O(n log n) for a piece of n bytes.
+ * until none is left. Here the symbols sit at the slot of their first byte in one int32 array,
+ * and the rank of the pair starting at each slot in another, searchable for the leftmost slot of
+ * a given rank (PairRanks: a segment tree over blocks of 32 slots); one rank's pairs are merged
+ * left to right as a batch, and the pairs the batch formed count from the next batch on, which
+ * reproduces encoder.py's order in O(n log n) for a piece of n bytes with about 8 bytes of
+ * working memory per byte: a 50 MB piece (a line of letters without spaces) tokenizes in about
+ * 10 times its size, the text and the ids included.
  */
 #include "data/tokenizer.h"
 
 #include <algorithm>
-#include <queue>
+#include <cstdint>
+#include <unordered_set>
 
-#include "data/file_io.h"
-#include "data/json_string.h"
+#include "base/error.h"
+#include "base/file_io.h"
+#include "base/json.h"
 #include "data/paths.h"
 #include "data/unicode_classes.h"
-#include "kernels/common/error.h"
 
 namespace gpt2 {
 namespace {
@@ -37,6 +42,25 @@ constexpr size_t kMaxCachedPieces = 1 << 20;
 
 // ---------------------------------------------------------------------------------------------
 // UTF-8
+
+/// Appends the UTF-8 encoding of code point cp (at most 0x10FFFF) to out.
+void append_utf8(uint32_t cp, std::string& out) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
 
 struct Utf8Char {
   uint32_t code_point;  // meaningless when !valid
@@ -152,79 +176,38 @@ void build_byte_to_code_point(uint32_t byte_to_cp[256]) {
   for (int b = 0; b < 256; ++b) byte_to_cp[b] = printable(b) ? b : next_extra++;
 }
 
-/// Minimal JSON reader for encoder.json: one object of string keys and non-negative
-/// integer values. Keys come back as UTF-8; all JSON escapes are decoded.
-class EncoderJsonReader {
- public:
-  EncoderJsonReader(const std::string& path, std::string_view text) : path_(path), text_(text) {}
-
-  std::vector<std::pair<std::string, int64_t>> read_object() {
-    std::vector<std::pair<std::string, int64_t>> entries;
-    skip_space();
-    expect('{');
-    skip_space();
-    if (peek() == '}') {
-      ++pos_;
-    } else {
-      while (true) {
-        skip_space();
-        std::string key = read_string();
-        skip_space();
-        expect(':');
-        skip_space();
-        const int64_t value = read_integer();
-        entries.emplace_back(std::move(key), value);
-        skip_space();
-        if (peek() == ',') {
-          ++pos_;
-          continue;
-        }
-        expect('}');
-        break;
-      }
-    }
-    skip_space();
-    if (pos_ != text_.size()) fail("unexpected text after the top-level object");
-    return entries;
+/// encoder.json: one object of symbol -> token id (a non-negative integer); the entries come
+/// back sorted by symbol (ids are explicit, so order does not matter). A key given twice is an
+/// error (JSON parsers would keep one silently).
+std::vector<std::pair<std::string, int64_t>> read_encoder_json(const std::string& path) {
+  const std::string text = read_file_text(path);
+  std::string duplicate;
+  const nlohmann::json::parser_callback_t find_duplicates =
+      [seen = std::unordered_set<std::string>(), &duplicate](
+          int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) mutable {
+        if (event == nlohmann::json::parse_event_t::key && depth == 1 &&
+            !seen.insert(parsed.get<std::string>()).second && duplicate.empty())
+          duplicate = parsed.get<std::string>();
+        return true;
+      };
+  nlohmann::json object;
+  try {
+    object = nlohmann::json::parse(text, find_duplicates);
+  } catch (const nlohmann::json::exception& e) {
+    GPT2_FAIL(path, ": invalid JSON: ", e.what());
   }
-
- private:
-  [[noreturn]] void fail(const std::string& problem) const {
-    GPT2_FAIL(path_, ": invalid JSON at byte ", pos_, ": ", problem);
+  if (!object.is_object()) GPT2_FAIL(path, ": expected one JSON object of token ids");
+  if (!duplicate.empty()) GPT2_FAIL(path, ": token \"", duplicate, "\" appears twice");
+  std::vector<std::pair<std::string, int64_t>> entries;
+  entries.reserve(object.size());
+  for (const auto& [symbol, id] : object.items()) {
+    if (!id.is_number_unsigned() || id.get<uint64_t>() > INT32_MAX)
+      GPT2_FAIL(path, ": the id of token \"", symbol, "\" is ", id.dump(),
+                ", not a token id (an integer in [0, 2^31))");
+    entries.emplace_back(symbol, id.get<int64_t>());
   }
-  char peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
-  void expect(char c) {
-    if (pos_ >= text_.size() || text_[pos_] != c) fail(str_cat("expected '", c, "'"));
-    ++pos_;
-  }
-  void skip_space() {
-    while (pos_ < text_.size()) {
-      const char c = text_[pos_];
-      if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
-      ++pos_;
-    }
-  }
-  std::string read_string() {
-    std::string out;
-    const std::string problem = decode_json_string(text_, pos_, &out);
-    if (!problem.empty()) fail(problem);
-    return out;
-  }
-  int64_t read_integer() {
-    const size_t start = pos_;
-    int64_t value = 0;
-    while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') {
-      value = value * 10 + (text_[pos_++] - '0');
-      if (value > INT32_MAX) fail("token id out of range");
-    }
-    if (pos_ == start) fail("expected a non-negative integer token id");
-    return value;
-  }
-
-  const std::string& path_;
-  std::string_view text_;
-  size_t pos_ = 0;
-};
+  return entries;
+}
 
 }  // namespace
 
@@ -239,8 +222,7 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_json_path,
   for (int b = 0; b < 256; ++b) cp_to_byte[byte_to_cp[b]] = static_cast<uint8_t>(b);
 
   // encoder.json: symbol (text over the byte alphabet) -> id; ids must be exactly 0..N-1.
-  const std::string json_text = read_file_text(encoder_json_path);
-  const auto entries = EncoderJsonReader(encoder_json_path, json_text).read_object();
+  const auto entries = read_encoder_json(encoder_json_path);
   if (entries.empty()) GPT2_FAIL(encoder_json_path, ": no tokens");
   std::unordered_map<std::string, int> symbol_to_id;
   symbol_to_id.reserve(entries.size());
@@ -252,9 +234,7 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_json_path,
                 entries.size(), " (ids must be 0..N-1)");
     }
     if (id_seen[id]) GPT2_FAIL(encoder_json_path, ": token id ", id, " appears twice");
-    if (!symbol_to_id.emplace(symbol, static_cast<int>(id)).second) {
-      GPT2_FAIL(encoder_json_path, ": token \"", symbol, "\" appears twice");
-    }
+    symbol_to_id.emplace(symbol, static_cast<int>(id));
     id_seen[id] = true;
     std::string bytes;
     for (size_t pos = 0; pos < symbol.size();) {
@@ -321,66 +301,138 @@ Gpt2Tokenizer Gpt2Tokenizer::from_default_files() {
   return Gpt2Tokenizer(dir + "/encoder.json", dir + "/vocab.bpe");
 }
 
-std::vector<int> Gpt2Tokenizer::bpe(std::string_view piece) const {
-  const int n = static_cast<int>(piece.size());
-  // Symbols as a linked list over the byte positions; a symbol lives at its first byte's slot.
-  std::vector<int> symbol(n), next(n), prev(n);
-  for (int i = 0; i < n; ++i) {
-    symbol[i] = byte_to_id_[static_cast<uint8_t>(piece[i])];
-    prev[i] = i - 1;
-    next[i] = (i + 1 < n) ? i + 1 : -1;
+namespace {
+
+constexpr uint32_t kNoRank = UINT32_MAX;  // no merge for this pair (or no pair here)
+constexpr int32_t kInsideSymbol = -1;     // a byte that is not the first of its symbol
+
+/// The rank of the pair starting at each slot of a piece, searchable for "the leftmost slot at or
+/// after `from` whose rank is at most `bound`" and updatable slot by slot, in O(log n). Slots are
+/// grouped in blocks of kBlock; a segment tree over the blocks holds their minimum ranks. Memory:
+/// 4 bytes per slot (the ranks) plus 8 bytes per block.
+class PairRanks {
+ public:
+  static constexpr size_t kNotFound = SIZE_MAX;
+
+  explicit PairRanks(size_t slots)
+      : ranks_(slots, kNoRank), leaves_(1) {
+    while (leaves_ * kBlock < slots) leaves_ *= 2;
+    tree_.assign(2 * leaves_, kNoRank);
   }
 
-  struct Candidate {
-    int rank;
-    int left;  // slot of the left symbol
-    int left_id;
-    int right_id;
-    int merged_id;
-    bool operator>(const Candidate& o) const {
-      return rank != o.rank ? rank > o.rank : left > o.left;
+  uint32_t operator[](size_t slot) const { return ranks_[slot]; }
+  uint32_t min() const { return tree_[1]; }
+
+  /// Sets every slot's rank; O(n).
+  template <typename RankOf>
+  void fill(RankOf&& rank_of) {
+    for (size_t slot = 0; slot < ranks_.size(); ++slot) ranks_[slot] = rank_of(slot);
+    for (size_t block = 0; block * kBlock < ranks_.size(); ++block)
+      tree_[leaves_ + block] = block_min(block);
+    for (size_t node = leaves_ - 1; node >= 1; --node)
+      tree_[node] = std::min(tree_[2 * node], tree_[2 * node + 1]);
+  }
+
+  void set(size_t slot, uint32_t rank) {
+    if (ranks_[slot] == rank) return;
+    ranks_[slot] = rank;
+    size_t node = leaves_ + slot / kBlock;
+    tree_[node] = block_min(slot / kBlock);
+    for (node /= 2; node >= 1; node /= 2) {
+      const uint32_t m = std::min(tree_[2 * node], tree_[2 * node + 1]);
+      if (tree_[node] == m) break;  // nothing above changes either
+      tree_[node] = m;
     }
-  };
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
-  const auto push_pair = [&](int left) {
-    const int right = next[left];
-    if (right < 0) return;
-    const uint64_t key =
-        (static_cast<uint64_t>(symbol[left]) << 32) | static_cast<uint32_t>(symbol[right]);
+  }
+
+  size_t find_first(size_t from, uint32_t bound) const {
+    if (from >= ranks_.size()) return kNotFound;
+    const size_t block = from / kBlock;
+    const size_t found = scan(from, block, bound);
+    if (found != kNotFound) return found;
+    // The leftmost block after `block` whose minimum is at most bound: climb while the node is
+    // a right child or its right sibling has nothing, then descend into that sibling.
+    for (size_t node = leaves_ + block; node > 1; node /= 2) {
+      if (node % 2 == 0 && tree_[node + 1] <= bound) {
+        node += 1;
+        while (node < leaves_) node = tree_[2 * node] <= bound ? 2 * node : 2 * node + 1;
+        const size_t hit = node - leaves_;
+        return scan(hit * kBlock, hit, bound);
+      }
+    }
+    return kNotFound;
+  }
+
+ private:
+  static constexpr size_t kBlock = 32;
+
+  uint32_t block_min(size_t block) const {
+    const size_t end = std::min(ranks_.size(), (block + 1) * kBlock);
+    uint32_t m = kNoRank;
+    for (size_t slot = block * kBlock; slot < end; ++slot) m = std::min(m, ranks_[slot]);
+    return m;
+  }
+
+  size_t scan(size_t from, size_t block, uint32_t bound) const {
+    const size_t end = std::min(ranks_.size(), (block + 1) * kBlock);
+    for (size_t slot = from; slot < end; ++slot)
+      if (ranks_[slot] <= bound) return slot;
+    return kNotFound;
+  }
+
+  std::vector<uint32_t> ranks_;
+  size_t leaves_;               // a power of two, at least the number of blocks
+  std::vector<uint32_t> tree_;  // tree_[leaves_ + b]: min of block b; tree_[i]: min of 2i, 2i+1
+};
+
+}  // namespace
+
+void Gpt2Tokenizer::bpe(std::string_view piece, std::vector<int>& out) const {
+  // Symbols live at the slot of their first byte; the bytes after it hold kInsideSymbol. A
+  // symbol's end is its start plus its token's length, and the symbol before slot s is found by
+  // stepping back over kInsideSymbol bytes (at most the longest token's length).
+  const size_t n = piece.size();
+  std::vector<int32_t> symbol(n);
+  for (size_t i = 0; i < n; ++i) symbol[i] = byte_to_id_[static_cast<uint8_t>(piece[i])];
+  const auto end_of = [&](size_t slot) { return slot + id_to_bytes_[symbol[slot]].size(); };
+  const auto find_merge = [&](size_t left) -> const Merge* {
+    const size_t right = end_of(left);
+    if (right >= n) return nullptr;
+    const uint64_t key = (static_cast<uint64_t>(symbol[left]) << 32) |
+                         static_cast<uint32_t>(symbol[right]);
     const auto it = merges_.find(key);
-    if (it != merges_.end()) {
-      heap.push({it->second.rank, left, symbol[left], symbol[right], it->second.merged_id});
-    }
+    return it == merges_.end() ? nullptr : &it->second;
   };
-  for (int i = 0; i + 1 < n; ++i) push_pair(i);
+  const auto rank_at = [&](size_t slot) {
+    const Merge* merge = find_merge(slot);
+    return merge ? static_cast<uint32_t>(merge->rank) : kNoRank;
+  };
 
-  std::vector<int> merged_slots;
-  while (!heap.empty()) {
-    // All occurrences of the lowest-ranked pair, left to right. A candidate is stale when
-    // either symbol has changed since it was pushed (symbols only grow, so an unchanged id
-    // means an untouched symbol); that also skips the overlapping half of "aaa".
-    const int rank = heap.top().rank;
-    merged_slots.clear();
-    while (!heap.empty() && heap.top().rank == rank) {
-      const Candidate c = heap.top();
-      heap.pop();
-      const int right = next[c.left];
-      if (symbol[c.left] != c.left_id || right < 0 || symbol[right] != c.right_id) continue;
-      symbol[c.left] = c.merged_id;
-      symbol[right] = -1;
-      next[c.left] = next[right];
-      if (next[right] >= 0) prev[next[right]] = c.left;
-      merged_slots.push_back(c.left);
-    }
-    for (const int slot : merged_slots) {
-      if (prev[slot] >= 0) push_pair(prev[slot]);
-      push_pair(slot);
+  PairRanks ranks(n);
+  ranks.fill(rank_at);
+  // One pass per lowest rank present: its pairs left to right. Merging the pair at s kills the
+  // slot of its right symbol and changes the pairs at s and at the symbol before s, all at or
+  // left of s, so the rest of the pass (slots after s) sees the ranks it started with; the
+  // pairs the pass formed only count from the next pass on, as in encoder.py.
+  for (uint32_t rank = ranks.min(); rank != kNoRank; rank = ranks.min()) {
+    for (size_t s = ranks.find_first(0, rank); s != PairRanks::kNotFound;
+         s = ranks.find_first(s + 1, rank)) {
+      const size_t right = end_of(s);
+      symbol[s] = find_merge(s)->merged_id;
+      symbol[right] = kInsideSymbol;
+      ranks.set(right, kNoRank);
+      ranks.set(s, rank_at(s));
+      if (s > 0) {
+        size_t before = s - 1;
+        while (symbol[before] == kInsideSymbol) --before;
+        ranks.set(before, rank_at(before));
+      }
     }
   }
-
-  std::vector<int> ids;
-  for (int slot = 0; slot >= 0; slot = next[slot]) ids.push_back(symbol[slot]);
-  return ids;
+  size_t count = 0;
+  for (size_t slot = 0; slot < n; slot = end_of(slot)) ++count;
+  out.reserve(out.size() + count);  // exactly: no doubling of a large output
+  for (size_t slot = 0; slot < n; slot = end_of(slot)) out.push_back(symbol[slot]);
 }
 
 void Gpt2Tokenizer::encode_piece(std::string_view piece, std::vector<int>& out) {
@@ -389,22 +441,22 @@ void Gpt2Tokenizer::encode_piece(std::string_view piece, std::vector<int>& out) 
     return;
   }
   if (piece.size() > kMaxCachedPieceBytes) {
-    const std::vector<int> ids = bpe(piece);
-    out.insert(out.end(), ids.begin(), ids.end());
+    bpe(piece, out);
     return;
   }
   std::string key(piece);
   auto it = cache_.find(key);
   if (it == cache_.end()) {
     if (cache_.size() >= kMaxCachedPieces) cache_.clear();
-    it = cache_.emplace(std::move(key), bpe(piece)).first;
+    std::vector<int> ids;
+    bpe(piece, ids);
+    it = cache_.emplace(std::move(key), std::move(ids)).first;
   }
   out.insert(out.end(), it->second.begin(), it->second.end());
 }
 
 std::vector<int> Gpt2Tokenizer::encode(std::string_view text) {
   std::vector<int> ids;
-  ids.reserve(text.size() / 3);
   for_each_piece(text, [&](std::string_view piece) { encode_piece(piece, ids); });
   return ids;
 }

@@ -47,7 +47,8 @@ class Gpt2Tokenizer {
 
   /// Appends the ids of one pre-tokenized piece (raw bytes) to out.
   void encode_piece(std::string_view piece, std::vector<int>& out);
-  std::vector<int> bpe(std::string_view piece) const;
+  /// Appends the BPE ids of one piece to out.
+  void bpe(std::string_view piece, std::vector<int>& out) const;
 
   std::vector<std::string> id_to_bytes_;      // id -> raw bytes
   int byte_to_id_[256] = {};                  // single byte -> its one-byte token

@@ -7,23 +7,20 @@
  * (magic, version, config via validate_config) and the exact file size before touching the
  * payload, and every message starts with the file's path. Parameters are streamed in fixed
  * chunks so a bf16 file of the 1.5B model needs no second full-size buffer.
- * bf16 <- fp32 rounds to nearest even (NaN stays NaN: the quiet bit is forced so truncation
- * cannot turn a NaN payload into infinity); bf16 -> fp32 is exact (zero-extend the mantissa).
- * The training state's payload (m then v, fp32) is guarded by an FNV-1a 64 hash.
+ * bf16 <-> fp32 is base/bf16.h (round to nearest even; NaN stays NaN; widening exact).
+ * The training state's header and payload (m then v, fp32) are guarded by an FNV-1a 64 hash;
+ * model files are hashed as they are written and read, so a state can record its model's hash.
  * Writes go through AtomicFileWriter: a killed process leaves the old file or the new one.
  */
 #include "model/checkpoint.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <memory>
 
-#include "data/file_io.h"
-#include "kernels/common/error.h"
+#include "base/bf16.h"
+#include "base/error.h"
+#include "base/file_io.h"
 #include "model/parameters.h"
 
 namespace gpt2 {
@@ -45,54 +42,25 @@ enum StateSlot : int {
   kSlotMagic = 0, kSlotVersion = 1, kSlotStep = 2, kSlotNumParameters = 3, kSlotBatchSize = 4,
   kSlotSeqLen = 5, kSlotTotalBatchSize = 6, kSlotSeed = 7, kSlotWorldSize = 8,
   kSlotLoaderEpoch = 9, kSlotLoaderShard = 10, kSlotLoaderBatch = 11, kSlotRngState = 12,
-  kSlotPayloadHash = 16, kSlotPayloadBytes = 17
+  kSlotHash = 16, kSlotPayloadBytes = 17, kSlotModelHash = 18, kSlotModelBytes = 19,
+  kSlotModelName = 20  // kModelNameSlots slots of NUL-padded text
 };
+constexpr int kModelNameSlots = 32;
+static_assert(kModelNameSlots * sizeof(int64_t) == kMaxModelFileName + 1);
 
-uint16_t float_to_bf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  if ((bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu) != 0)
-    return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // NaN: keep sign, force quiet bit
-  const uint32_t rounding_bias = 0x7FFFu + ((bits >> 16) & 1u);  // ties go to the even result
-  return static_cast<uint16_t>((bits + rounding_bias) >> 16);
+// FNV-1a 64 over bytes, continuing from hash (start with kFnvOffset).
+constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
+constexpr uint64_t kFnvPrime = 0x100000001b3ull;
+
+uint64_t fnv1a64(uint64_t hash, const void* data, size_t bytes) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) {
+    hash ^= p[i];
+    hash *= kFnvPrime;
+  }
+  return hash;
 }
 
-float bf16_to_float(uint16_t value) {
-  const uint32_t bits = static_cast<uint32_t>(value) << 16;
-  float result;
-  std::memcpy(&result, &bits, sizeof result);
-  return result;
-}
-
-// Read-only file with its size, closed on scope exit.
-class InputFile {
- public:
-  explicit InputFile(const std::string& path) : path_(path) {
-    file_ = std::fopen(path.c_str(), "rb");
-    if (!file_) GPT2_FAIL(path, ": cannot open for reading (", std::strerror(errno), ")");
-    struct stat info;
-    if (fstat(fileno(file_), &info) != 0 || !S_ISREG(info.st_mode)) {
-      std::fclose(file_);
-      GPT2_FAIL(path, ": not a regular file");
-    }
-    size_ = static_cast<uint64_t>(info.st_size);
-  }
-  ~InputFile() { std::fclose(file_); }
-  InputFile(const InputFile&) = delete;
-  InputFile& operator=(const InputFile&) = delete;
-
-  uint64_t size() const { return size_; }
-
-  void read(void* data, size_t bytes, const char* what) {
-    if (std::fread(data, 1, bytes, file_) != bytes)
-      GPT2_FAIL(path_, ": read error in ", what, " (file changed while reading?)");
-  }
-
- private:
-  std::string path_;
-  FILE* file_ = nullptr;
-  uint64_t size_ = 0;
-};
 
 struct ModelHeader {
   ModelConfig config;
@@ -100,12 +68,13 @@ struct ModelHeader {
 };
 
 // Reads and validates the 256-int header and the file size against it.
-ModelHeader read_model_header(InputFile& file, const std::string& path) {
+ModelHeader read_model_header(InputFile& file, const std::string& path, uint64_t* hash) {
   if (file.size() < kModelHeaderBytes)
     GPT2_FAIL(path, ": file is ", file.size(), " bytes, shorter than the ", kModelHeaderBytes,
               "-byte llm.c model header (truncated or not a model file)");
   int32_t header[kModelHeaderInts];
-  file.read(header, sizeof header, "the header");
+  file.read_exactly(header, sizeof header, "the header");
+  if (hash) *hash = fnv1a64(kFnvOffset, header, sizeof header);
   if (header[0] != kModelMagic)
     GPT2_FAIL(path, ": bad magic number ", header[0], " (expected ", kModelMagic,
               "): not an llm.c model file");
@@ -144,23 +113,10 @@ ModelHeader read_model_header(InputFile& file, const std::string& path) {
   return result;
 }
 
-// FNV-1a 64 over bytes, continuing from hash (start with kFnvOffset).
-constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
-constexpr uint64_t kFnvPrime = 0x100000001b3ull;
-
-uint64_t fnv1a64(uint64_t hash, const void* data, size_t bytes) {
-  const unsigned char* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < bytes; ++i) {
-    hash ^= p[i];
-    hash *= kFnvPrime;
-  }
-  return hash;
-}
-
 }  // namespace
 
-void write_model_checkpoint(const std::string& path, const ModelConfig& config,
-                            const float* params, int32_t version) {
+ModelFileDigest write_model_checkpoint(const std::string& path, const ModelConfig& config,
+                                       const float* params, int32_t version) {
   GPT2_CHECK(version == kModelVersionFp32 || version == kModelVersionBf16, "version ", version);
   validate_config(config);
   int32_t header[kModelHeaderInts] = {};
@@ -175,42 +131,54 @@ void write_model_checkpoint(const std::string& path, const ModelConfig& config,
   const size_t total = ParameterLayout::for_config(config).total;
 
   AtomicFileWriter writer(path);
-  writer.write(header, sizeof header);
+  ModelFileDigest digest;
+  const auto write = [&](const void* data, size_t bytes) {
+    writer.write(data, bytes);
+    digest.hash = fnv1a64(digest.hash, data, bytes);
+    digest.bytes += bytes;
+  };
+  digest.hash = kFnvOffset;
+  write(header, sizeof header);
   if (version == kModelVersionFp32) {
-    writer.write(params, total * sizeof(float));
+    write(params, total * sizeof(float));
   } else {
     std::vector<uint16_t> chunk(std::min(total, kChunkElements));
     for (size_t start = 0; start < total; start += chunk.size()) {
       const size_t n = std::min(chunk.size(), total - start);
-      for (size_t i = 0; i < n; ++i) chunk[i] = float_to_bf16(params[start + i]);
-      writer.write(chunk.data(), n * sizeof(uint16_t));
+      for (size_t i = 0; i < n; ++i) chunk[i] = float_to_bf16_bits(params[start + i]);
+      write(chunk.data(), n * sizeof(uint16_t));
     }
   }
   writer.commit();
+  return digest;
 }
 
 ModelConfig read_model_checkpoint_config(const std::string& path) {
   InputFile file(path);
-  return read_model_header(file, path).config;
+  return read_model_header(file, path, nullptr).config;
 }
 
 ModelCheckpoint read_model_checkpoint(const std::string& path) {
   InputFile file(path);
-  const ModelHeader header = read_model_header(file, path);
   ModelCheckpoint checkpoint;
+  const ModelHeader header = read_model_header(file, path, &checkpoint.digest.hash);
   checkpoint.config = header.config;
   const size_t total = ParameterLayout::for_config(header.config).total;
   checkpoint.params.resize(total);
   if (header.version == kModelVersionFp32) {
-    file.read(checkpoint.params.data(), total * sizeof(float), "the parameters");
+    file.read_exactly(checkpoint.params.data(), total * sizeof(float), "the parameters");
+    checkpoint.digest.hash =
+        fnv1a64(checkpoint.digest.hash, checkpoint.params.data(), total * sizeof(float));
   } else {
     std::vector<uint16_t> chunk(std::min(total, kChunkElements));
     for (size_t start = 0; start < total; start += chunk.size()) {
       const size_t n = std::min(chunk.size(), total - start);
-      file.read(chunk.data(), n * sizeof(uint16_t), "the parameters");
-      for (size_t i = 0; i < n; ++i) checkpoint.params[start + i] = bf16_to_float(chunk[i]);
+      file.read_exactly(chunk.data(), n * sizeof(uint16_t), "the parameters");
+      checkpoint.digest.hash = fnv1a64(checkpoint.digest.hash, chunk.data(), n * sizeof(uint16_t));
+      for (size_t i = 0; i < n; ++i) checkpoint.params[start + i] = bf16_bits_to_float(chunk[i]);
     }
   }
+  checkpoint.digest.bytes = file.size();
   return checkpoint;
 }
 
@@ -219,9 +187,11 @@ void write_training_state(const std::string& path, const TrainingState& state) {
   GPT2_CHECK(state.num_parameters >= 0 && state.adam_m.size() == n && state.adam_v.size() == n,
              "num_parameters ", state.num_parameters, ", m ", state.adam_m.size(), ", v ",
              state.adam_v.size());
+  GPT2_CHECK(!state.model_file.empty() && state.model_file.size() <= kMaxModelFileName &&
+                 state.model_file.find('/') == std::string::npos &&
+                 state.model_file.find('\0') == std::string::npos,
+             "model file name '", state.model_file, "'");
   const size_t vector_bytes = n * sizeof(float);
-  uint64_t hash = fnv1a64(kFnvOffset, state.adam_m.data(), vector_bytes);
-  hash = fnv1a64(hash, state.adam_v.data(), vector_bytes);
 
   int64_t header[kStateHeaderInts] = {};
   header[kSlotMagic] = kStateMagic;
@@ -237,8 +207,14 @@ void write_training_state(const std::string& path, const TrainingState& state) {
   header[kSlotLoaderShard] = state.loader.shard_cursor;
   header[kSlotLoaderBatch] = state.loader.batch_cursor;
   for (int i = 0; i < 4; ++i) header[kSlotRngState + i] = static_cast<int64_t>(state.sample_rng[i]);
-  header[kSlotPayloadHash] = static_cast<int64_t>(hash);
   header[kSlotPayloadBytes] = static_cast<int64_t>(2 * vector_bytes);
+  header[kSlotModelHash] = static_cast<int64_t>(state.model_digest.hash);
+  header[kSlotModelBytes] = static_cast<int64_t>(state.model_digest.bytes);
+  std::memcpy(&header[kSlotModelName], state.model_file.data(), state.model_file.size());
+  uint64_t hash = fnv1a64(kFnvOffset, header, sizeof header);  // the hash slot is still 0
+  hash = fnv1a64(hash, state.adam_m.data(), vector_bytes);
+  hash = fnv1a64(hash, state.adam_v.data(), vector_bytes);
+  header[kSlotHash] = static_cast<int64_t>(hash);
 
   AtomicFileWriter writer(path);
   writer.write(header, sizeof header);
@@ -253,13 +229,16 @@ TrainingState read_training_state(const std::string& path) {
     GPT2_FAIL(path, ": file is ", file.size(), " bytes, shorter than the ", kStateHeaderBytes,
               "-byte training-state header (truncated or not a training-state file)");
   int64_t header[kStateHeaderInts];
-  file.read(header, sizeof header, "the header");
+  file.read_exactly(header, sizeof header, "the header");
   if (header[kSlotMagic] != kStateMagic)
     GPT2_FAIL(path, ": bad magic number ", header[kSlotMagic], " (expected ", kStateMagic,
               "): not a training-state file");
   if (header[kSlotVersion] != kStateVersion)
     GPT2_FAIL(path, ": unsupported training-state version ", header[kSlotVersion],
-              " (expected ", kStateVersion, ")");
+              " (expected ", kStateVersion, header[kSlotVersion] == 1
+                  ? ": version 1 files do not record their model file's hash, so the pair "
+                    "cannot be verified"
+                  : "", ")");
   const int64_t num_parameters = header[kSlotNumParameters];
   // 2^40 parameters is far beyond any model here and keeps the byte arithmetic from wrapping.
   if (num_parameters < 0 || num_parameters > (int64_t(1) << 40))
@@ -286,15 +265,24 @@ TrainingState read_training_state(const std::string& path) {
   state.loader.shard_cursor = header[kSlotLoaderShard];
   state.loader.batch_cursor = header[kSlotLoaderBatch];
   for (int i = 0; i < 4; ++i) state.sample_rng[i] = static_cast<uint64_t>(header[kSlotRngState + i]);
+  state.model_digest.hash = static_cast<uint64_t>(header[kSlotModelHash]);
+  state.model_digest.bytes = static_cast<uint64_t>(header[kSlotModelBytes]);
+  const char* name = reinterpret_cast<const char*>(&header[kSlotModelName]);
+  state.model_file.assign(name, strnlen(name, kMaxModelFileName + 1));
   state.adam_m.resize(static_cast<size_t>(num_parameters));
   state.adam_v.resize(static_cast<size_t>(num_parameters));
-  file.read(state.adam_m.data(), vector_bytes, "the AdamW m vector");
-  file.read(state.adam_v.data(), vector_bytes, "the AdamW v vector");
-  uint64_t hash = fnv1a64(kFnvOffset, state.adam_m.data(), vector_bytes);
+  file.read_exactly(state.adam_m.data(), vector_bytes, "the AdamW m vector");
+  file.read_exactly(state.adam_v.data(), vector_bytes, "the AdamW v vector");
+  const auto stored = static_cast<uint64_t>(header[kSlotHash]);
+  header[kSlotHash] = 0;
+  uint64_t hash = fnv1a64(kFnvOffset, header, sizeof header);
+  hash = fnv1a64(hash, state.adam_m.data(), vector_bytes);
   hash = fnv1a64(hash, state.adam_v.data(), vector_bytes);
-  if (hash != static_cast<uint64_t>(header[kSlotPayloadHash]))
-    GPT2_FAIL(path, ": payload hash mismatch (stored ", static_cast<uint64_t>(header[kSlotPayloadHash]),
-              ", computed ", hash, "): the file is corrupted");
+  if (hash != stored)
+    GPT2_FAIL(path, ": hash mismatch (stored ", stored, ", computed ", hash,
+              "): the file is corrupted");
+  if (state.model_file.empty() || state.model_file.size() > kMaxModelFileName)
+    GPT2_FAIL(path, ": inconsistent header: no model file name");
   return state;
 }
 

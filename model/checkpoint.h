@@ -6,22 +6,27 @@
  * parameters, 5 = bf16), [2] maxT, [3] V, [4] L, [5] NH, [6] C, [7] Vp — then all parameters
  * in ParameterLayout order. llm.c's gpt2_124M.bin loads; bf16 files are widened to fp32 on read.
  *
- * Training-state file (this project): 256 int64 header — [0] magic 20261122, [1] version 1,
+ * Training-state file (this project): 256 int64 header — [0] magic 20261122, [1] version 2,
  * [2] step, [3] number of parameters, [4] B, [5] T, [6] total batch tokens, [7] seed,
- * [8] world size, [9..11] loader position, [12..15] sampling RNG state, [16] FNV-1a hash of the
- * payload, [17] payload bytes — then AdamW m and v (fp32, num_parameters each).
+ * [8] world size, [9..11] loader position, [12..15] sampling RNG state, [16] FNV-1a 64 hash of
+ * the header (this slot read as 0) and the payload, [17] payload bytes, [18] FNV-1a 64 hash of
+ * the whole model file of the pair, [19] its size in bytes, [20..51] its file name (256 bytes,
+ * NUL-padded) — then AdamW m and v (fp32, num_parameters each). So a state names and checks the
+ * model file it belongs to; a flipped byte anywhere in either file is found. Version 1 files
+ * (no model hash) are refused.
  *
  * Every write is atomic (temporary name, fsync, rename). Every read validates and throws
  * gpt2::Error naming the file and the problem (bad magic/version, size mismatch, hash mismatch).
  */
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "base/rng.h"
 #include "data/dataloader.h"
-#include "kernels/common/rng.h"
 #include "model/config.h"
 
 namespace gpt2 {
@@ -30,16 +35,28 @@ constexpr int32_t kModelMagic = 20240326;
 constexpr int32_t kModelVersionFp32 = 3;
 constexpr int32_t kModelVersionBf16 = 5;
 constexpr int64_t kStateMagic = 20261122;
-constexpr int64_t kStateVersion = 1;
+constexpr int64_t kStateVersion = 2;
+/// Longest model file name a training state can record.
+constexpr size_t kMaxModelFileName = 255;
+
+/// FNV-1a 64 of a whole model file and its size: what a training state records of its model.
+struct ModelFileDigest {
+  uint64_t hash = 0;
+  uint64_t bytes = 0;
+  bool operator==(const ModelFileDigest& o) const { return hash == o.hash && bytes == o.bytes; }
+  bool operator!=(const ModelFileDigest& o) const { return !(*this == o); }
+};
 
 struct ModelCheckpoint {
   ModelConfig config;
   std::vector<float> params;  // ParameterLayout order
+  ModelFileDigest digest;     // of the file as read
 };
 
-/// version: kModelVersionFp32 (exact) or kModelVersionBf16 (round-to-nearest-even).
-void write_model_checkpoint(const std::string& path, const ModelConfig& config,
-                            const float* params, int32_t version = kModelVersionFp32);
+/// version: kModelVersionFp32 (exact) or kModelVersionBf16 (round-to-nearest-even). Returns the
+/// digest of the file written.
+ModelFileDigest write_model_checkpoint(const std::string& path, const ModelConfig& config,
+                                       const float* params, int32_t version = kModelVersionFp32);
 ModelCheckpoint read_model_checkpoint(const std::string& path);
 /// Header only (config), without reading the parameters.
 ModelConfig read_model_checkpoint_config(const std::string& path);
@@ -54,6 +71,8 @@ struct TrainingState {
   int64_t world_size = 1;
   LoaderPosition loader;
   Rng::State sample_rng{};
+  std::string model_file;      // file name (no folder) of the model file of the pair
+  ModelFileDigest model_digest;  // what that file must hash to
   std::vector<float> adam_m;
   std::vector<float> adam_v;
 };

@@ -2,7 +2,7 @@
 
 #include <cctype>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 
 namespace gpt2 {
 

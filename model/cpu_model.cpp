@@ -17,12 +17,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <new>
 #include <sstream>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
+#include "base/file_io.h"
 #include "kernels/cpu/crossentropy.h"
 #include "kernels/cpu/encoder.h"
 #include "kernels/cpu/gelu.h"
@@ -306,9 +306,15 @@ void check_memory_fits(const MemoryPlan& plan, size_t available_bytes, const cha
 }
 
 size_t available_host_memory_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
+  std::string meminfo;
+  try {
+    meminfo = read_file_text("/proc/meminfo");
+  } catch (const Error&) {
+    return 0;
+  }
+  std::istringstream lines(meminfo);
   std::string line;
-  while (std::getline(meminfo, line)) {
+  while (std::getline(lines, line)) {
     if (line.rfind("MemAvailable:", 0) != 0) continue;
     std::istringstream fields(line.substr(13));
     unsigned long long kib = 0;

@@ -17,14 +17,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <type_traits>
 #include <vector>
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "kernels/common/error.h"
+#include "base/bf16.h"
+#include "base/error.h"
 #include "kernels/gpu/adamw.cuh"
 #include "kernels/gpu/attention.cuh"
 #include "kernels/gpu/common.cuh"
@@ -186,12 +186,8 @@ void convert(To* out, const From* in, int64_t n, cudaStream_t stream) {
 
 float host_float(float x) { return x; }
 float host_float(bf16 x) {
-  uint16_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  const uint32_t widened = static_cast<uint32_t>(bits) << 16;
-  float out;
-  std::memcpy(&out, &widened, sizeof out);
-  return out;
+  const __nv_bfloat16_raw raw = x;
+  return bf16_bits_to_float(raw.x);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,8 +1,11 @@
 #include "model/memory_plan.h"
 
 #include <cstdio>
+#include <cstdlib>
 
-#include "kernels/common/error.h"
+#include "base/file_io.h"
+
+#include "base/error.h"
 
 namespace gpt2 {
 
@@ -39,8 +42,8 @@ std::string format_bytes(size_t bytes) {
 }
 
 std::string MemoryPlan::to_string(const std::string& title) const {
-  static const char* kGroups[] = {"parameters", "gradients", "optimizer",
-                                  "activations", "attention", "workspace"};
+  static const char* kGroups[] = {"parameters", "gradients", "optimizer", "activations",
+                                  "attention",  "workspace", "host"};
   std::string out = title + "\n";
   char line[256];
   for (const char* group : kGroups) {
@@ -58,6 +61,18 @@ std::string MemoryPlan::to_string(const std::string& title) const {
   std::snprintf(line, sizeof line, "  %-12s %12s", "total", format_bytes(total()).c_str());
   out += line;
   return out;
+}
+
+size_t resident_memory_bytes() {
+  std::string status;
+  try {
+    status = read_file_text("/proc/self/status");
+  } catch (const Error&) {
+    return 0;
+  }
+  const size_t at = status.find("VmRSS:");
+  if (at == std::string::npos) return 0;
+  return static_cast<size_t>(std::strtoull(status.c_str() + at + 6, nullptr, 10)) * 1024;
 }
 
 }  // namespace gpt2

@@ -3,9 +3,10 @@
  * @brief What a model will allocate, computed before allocating, printed by the trainer.
  *
  * Items are grouped: parameters, gradients, optimizer state, activations, attention buffers,
- * workspace. A backend builds its plan from the options, prints it, checks it against the free
- * memory and only then allocates, each buffer by its plan item; when something does not fit it
- * throws gpt2::Error naming the buffer, the bytes it needs and the bytes free.
+ * workspace, and, for the CPU, whose peak is the whole process's, host memory outside the model
+ * (added by the trainer). A backend builds its plan from the options, prints it, checks it
+ * against the free memory and only then allocates, each buffer by its plan item; when something
+ * does not fit it throws gpt2::Error naming the buffer, the bytes it needs and the bytes free.
  */
 #pragma once
 
@@ -16,7 +17,8 @@
 namespace gpt2 {
 
 struct MemoryItem {
-  std::string group;  // "parameters", "gradients", "optimizer", "activations", "attention", "workspace"
+  std::string group;  // "parameters", "gradients", "optimizer", "activations", "attention",
+                      // "workspace", "host"
   std::string name;   // buffer name, e.g. "attention probabilities (L,B,NH,T,T)"
   size_t bytes = 0;
 };
@@ -30,6 +32,9 @@ struct MemoryPlan {
   /// Table by group with human-readable sizes, then the total.
   std::string to_string(const std::string& title) const;
 };
+
+/// This process's resident memory now (VmRSS of /proc/self/status); 0 when unknown.
+size_t resident_memory_bytes();
 
 /// "1.50 GiB", "12.0 MiB", "512 B".
 std::string format_bytes(size_t bytes);

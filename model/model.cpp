@@ -9,7 +9,7 @@
  */
 #include "model/model.h"
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 #include "model/cpu_model.h"
 #ifdef GPT2_WITH_CUDA_BACKEND
 #include "model/cuda_model.h"

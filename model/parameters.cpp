@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "kernels/common/rng.h"
+#include "base/rng.h"
 
 namespace gpt2 {
 

@@ -8,6 +8,8 @@
 // is validation when floor((i+1)*F) > floor(i*F), which puts floor(N*F) of N documents there.
 // All inputs are read and tokenized before anything is written, and shards are written
 // atomically (data/shard.h), so a failure leaves no output behind.
+// An output that is also an input (same name, or the same file by a link or another spelling)
+// is refused before anything is read.
 // Exit codes: 0 success, 1 bad input file or other error, 2 bad command line.
 // The tokenizer files come from data_dir()/tokenizer (data/paths.h; $GPT2_DATA_DIR overrides).
 #include <cerrno>
@@ -15,17 +17,19 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 // File names may contain commas: never split a --input value.
 #define CXXOPTS_VECTOR_DELIMITER '\0'
 #include <cxxopts.hpp>
 
-#include "data/file_io.h"
+#include "base/error.h"
+#include "base/file_io.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
-#include "kernels/common/error.h"
 
 namespace gpt2 {
 namespace {
@@ -52,7 +56,7 @@ cxxopts::Options make_options() {
        cxxopts::value<std::string>())
       ("val-fraction", "fraction of documents for validation, in (0, 1)",
        cxxopts::value<std::string>())
-      ("help", "print this help");
+      ("h,help", "print this help");
   // Files after the first --input value are positional arguments: all of them are inputs.
   options.parse_positional({"input"});
   return options;
@@ -86,12 +90,26 @@ TokenizeOptions parse_command_line(int argc, char** argv, bool* help) {
   if (opts.output.empty()) GPT2_USAGE_FAIL("--output is empty");
 
   const bool has_val_output = result.count("val-output") > 0;
+  if (has_val_output) opts.val_output = result["val-output"].as<std::string>();
+  // An output written over an input would destroy it: compared by name and, when both exist,
+  // as files (a link or another spelling of the same path is the same file).
+  using OutputOption = std::pair<const char*, const std::string&>;
+  for (const auto& [option, output] :
+       {OutputOption{"--output", opts.output}, OutputOption{"--val-output", opts.val_output}}) {
+    if (output.empty()) continue;
+    for (const std::string& input : opts.inputs) {
+      std::error_code ec;
+      if (output == input || std::filesystem::equivalent(output, input, ec)) {
+        GPT2_USAGE_FAIL(option, " ", output, " is also an --input file (", input,
+                        "): refusing to overwrite an input");
+      }
+    }
+  }
   const bool has_val_fraction = result.count("val-fraction") > 0;
   if (has_val_output != has_val_fraction) {
     GPT2_USAGE_FAIL("--val-output and --val-fraction must be given together");
   }
   if (has_val_output) {
-    opts.val_output = result["val-output"].as<std::string>();
     if (opts.val_output.empty()) GPT2_USAGE_FAIL("--val-output is empty");
     if (opts.val_output == opts.output) {
       GPT2_USAGE_FAIL("--val-output must differ from --output (both are '", opts.output, "')");

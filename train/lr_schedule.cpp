@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 
 namespace gpt2 {
 

@@ -1,55 +1,67 @@
 #include "train/metrics.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
-#include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
-#include "data/json_string.h"
+#include "base/error.h"
+#include "base/json.h"
 #include "model/memory_plan.h"
 #include "model/parameters.h"
 
 namespace gpt2 {
 
-std::string json_number(double value) {
-  if (!std::isfinite(value)) return "null";
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.9g", value);
-  return buf;
-}
-
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (byte < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", byte);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
 std::string to_json_line(const StepMetrics& m) {
-  std::string line = "{\"step\":" + std::to_string(m.step);
-  line += ",\"loss\":" + json_number(m.loss);
-  if (m.val_loss) line += ",\"val_loss\":" + json_number(*m.val_loss);
-  line += ",\"lr\":" + json_number(m.lr);
-  line += ",\"grad_norm\":" + json_number(m.grad_norm);
-  line += ",\"ms\":" + json_number(m.ms);
-  line += ",\"tokens_per_s\":" + json_number(m.tokens_per_s);
-  line += ",\"peak_mem_bytes\":" + std::to_string(m.peak_mem_bytes);
-  line += ",\"attn\":" + json_string(m.attn);
-  line += ",\"device\":" + json_string(m.device);
-  line += ",\"precision\":" + json_string(m.precision);
-  line += ",\"micro_batches\":" + std::to_string(m.micro_batches);
-  return line + "}";
+  Json line;
+  line["step"] = m.step;
+  line["loss"] = json_float(m.loss);
+  if (m.val_loss) line["val_loss"] = json_float(*m.val_loss);
+  line["lr"] = json_float(m.lr);
+  line["grad_norm"] = json_float(m.grad_norm);
+  line["ms"] = m.ms;
+  line["tokens_per_s"] = m.tokens_per_s;
+  line["peak_mem_bytes"] = m.peak_mem_bytes;
+  line["attn"] = m.attn;
+  line["device"] = m.device;
+  line["precision"] = m.precision;
+  line["micro_batches"] = m.micro_batches;
+  if (m.skipped) line["skipped"] = true;
+  return dump_json(line);
+}
+
+MetricsFile::MetricsFile(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+  if (fd_ < 0) GPT2_FAIL(path, ": cannot open for appending: ", std::strerror(errno));
+}
+
+MetricsFile::~MetricsFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void MetricsFile::append_line(const std::string& line, int step) {
+  const off_t end = ::lseek(fd_, 0, SEEK_END);
+  const std::string text = line + "\n";
+  size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(fd_, text.data() + written, text.size() - written);
+    if (n > 0) {
+      written += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    const int err = n < 0 ? errno : EIO;
+    // Cut the partial line off: the file keeps exactly the lines of the steps before.
+    const bool cut = end >= 0 && ::ftruncate(fd_, end) == 0;
+    GPT2_FAIL(path_, ": cannot append the metrics of step ", step, " (", written, " of ",
+              text.size(), " bytes written): ", std::strerror(err),
+              cut ? "; the file keeps the lines of the steps before"
+                  : "; the partial line could not be removed");
+  }
 }
 
 std::string format_duration(double seconds) {
@@ -78,80 +90,8 @@ std::string format_step_line(const StepMetrics& m, int total_steps, double eta_s
     std::snprintf(buf, sizeof buf, " | val loss %.6f", *m.val_loss);
     line += buf;
   }
+  if (m.skipped) line += " | update skipped (non-finite)";
   return line;
-}
-
-namespace {
-
-void skip_spaces(const std::string& s, size_t& i) {
-  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
-}
-
-// A JSON string starting at s[i] == '"'; advances i past the closing quote.
-std::optional<std::string> parse_string(const std::string& s, size_t& i) {
-  std::string out;
-  if (!decode_json_string(s, i, &out).empty()) return std::nullopt;
-  return out;
-}
-
-bool is_json_number(const std::string& t) {
-  if (t.empty()) return false;
-  char* end = nullptr;
-  std::strtod(t.c_str(), &end);
-  return end == t.c_str() + t.size() && (t[0] == '-' || std::isdigit(static_cast<unsigned char>(t[0])));
-}
-
-}  // namespace
-
-std::optional<std::map<std::string, std::string>> parse_flat_json_object(const std::string& line) {
-  std::map<std::string, std::string> values;
-  size_t i = 0;
-  skip_spaces(line, i);
-  if (i >= line.size() || line[i] != '{') return std::nullopt;
-  ++i;
-  skip_spaces(line, i);
-  if (i < line.size() && line[i] == '}') {
-    ++i;
-  } else {
-    while (true) {
-      skip_spaces(line, i);
-      auto key = parse_string(line, i);
-      if (!key) return std::nullopt;
-      skip_spaces(line, i);
-      if (i >= line.size() || line[i] != ':') return std::nullopt;
-      ++i;
-      skip_spaces(line, i);
-      if (i >= line.size()) return std::nullopt;
-      std::string value;
-      if (line[i] == '"') {
-        auto text = parse_string(line, i);
-        if (!text) return std::nullopt;
-        value = *text;
-      } else {
-        const size_t start = i;
-        while (i < line.size() && line[i] != ',' && line[i] != '}' &&
-               !std::isspace(static_cast<unsigned char>(line[i])))
-          ++i;
-        value = line.substr(start, i - start);
-        if (value != "null" && value != "true" && value != "false" && !is_json_number(value))
-          return std::nullopt;
-      }
-      if (!values.emplace(*key, value).second) return std::nullopt;  // duplicate key
-      skip_spaces(line, i);
-      if (i < line.size() && line[i] == ',') {
-        ++i;
-        continue;
-      }
-      if (i < line.size() && line[i] == '}') {
-        ++i;
-        break;
-      }
-      return std::nullopt;
-    }
-  }
-  skip_spaces(line, i);
-  if (i != line.size()) return std::nullopt;
-  return values;
 }
 
 double training_flops_per_token(const ModelConfig& config, int seq_len) {

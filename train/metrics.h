@@ -5,17 +5,15 @@
  * OUT/metrics.jsonl holds one flat JSON object per optimizer step, e.g.
  *   {"step":3,"loss":10.2,"lr":0.0006,"grad_norm":1.5,"ms":120,"tokens_per_s":2133,
  *    "peak_mem_bytes":123456,"attn":"flash","device":"cpu","precision":"fp32","micro_batches":1}
- * plus "val_loss" on the steps that measured it. Floats are printed with "%.9g" so that a float
- * read back is bit-identical (resume tests compare these strings); non-finite values are
- * written as null to keep every line valid JSON.
- * parse_flat_json_object() reads such a line back (objects of strings, numbers, true/false/null;
- * no nesting) for the trainer's resume truncation and for tests.
+ * plus "val_loss" on the steps that measured it and "skipped":true on a step whose update was
+ * skipped (--on-nonfinite skip-step). Lines are written through base/json.h: floats
+ * as their shortest round-trip decimal (a float read back is bit-identical, which the resume
+ * tests rely on), non-finite values as null, so every line is valid JSON.
  */
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,25 +35,36 @@ struct StepMetrics {
   std::string device;
   std::string precision;
   int micro_batches = 1;
+  bool skipped = false;  // the update was not applied (non-finite loss or gradient norm)
 };
-
-/// "%.9g", or "null" when not finite.
-std::string json_number(double value);
-/// A JSON string literal with quotes, escaping ", \ and control characters.
-std::string json_string(const std::string& text);
 
 /// One metrics.jsonl line, without the trailing newline.
 std::string to_json_line(const StepMetrics& metrics);
+
+/// metrics.jsonl opened for appending whole lines. A failed append (disk full, file size limit)
+/// throws gpt2::Error naming the file, the step and the system's reason, after cutting the file
+/// back to where it ended before, so no partial line is ever left in it.
+class MetricsFile {
+ public:
+  /// Creates the file when missing; throws gpt2::Error naming it when it cannot be opened.
+  explicit MetricsFile(const std::string& path);
+  ~MetricsFile();
+  MetricsFile(const MetricsFile&) = delete;
+  MetricsFile& operator=(const MetricsFile&) = delete;
+
+  /// Appends line and a newline, with write(2): on disk (in the page cache) when it returns.
+  void append_line(const std::string& line, int step);
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
 
 /// The console line of a step; eta_seconds < 0 omits the ETA.
 std::string format_step_line(const StepMetrics& metrics, int total_steps, double eta_seconds);
 
 /// "1h02m", "3m05s", "12s".
 std::string format_duration(double seconds);
-
-/// Values of a flat JSON object as raw text (strings unescaped, numbers and literals verbatim);
-/// nullopt when line is not such an object.
-std::optional<std::map<std::string, std::string>> parse_flat_json_object(const std::string& line);
 
 /// Model FLOPs per trained token (forward + backward), for MFU; see metrics.cpp.
 double training_flops_per_token(const ModelConfig& config, int seq_len);

@@ -7,9 +7,9 @@
 
 #include <cxxopts.hpp>
 
-#include "data/file_io.h"
+#include "base/error.h"
+#include "base/file_io.h"
 #include "data/paths.h"
-#include "kernels/common/error.h"
 #include "model/checkpoint.h"
 
 namespace gpt2 {
@@ -46,9 +46,13 @@ cxxopts::Options make_options() {
       ("sample-tokens", "tokens per sample", s()->default_value("64"))
       ("out", "directory for metrics.jsonl, summary.json and checkpoints", s()->default_value("out"))
       ("checkpoint-every", "checkpoint every N steps and at the last step (0 disables)", s()->default_value("0"))
-      ("resume", "continue from the latest complete checkpoint in --out")
+      ("keep-checkpoints", "keep the newest N checkpoint pairs in --out (0 keeps all)",
+       s()->default_value(std::to_string(kDefaultKeepCheckpoints)))
+      ("resume", "continue from the latest checkpoint pair in --out that verifies")
+      ("on-nonfinite", "a step with a non-finite loss or gradient norm: stop (exit 1) or "
+       "skip-step (skip its update; stop after 10 in a row)", s()->default_value("stop"))
       ("seed", "seed of initialization, data order and sampling", s()->default_value("1337"))
-      ("help", "print this help");
+      ("h,help", "print this help");
   return options;
 }
 
@@ -57,10 +61,12 @@ int64_t parse_integer(const std::string& option, const std::string& text, int64_
   errno = 0;
   char* end = nullptr;
   const long long value = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE ||
-      value < min_value || value > max_value) {
+  if (text.empty() || end != text.c_str() + text.size() || (errno == ERANGE && value < 0) ||
+      value < min_value) {
     GPT2_USAGE_FAIL("--", option, " must be ", expectation, " (got '", text, "')");
   }
+  if (errno == ERANGE || value > max_value)
+    GPT2_USAGE_FAIL("--", option, " is out of range: at most ", max_value, " (got '", text, "')");
   return value;
 }
 
@@ -79,8 +85,17 @@ float parse_float(const std::string& option, const std::string& text, double min
   errno = 0;
   char* end = nullptr;
   const double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE ||
-      !std::isfinite(value) || value < min_value || value > max_value) {
+  if (text.empty() || end != text.c_str() + text.size() || std::isnan(value) ||
+      value < min_value) {
+    GPT2_USAGE_FAIL("--", option, " must be ", expectation, " (got '", text, "')");
+  }
+  if (max_value == std::numeric_limits<float>::max() &&
+      (errno == ERANGE || std::isinf(value) || value > max_value)) {
+    // Underflow (ERANGE with a tiny value) is not an error: such a value is as good as 0.
+    if (!(errno == ERANGE && std::fabs(value) < 1.0))
+      GPT2_USAGE_FAIL("--", option, " is out of range: at most ", max_value, " (got '", text,
+                      "')");
+  } else if (value > max_value || !std::isfinite(value)) {
     GPT2_USAGE_FAIL("--", option, " must be ", expectation, " (got '", text, "')");
   }
   return static_cast<float>(value);
@@ -105,6 +120,20 @@ Precision parse_precision(const std::string& name) {
   if (name == "fp32") return Precision::kFp32;
   if (name == "bf16") return Precision::kBf16;
   GPT2_USAGE_FAIL("--precision must be fp32 or bf16 (got '", name, "')");
+}
+
+NonFinitePolicy parse_nonfinite_policy(const std::string& name) {
+  if (name == "stop") return NonFinitePolicy::kStop;
+  if (name == "skip-step") return NonFinitePolicy::kSkipStep;
+  GPT2_USAGE_FAIL("--on-nonfinite must be stop or skip-step (got '", name, "')");
+}
+
+const char* to_string(NonFinitePolicy policy) {
+  switch (policy) {
+    case NonFinitePolicy::kStop: return "stop";
+    case NonFinitePolicy::kSkipStep: return "skip-step";
+  }
+  return "unknown";
 }
 
 std::string usage_text() { return make_options().help(); }
@@ -155,8 +184,10 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     GPT2_USAGE_FAIL("--device must be auto, cuda or cpu (got '", cli.device, "')");
   cli.attention = parse_attention(text("attn"));
   cli.flash_kernel = parse_flash_kernel(text("attn-kernel"));
-  cli.deterministic_attention =
-      parse_integer("attn-deterministic", text("attn-deterministic"), 0, 1, "0 or 1") == 1;
+  const std::string deterministic = text("attn-deterministic");
+  if (deterministic != "0" && deterministic != "1")
+    GPT2_USAGE_FAIL("--attn-deterministic must be 0 or 1 (got '", deterministic, "')");
+  cli.deterministic_attention = deterministic == "1";
   if (given("precision")) cli.precision = parse_precision(text("precision"));
 
   if (given("batch-size")) cli.batch_size = parse_positive_int("batch-size", text("batch-size"));
@@ -189,7 +220,9 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   cli.out_dir = text("out");
   if (cli.out_dir.empty()) GPT2_USAGE_FAIL("--out is empty");
   cli.checkpoint_every = parse_count("checkpoint-every", text("checkpoint-every"));
+  cli.keep_checkpoints = parse_count("keep-checkpoints", text("keep-checkpoints"));
   cli.resume = given("resume");
+  cli.on_nonfinite = parse_nonfinite_policy(text("on-nonfinite"));
   // The seed is stored as int64 in the training state, hence the upper bound.
   cli.seed = static_cast<uint64_t>(parse_integer("seed", text("seed"), 0,
                                                  std::numeric_limits<int64_t>::max(),
@@ -223,6 +256,14 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
                     " needs --device cuda (the CPU backend has one kernel per --attn)");
 
   config.model_name = cli.model.value_or(on_cuda ? "d12" : "d2");
+  const bool looks_like_a_file = config.model_name.find('/') != std::string::npos ||
+                                 config.model_name.find('.') != std::string::npos;
+  if (!is_model_preset(config.model_name) && !file_exists(config.model_name) &&
+      looks_like_a_file) {
+    // A path is a file the machine lacks, not a bad option: exit code 1, like a missing shard.
+    GPT2_FAIL("--model ", config.model_name, ": no such file (--model takes a preset name such "
+              "as d12 or gpt2, or an llm.c model file)");
+  }
   if (!is_model_preset(config.model_name) && file_exists(config.model_name)) {
     config.model_from_checkpoint = true;
     config.model_config = read_model_checkpoint_config(config.model_name);
@@ -272,7 +313,9 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
   config.sample_tokens = cli.sample_tokens;
   config.out_dir = cli.out_dir;
   config.checkpoint_every = cli.checkpoint_every;
+  config.keep_checkpoints = cli.keep_checkpoints;
   config.resume = cli.resume;
+  config.on_nonfinite = cli.on_nonfinite;
   config.seed = cli.seed;
   return config;
 }

@@ -27,6 +27,16 @@
 
 namespace gpt2 {
 
+/// What a step whose loss or gradient norm is not finite does (--on-nonfinite).
+enum class NonFinitePolicy {
+  kStop,      // stop the run at that step, before its update: exit code 1
+  kSkipStep,  // skip that step's update; stop after kMaxConsecutiveSkippedSteps in a row
+};
+constexpr int kMaxConsecutiveSkippedSteps = 10;
+
+/// --keep-checkpoints default: the newest pair and two to fall back on.
+constexpr int kDefaultKeepCheckpoints = 3;
+
 /// What the user typed; unset optionals take device-dependent defaults at resolution.
 struct CommandLine {
   std::string train_data;  // glob; empty = the embedded data (data/paths.h)
@@ -54,7 +64,9 @@ struct CommandLine {
   int sample_tokens = 64;
   std::string out_dir = "out";
   int checkpoint_every = 0;
+  int keep_checkpoints = kDefaultKeepCheckpoints;
   bool resume = false;
+  NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;
   uint64_t seed = 1337;
   bool help = false;
 };
@@ -87,7 +99,9 @@ struct TrainConfig {
   int sample_tokens = 0;
   std::string out_dir;
   int checkpoint_every = 0;  // 0 disables (including the final checkpoint)
+  int keep_checkpoints = 0;  // newest pairs kept; 0 keeps all
   bool resume = false;
+  NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;
   uint64_t seed = 0;
 };
 
@@ -107,9 +121,12 @@ std::string usage_text();
 /// Throws gpt2::UsageError for bad combinations, gpt2::Error for an unusable device or file.
 TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailability& devices);
 
-/// "naive" | "flash", "cpu" | "cuda", "fp32" | "bf16"; throw gpt2::UsageError naming option.
+/// "naive" | "flash", "cpu" | "cuda", "fp32" | "bf16", "stop" | "skip-step"; throw
+/// gpt2::UsageError naming the option.
 AttentionKind parse_attention(const std::string& name);
 FlashKernelChoice parse_flash_kernel(const std::string& name);
 Precision parse_precision(const std::string& name);
+NonFinitePolicy parse_nonfinite_policy(const std::string& name);
+const char* to_string(NonFinitePolicy policy);
 
 }  // namespace gpt2

@@ -1,14 +1,23 @@
 #include "train/run_files.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
+#include <set>
 #include <sstream>
 
-#include "data/file_io.h"
-#include "kernels/common/error.h"
+#include "base/error.h"
+#include "base/file_io.h"
+#include "base/json.h"
 #include "model/parameters.h"
 #include "train/metrics.h"
 #include "train/options.h"
@@ -22,9 +31,8 @@ std::string step_file(const std::string& out_dir, const char* prefix, int64_t st
   return (std::filesystem::path(out_dir) / name).string();
 }
 
-// Step N of a file named model_<digits>.bin, or -1.
-int64_t model_file_step(const std::string& name) {
-  const std::string prefix = "model_";
+// Step N of a file named <prefix>_<digits>.bin, or -1.
+int64_t step_file_step(const std::string& name, const std::string& prefix) {
   const std::string suffix = ".bin";
   if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
       name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
@@ -33,6 +41,34 @@ int64_t model_file_step(const std::string& name) {
   const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
   if (digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), is_digit)) return -1;
   return std::stoll(digits);
+}
+
+int64_t model_file_step(const std::string& name) { return step_file_step(name, "model_"); }
+int64_t state_file_step(const std::string& name) { return step_file_step(name, "state_"); }
+
+// The names of out_dir's regular files.
+std::vector<std::string> file_names(const std::string& out_dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(out_dir, ec))
+    if (entry.is_regular_file()) names.push_back(entry.path().filename().string());
+  if (ec) GPT2_FAIL(out_dir, ": cannot list the folder: ", ec.message());
+  return names;
+}
+
+// The pid of a temporary file's name "<name>.tmp.<pid>", or -1.
+long temporary_file_pid(const std::string& name) {
+  const size_t at = name.rfind(".tmp.");
+  if (at == std::string::npos || at == 0) return -1;
+  const std::string digits = name.substr(at + 5);
+  const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (digits.empty() || digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), is_digit))
+    return -1;
+  return std::stol(digits);
+}
+
+bool process_is_running(long pid) {
+  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
 }
 
 }  // namespace
@@ -49,17 +85,88 @@ std::string metrics_path(const std::string& out_dir) {
 std::string summary_path(const std::string& out_dir) {
   return (std::filesystem::path(out_dir) / "summary.json").string();
 }
+std::string lock_path(const std::string& out_dir) {
+  return (std::filesystem::path(out_dir) / "gpt2-train.lock").string();
+}
 
-std::optional<ResumePoint> find_resume_point(const std::string& out_dir,
-                                             std::vector<std::string>* notes) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(out_dir, ec)) return std::nullopt;
-  std::vector<int64_t> steps;
-  for (const auto& entry : std::filesystem::directory_iterator(out_dir, ec)) {
-    const int64_t step = model_file_step(entry.path().filename().string());
-    if (step > 0 && entry.is_regular_file()) steps.push_back(step);
+RunDirLock::RunDirLock(const std::string& out_dir) {
+  const std::string path = lock_path(out_dir);
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd_ < 0) GPT2_FAIL(path, ": cannot open the lock file: ", std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char text[32] = {};
+    const ssize_t got = ::pread(fd_, text, sizeof text - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    if (err != EWOULDBLOCK) GPT2_FAIL(path, ": cannot lock: ", std::strerror(err));
+    const long pid = got > 0 ? std::strtol(text, nullptr, 10) : 0;
+    GPT2_FAIL(out_dir, " is in use by another gpt2-train (",
+              pid > 0 ? str_cat("pid ", pid) : std::string("pid unknown"), ", holding ", path,
+              "): one run per --out; wait for it to finish or choose another --out");
   }
-  if (ec) GPT2_FAIL(out_dir, ": cannot list the folder: ", ec.message());
+  const std::string pid = str_cat(static_cast<long>(::getpid()), "\n");
+  if (::ftruncate(fd_, 0) != 0 ||
+      ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    // The lock is held; only the pid shown to a second run is missing.
+    std::fprintf(stderr, "gpt2-train: warning: %s: cannot record this run's pid: %s\n",
+                 path.c_str(), std::strerror(errno));
+  }
+}
+
+RunDirLock::~RunDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock; the file stays (removing it would race)
+}
+
+std::vector<std::string> remove_stale_temporaries(const std::string& out_dir) {
+  std::vector<std::string> removed;
+  for (const std::string& name : file_names(out_dir)) {
+    const long pid = temporary_file_pid(name);
+    if (pid <= 0 || pid == static_cast<long>(::getpid()) || process_is_running(pid)) continue;
+    const std::string path = (std::filesystem::path(out_dir) / name).string();
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+      GPT2_FAIL(path, ": cannot remove this stale temporary file: ", std::strerror(errno));
+    removed.push_back(name);
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
+}
+
+std::vector<int64_t> prune_checkpoints(const std::string& out_dir, int64_t step, int keep) {
+  if (keep <= 0) return {};
+  std::set<int64_t> models, states;
+  for (const std::string& name : file_names(out_dir)) {
+    if (const int64_t s = model_file_step(name); s > 0 && s <= step) models.insert(s);
+    if (const int64_t s = state_file_step(name); s > 0 && s <= step) states.insert(s);
+  }
+  std::vector<int64_t> complete;  // newest first
+  for (auto it = models.rbegin(); it != models.rend(); ++it)
+    if (states.count(*it)) complete.push_back(*it);
+  if (static_cast<int64_t>(complete.size()) <= keep) return {};
+  const int64_t oldest_kept = complete[static_cast<size_t>(keep) - 1];
+  std::set<int64_t> doomed;
+  for (const int64_t s : models)
+    if (s < oldest_kept) doomed.insert(s);
+  for (const int64_t s : states)
+    if (s < oldest_kept) doomed.insert(s);
+  for (const int64_t s : doomed) {
+    // The model first: a crash in between leaves a state without its model, which resume
+    // ignores and the next prune removes.
+    for (const std::string& path :
+         {model_checkpoint_path(out_dir, s), training_state_path(out_dir, s)})
+      if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+        GPT2_FAIL(path, ": cannot remove this old checkpoint file: ", std::strerror(errno));
+  }
+  return {doomed.begin(), doomed.end()};
+}
+
+ResumeSearch find_resume_point(const std::string& out_dir) {
+  ResumeSearch search;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(out_dir, ec)) return search;
+  std::vector<int64_t> steps;
+  for (const std::string& name : file_names(out_dir))
+    if (const int64_t step = model_file_step(name); step > 0) steps.push_back(step);
   std::sort(steps.rbegin(), steps.rend());
 
   for (const int64_t step : steps) {
@@ -67,28 +174,49 @@ std::optional<ResumePoint> find_resume_point(const std::string& out_dir,
     point.step = step;
     point.model_path = model_checkpoint_path(out_dir, step);
     point.state_path = training_state_path(out_dir, step);
+    const std::string model_name = std::filesystem::path(point.model_path).filename().string();
     if (!file_exists(point.state_path)) {
-      if (notes)
-        notes->push_back(str_cat(point.model_path, " has no training state (",
-                                 point.state_path, " is missing): skipped"));
+      search.notes.push_back(str_cat(point.model_path, " has no training state (",
+                                     point.state_path, " is missing): skipped"));
+      continue;
+    }
+    const auto reject = [&](const std::string& why) {
+      search.notes.push_back(str_cat("checkpoint of step ", step, " skipped: ", why));
+      ++search.rejected;
+    };
+    try {
+      point.state = read_training_state(point.state_path);
+    } catch (const Error& e) {
+      reject(e.what());
+      continue;
+    }
+    if (point.state.step != step) {
+      reject(str_cat(point.state_path, " records step ", point.state.step, ", not ", step));
+      continue;
+    }
+    if (point.state.model_file != model_name) {
+      reject(str_cat(point.state_path, " belongs to the model file ", point.state.model_file,
+                     ", not ", model_name));
       continue;
     }
     try {
       point.model = read_model_checkpoint(point.model_path);
-      point.state = read_training_state(point.state_path);
     } catch (const Error& e) {
-      if (notes) notes->push_back(str_cat("checkpoint of step ", step, " skipped: ", e.what()));
+      reject(e.what());
       continue;
     }
-    if (point.state.step != step) {
-      if (notes)
-        notes->push_back(str_cat(point.state_path, " records step ", point.state.step,
-                                 ", not ", step, ": skipped"));
+    if (point.model.digest != point.state.model_digest) {
+      reject(str_cat(point.model_path, " (", point.model.digest.bytes, " bytes, hash ",
+                     point.model.digest.hash, ") is not the file ", point.state_path,
+                     " was saved with (", point.state.model_digest.bytes, " bytes, hash ",
+                     point.state.model_digest.hash,
+                     "): it is corrupted or was written by another run"));
       continue;
     }
-    return point;
+    search.point = std::move(point);
+    return search;
   }
-  return std::nullopt;
+  return search;
 }
 
 void check_resume_compatible(const TrainConfig& config, const ResumePoint& point) {
@@ -120,13 +248,11 @@ int truncate_metrics(const std::string& path, int64_t max_step) {
   std::string kept;
   int kept_lines = 0;
   for (std::string line; std::getline(lines, line);) {
-    const auto object = parse_flat_json_object(line);
-    if (!object) continue;
-    const auto step = object->find("step");
-    if (step == object->end()) continue;
-    char* end = nullptr;
-    const long long value = std::strtoll(step->second.c_str(), &end, 10);
-    if (end != step->second.c_str() + step->second.size() || value > max_step) continue;
+    const Json object = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!object.is_object()) continue;  // includes a line torn by a crash (a parse error)
+    const auto step = object.find("step");
+    if (step == object.end() || !step->is_number_integer() || step->get<int64_t>() > max_step)
+      continue;
     kept += line + "\n";
     ++kept_lines;
   }

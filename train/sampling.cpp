@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
+#include "base/error.h"
 #include "data/tokenizer.h"
-#include "kernels/common/error.h"
 
 namespace gpt2 {
 

@@ -12,7 +12,7 @@
 
 #include <vector>
 
-#include "kernels/common/rng.h"
+#include "base/rng.h"
 #include "model/model.h"
 
 namespace gpt2 {

@@ -2,18 +2,22 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
+#include <cmath>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "base/error.h"
+#include "base/file_io.h"
+#include "base/json.h"
+#include "base/rng.h"
 #include "data/dataloader.h"
-#include "data/file_io.h"
 #include "data/tokenizer.h"
-#include "kernels/common/error.h"
-#include "kernels/common/rng.h"
 #include "model/checkpoint.h"
 #include "model/memory_plan.h"
 #include "model/model.h"
@@ -21,6 +25,7 @@
 #include "train/metrics.h"
 #include "train/run_files.h"
 #include "train/sampling.h"
+#include "train/signals.h"
 
 namespace gpt2 {
 namespace {
@@ -59,6 +64,30 @@ DataLoaderOptions loader_options(const TrainConfig& config, const std::string& p
   options.shuffle = shuffle;
   options.seed = config.seed;
   return options;
+}
+
+// The plan the run prints and reports. On the GPU it is the backend's (device memory). On the
+// CPU the measured peak is the whole process's high-water mark, so the plan adds what the
+// process holds besides the model's buffers: what is resident before allocation (code,
+// libraries, the data and tokenizer read so far, a resume point's copies) and the fp32 copies
+// of the parameters that initialization (one) or a checkpoint (parameters, m and v: three)
+// makes on the host.
+MemoryPlan run_memory_plan(const TrainConfig& config, const ModelOptions& options, bool resuming) {
+  MemoryPlan plan = plan_model_memory(options, config.device);
+  if (config.device != DeviceKind::kCpu) return plan;
+  plan.add("host", "process before allocation (VmRSS: code, data read so far)",
+           resident_memory_bytes());
+  const size_t param_bytes = ParameterLayout::for_config(config.model_config).total * sizeof(float);
+  // A resume point's parameters, m and v are resident already (above); the buffers of later
+  // checkpoints reuse that memory once the model holds them.
+  const int copies = resuming ? 0 : config.checkpoint_every > 0 ? 3 : 1;
+  if (copies > 0) {
+    plan.add("host", str_cat("staging: ", copies, copies == 1 ? " copy" : " copies",
+                             " of the parameters (", copies == 1 ? "initialization" : "checkpoints",
+                             ")"),
+             copies * param_bytes);
+  }
+  return plan;
 }
 
 void print_data(const char* label, const DataLoader& loader) {
@@ -102,8 +131,12 @@ void print_configuration(const TrainConfig& c, const DataLoader& train, const Da
                 c.sample_tokens);
   }
   std::printf("  %-18s %s\n", "out", c.out_dir.c_str());
-  if (c.checkpoint_every > 0)
-    std::printf("  %-18s every %d steps and at the last\n", "checkpoints", c.checkpoint_every);
+  if (c.checkpoint_every > 0) {
+    std::printf("  %-18s every %d steps and at the last, %s\n", "checkpoints", c.checkpoint_every,
+                c.keep_checkpoints > 0 ? str_cat("the newest ", c.keep_checkpoints, " kept").c_str()
+                                       : "all kept");
+  }
+  std::printf("  %-18s %s\n", "non-finite step", to_string(c.on_nonfinite));
   std::printf("  %-18s %llu\n", "seed", static_cast<unsigned long long>(c.seed));
   print_data("train data", train);
   if (val != nullptr) print_data("val data", *val);
@@ -123,13 +156,28 @@ float validation_loss(Model& model, DataLoader& loader, int batches, std::vector
   return static_cast<float>(sum / batches);
 }
 
+// A checkpoint is only written when every value in it is finite: a NaN in a saved file would
+// poison every run that resumes from it.
+void check_finite(const std::vector<float>& values, const char* what, const ModelConfig& config,
+                  int step) {
+  const auto bad = std::find_if(values.begin(), values.end(),
+                                [](float v) { return !std::isfinite(v); });
+  if (bad == values.end()) return;
+  const auto index = static_cast<size_t>(bad - values.begin());
+  const ParameterLayout layout = ParameterLayout::for_config(config);
+  int tensor = kNumParamTensors - 1;
+  while (tensor > 0 && layout.offsets[tensor] > index) --tensor;
+  GPT2_FAIL("step ", step, ": not writing a checkpoint: the ", what, " ",
+            ParameterLayout::name(tensor), "[", index - layout.offsets[tensor], "] is ", *bad,
+            "; the previous checkpoint is kept");
+}
+
 void write_checkpoint(const TrainConfig& config, Model& model, int step,
                       const DataLoader& train_loader, const Rng& sample_rng) {
   const size_t num_params = ParameterLayout::for_config(config.model_config).total;
   std::vector<float> params(num_params);
   model.get_parameters(params.data());
-  const std::string model_path = model_checkpoint_path(config.out_dir, step);
-  write_model_checkpoint(model_path, config.model_config, params.data());
+  check_finite(params, "parameter", config.model_config, step);
 
   TrainingState state;
   state.step = step;
@@ -144,18 +192,28 @@ void write_checkpoint(const TrainConfig& config, Model& model, int step,
   state.adam_m.resize(num_params);
   state.adam_v.resize(num_params);
   model.get_optimizer_state(state.adam_m.data(), state.adam_v.data());
+  check_finite(state.adam_m, "AdamW m of", config.model_config, step);
+  check_finite(state.adam_v, "AdamW v of", config.model_config, step);
+  const std::string model_path = model_checkpoint_path(config.out_dir, step);
+  state.model_digest = write_model_checkpoint(model_path, config.model_config, params.data());
+  state.model_file = std::filesystem::path(model_path).filename().string();
   const std::string state_path = training_state_path(config.out_dir, step);
   write_training_state(state_path, state);
   std::printf("checkpoint: %s, %s\n", model_path.c_str(), state_path.c_str());
+  for (const int64_t old_step : prune_checkpoints(config.out_dir, step, config.keep_checkpoints))
+    std::printf("checkpoint: removed the files of step %lld (--keep-checkpoints %d)\n",
+                static_cast<long long>(old_step), config.keep_checkpoints);
 }
 
 struct RunTotals {
   ThroughputStats throughput;
+  int skipped_steps = 0;  // updates skipped for a non-finite loss or gradient norm
   std::optional<float> last_loss;
   std::optional<float> last_val_loss;
 };
 
-void report_summary(const TrainConfig& config, const Model& model, const RunTotals& totals) {
+void report_summary(const TrainConfig& config, const Model& model, const MemoryPlan& plan,
+                    const RunTotals& totals) {
   const double tokens_per_s = totals.throughput.mean_tokens_per_s();
   const size_t peak = model.peak_memory_bytes();
   const double flops_per_token = training_flops_per_token(config.model_config, config.seq_len);
@@ -167,35 +225,39 @@ void report_summary(const TrainConfig& config, const Model& model, const RunTota
   std::printf("  %-18s %.0f tokens/s (mean over %d step(s); the first %d excluded as warm-up)\n",
               "throughput", tokens_per_s, totals.throughput.steps() - excluded, excluded);
   std::printf("  %-18s %s measured (%s planned)\n", "peak memory", format_bytes(peak).c_str(),
-              format_bytes(model.memory_plan().total()).c_str());
+              format_bytes(plan.total()).c_str());
   if (totals.last_loss) std::printf("  %-18s %.6f\n", "final train loss", *totals.last_loss);
   if (totals.last_val_loss) std::printf("  %-18s %.6f\n", "final val loss", *totals.last_val_loss);
+  if (totals.skipped_steps > 0)
+    std::printf("  %-18s %d (non-finite loss or gradient norm)\n", "skipped updates",
+                totals.skipped_steps);
   if (on_cuda) {
     std::printf("  %-18s %.2f%% (%.4g FLOPs/token, peak %.0f TFLOP/s)\n", "MFU", 100.0 * mfu,
                 flops_per_token, kH100PeakFlops / 1e12);
   }
   std::fflush(stdout);
 
-  std::string json = "{";
-  json += "\"steps\":" + std::to_string(totals.throughput.steps());
-  json += ",\"warmup_steps_excluded\":" + std::to_string(excluded);
-  json += ",\"tokens_per_s\":" + json_number(tokens_per_s);
-  json += ",\"peak_mem_bytes\":" + std::to_string(peak);
-  json += ",\"planned_mem_bytes\":" + std::to_string(model.memory_plan().total());
-  if (totals.last_loss) json += ",\"final_train_loss\":" + json_number(*totals.last_loss);
-  if (totals.last_val_loss) json += ",\"final_val_loss\":" + json_number(*totals.last_val_loss);
-  json += ",\"flops_per_token\":" + json_number(flops_per_token);
-  if (on_cuda) json += ",\"mfu\":" + json_number(mfu);
-  json += ",\"device\":" + json_string(to_string(config.device));
-  json += ",\"device_name\":" + json_string(model.device_name());
-  json += ",\"model\":" + json_string(config.model_config.describe());
-  json += ",\"attn\":" + json_string(to_string(config.attention));
-  json += ",\"attn_kernel\":" + json_string(model.attention_kernel());
-  json += ",\"precision\":" + json_string(to_string(config.precision));
-  json += ",\"batch_size\":" + std::to_string(config.batch_size);
-  json += ",\"seq_len\":" + std::to_string(config.seq_len);
-  json += ",\"total_batch_size\":" + std::to_string(config.total_batch_size);
-  json += "}\n";
+  Json summary;
+  summary["steps"] = totals.throughput.steps();
+  summary["warmup_steps_excluded"] = excluded;
+  summary["tokens_per_s"] = tokens_per_s;
+  summary["peak_mem_bytes"] = peak;
+  summary["planned_mem_bytes"] = plan.total();
+  if (totals.last_loss) summary["final_train_loss"] = json_float(*totals.last_loss);
+  if (totals.last_val_loss) summary["final_val_loss"] = json_float(*totals.last_val_loss);
+  if (totals.skipped_steps > 0) summary["skipped_steps"] = totals.skipped_steps;
+  summary["flops_per_token"] = flops_per_token;
+  if (on_cuda) summary["mfu"] = mfu;
+  summary["device"] = to_string(config.device);
+  summary["device_name"] = model.device_name();
+  summary["model"] = config.model_config.describe();
+  summary["attn"] = to_string(config.attention);
+  summary["attn_kernel"] = model.attention_kernel();
+  summary["precision"] = to_string(config.precision);
+  summary["batch_size"] = config.batch_size;
+  summary["seq_len"] = config.seq_len;
+  summary["total_batch_size"] = config.total_batch_size;
+  const std::string json = dump_json(summary) + "\n";
   AtomicFileWriter writer(summary_path(config.out_dir));
   writer.write(json.data(), json.size());
   writer.commit();
@@ -203,8 +265,19 @@ void report_summary(const TrainConfig& config, const Model& model, const RunTota
 
 }  // namespace
 
-void run_training(const TrainConfig& config) {
-  // Everything that can reject the input comes first, before --out is touched: the tokenizer,
+int run_training(const TrainConfig& config) {
+  // One run per --out: an existing folder is locked before anything in it is read, a new one
+  // right after it is created (two runs racing to create it meet there).
+  std::optional<RunDirLock> out_lock;
+  if (std::filesystem::is_directory(config.out_dir)) {
+    out_lock.emplace(config.out_dir);
+    for (const std::string& name : remove_stale_temporaries(config.out_dir))
+      std::printf("out: removed %s, a temporary file whose writer is no longer running\n",
+                  name.c_str());
+  }
+
+  // Everything that can reject the input comes next, before --out is written (an existing one
+  // only got its lock file and lost its stale temporaries): the tokenizer,
   // the shards (headers here, the first shard's tokens by the prefetch below) and the resume
   // point.
   std::optional<Gpt2Tokenizer> tokenizer;
@@ -218,9 +291,16 @@ void run_training(const TrainConfig& config) {
   int first_step = 1;
   std::optional<ResumePoint> resume_point;
   if (config.resume) {
-    std::vector<std::string> notes;
-    resume_point = find_resume_point(config.out_dir, &notes);
-    for (const std::string& note : notes) std::printf("resume: %s\n", note.c_str());
+    ResumeSearch search = find_resume_point(config.out_dir);
+    for (const std::string& note : search.notes) std::printf("resume: %s\n", note.c_str());
+    resume_point = std::move(search.point);
+    if (!resume_point && search.rejected > 0) {
+      // Starting over would overwrite metrics.jsonl and, step by step, the checkpoints that
+      // failed to verify: that is for the user to decide.
+      GPT2_FAIL("--resume: none of the ", search.rejected, " checkpoint(s) in ", config.out_dir,
+                " verifies (reasons above); not starting over on top of them. Move or delete "
+                "them to start from scratch, or use another --out");
+    }
     if (!resume_point)
       std::printf("resume: no complete checkpoint in %s; starting from scratch\n",
                   config.out_dir.c_str());
@@ -235,7 +315,7 @@ void run_training(const TrainConfig& config) {
     if (first_step > config.steps) {
       std::printf("resume: the checkpoint is at step %d and --steps is %d: nothing to train\n",
                   first_step - 1, config.steps);
-      return;
+      return 0;
     }
   }
 
@@ -266,9 +346,8 @@ void run_training(const TrainConfig& config) {
   // The plan is printed before anything is allocated: when it does not fit, the backend's
   // constructor refuses (naming the buffer) right after it, with the plan on the screen.
   const ModelOptions options = model_options(config);
-  std::printf("%s\n", plan_model_memory(options, config.device)
-                          .to_string("memory plan (before allocation)")
-                          .c_str());
+  const MemoryPlan plan = run_memory_plan(config, options, resume_point.has_value());
+  std::printf("%s\n", plan.to_string("memory plan (before allocation)").c_str());
   std::fflush(stdout);
   std::unique_ptr<Model> model = config.device == DeviceKind::kCuda ? make_cuda_model(options)
                                                                     : make_cpu_model(options);
@@ -296,6 +375,7 @@ void run_training(const TrainConfig& config) {
   }
 
   make_directories(config.out_dir);
+  if (!out_lock) out_lock.emplace(config.out_dir);
   const std::string metrics_file = metrics_path(config.out_dir);
   if (resume_point) {
     truncate_metrics(metrics_file, resume_point->step);
@@ -303,12 +383,13 @@ void run_training(const TrainConfig& config) {
     AtomicFileWriter fresh(metrics_file);  // an earlier run's lines must not survive
     fresh.commit();
   }
-  std::unique_ptr<FILE, int (*)(FILE*)> metrics(std::fopen(metrics_file.c_str(), "a"), &std::fclose);
-  if (!metrics) GPT2_FAIL(metrics_file, ": cannot open for appending");
+  MetricsFile metrics(metrics_file);
 
   const int64_t tokens_per_step = config.total_batch_size;  // all ranks
   const float loss_scale = 1.0f / static_cast<float>(config.grad_accum_steps);
   RunTotals totals;
+  int skipped_in_a_row = 0;  // consecutive steps without an update (--on-nonfinite skip-step)
+  const StopSignals stop_signals;  // from here on SIGTERM/SIGINT stop the run between steps
 
   for (int step = first_step; step <= config.steps; ++step) {
     const Clock::time_point start = Clock::now();
@@ -321,12 +402,21 @@ void run_training(const TrainConfig& config) {
     }
     const float loss = static_cast<float>(loss_sum / config.grad_accum_steps);
     const float norm = model->grad_norm();
-    const float grad_scale =
-        (config.grad_clip > 0.0f && norm > config.grad_clip) ? config.grad_clip / norm : 1.0f;
+    // A non-finite loss or norm means the update would write NaN or inf into the parameters:
+    // it is never applied (stop ends the run below, after the step's metrics line).
+    const bool finite = std::isfinite(loss) && std::isfinite(norm);
     cpu::AdamWHyper hyper;
     hyper.lr = config.lr_schedule.at(step - 1);
     hyper.weight_decay = config.weight_decay;
-    model->adamw_step(hyper, step, grad_scale);
+    if (finite) {
+      const float grad_scale =
+          (config.grad_clip > 0.0f && norm > config.grad_clip) ? config.grad_clip / norm : 1.0f;
+      model->adamw_step(hyper, step, grad_scale);
+      skipped_in_a_row = 0;
+    } else {
+      ++skipped_in_a_row;
+      ++totals.skipped_steps;
+    }
     const double seconds = seconds_since(start);
     totals.throughput.add_step(seconds, tokens_per_step);
 
@@ -341,10 +431,13 @@ void run_training(const TrainConfig& config) {
     metrics_row.device = to_string(config.device);
     metrics_row.precision = to_string(config.precision);
     metrics_row.micro_batches = config.grad_accum_steps;
+    metrics_row.skipped = !finite;
     totals.last_loss = loss;
 
     const bool last_step = step == config.steps;
-    if (val_loader && (step % config.val_every == 0 || last_step)) {
+    const bool stopping = !finite && (config.on_nonfinite == NonFinitePolicy::kStop ||
+                                      skipped_in_a_row >= kMaxConsecutiveSkippedSteps);
+    if (val_loader && !stopping && (step % config.val_every == 0 || last_step)) {
       metrics_row.val_loss = validation_loss(*model, *val_loader, val_batches, inputs, targets);
       totals.last_val_loss = metrics_row.val_loss;
     }
@@ -352,24 +445,56 @@ void run_training(const TrainConfig& config) {
 
     const double eta = totals.throughput.mean_step_seconds() * (config.steps - step);
     std::printf("%s\n", format_step_line(metrics_row, config.steps, eta).c_str());
-    if (config.sample_every > 0 && step % config.sample_every == 0) {
+    if (config.sample_every > 0 && !stopping && step % config.sample_every == 0) {
       const std::vector<int> sample = generate_tokens(*model, config.sample_tokens, sample_rng);
       std::printf("sample at step %d:\n%s\n---\n", step, tokenizer->decode(sample).c_str());
     }
     std::fflush(stdout);
 
-    const std::string line = to_json_line(metrics_row) + "\n";
-    if (std::fwrite(line.data(), 1, line.size(), metrics.get()) != line.size() ||
-        std::fflush(metrics.get()) != 0)
-      GPT2_FAIL(metrics_file, ": write failed");
+    metrics.append_line(to_json_line(metrics_row), step);
 
-    if (config.checkpoint_every > 0 && (step % config.checkpoint_every == 0 || last_step))
-      write_checkpoint(config, *model, step, train_loader, sample_rng);
+    if (stopping) {
+      const std::string what = str_cat("the loss is ", loss, " and the gradient norm is ", norm);
+      if (config.on_nonfinite == NonFinitePolicy::kStop)
+        GPT2_FAIL("step ", step, ": ", what, ": the run diverged and stops here (--on-nonfinite ",
+                  "stop); the update of step ", step, " was not applied and no checkpoint holds ",
+                  "it. Lower --lr, or pass --on-nonfinite skip-step to skip such steps");
+      GPT2_FAIL("step ", step, ": ", what, ": ", skipped_in_a_row, " steps in a row had their ",
+                "update skipped (--on-nonfinite skip-step): the run diverged and stops here. ",
+                "Lower --lr");
+    }
+    const bool checkpointing = config.checkpoint_every > 0;
+    const bool checkpoint_step =
+        checkpointing && (step % config.checkpoint_every == 0 || last_step);
+    if (checkpoint_step) write_checkpoint(config, *model, step, train_loader, sample_rng);
+
+    if (const int signal_number = StopSignals::received()) {
+      if (checkpointing && !checkpoint_step)
+        write_checkpoint(config, *model, step, train_loader, sample_rng);
+      if (last_step) report_summary(config, *model, plan, totals);
+      if (checkpointing) {
+        std::printf("stopped by %s after step %d of %d: saved %s and %s; --resume continues "
+                    "from there\n",
+                    signal_name(signal_number), step, config.steps,
+                    model_checkpoint_path(config.out_dir, step).c_str(),
+                    training_state_path(config.out_dir, step).c_str());
+      } else {
+        std::printf("stopped by %s after step %d of %d: no checkpoint saved (--checkpoint-every "
+                    "is 0)\n",
+                    signal_name(signal_number), step, config.steps);
+      }
+      std::fflush(stdout);
+      return 128 + signal_number;
+    }
   }
-  report_summary(config, *model, totals);
+  report_summary(config, *model, plan, totals);
+  return 0;
 }
 
 int train_main(int argc, char** argv) {
+  // A write past the file size limit (ulimit -f) then fails with EFBIG and is reported like
+  // a full disk, instead of SIGXFSZ killing the process without a word.
+  std::signal(SIGXFSZ, SIG_IGN);
   try {
     std::vector<std::string> args(argv + (argc > 0 ? 1 : 0), argv + argc);
     const CommandLine cli = parse_command_line(args);
@@ -379,8 +504,7 @@ int train_main(int argc, char** argv) {
     }
     // Probing initializes the CUDA runtime: not worth it when the CPU is asked for by name.
     const DeviceAvailability devices = cli.device == "cpu" ? DeviceAvailability{} : probe_devices();
-    run_training(resolve_train_config(cli, devices));
-    return 0;
+    return run_training(resolve_train_config(cli, devices));
   } catch (const UsageError& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "gpt2-train: error: %s\n", e.what());

@@ -13,7 +13,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 
 namespace gpt2::cpu {
 namespace {

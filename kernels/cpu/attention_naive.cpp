@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 #include "kernels/cpu/attention.h"
 
 namespace gpt2::cpu {

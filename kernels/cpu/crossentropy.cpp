@@ -17,7 +17,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 
 namespace gpt2::cpu {
 namespace {

@@ -15,7 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 
 namespace gpt2::cpu {
 namespace {

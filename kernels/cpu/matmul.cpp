@@ -20,7 +20,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 
 namespace gpt2::cpu {
 namespace {

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <type_traits>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 #include "kernels/gpu/common.cuh"
 
 namespace gpt2::gpu {

@@ -7,7 +7,7 @@
 
 #include <cuda_bf16.h>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 #include "kernels/gpu/attention_hopper.cuh"
 #include "kernels/gpu/context.cuh"
 

@@ -21,7 +21,7 @@
 
 #include <cmath>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 #include "kernels/gpu/attention_flash_tiles.cuh"
 
 namespace gpt2::gpu {

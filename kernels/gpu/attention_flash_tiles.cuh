@@ -15,7 +15,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 #include "kernels/gpu/mma_primitives.cuh"
 
 namespace gpt2::gpu::flash {

@@ -21,7 +21,7 @@
 
 #include <cmath>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 #include "kernels/gpu/attention_flash_tiles.cuh"
 #include "kernels/gpu/attention_hopper_tiles.cuh"
 #include "kernels/gpu/tensor_map.cuh"

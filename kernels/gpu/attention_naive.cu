@@ -21,7 +21,7 @@
 #include <cmath>
 #include <type_traits>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 #include "kernels/gpu/common.cuh"
 #include "kernels/gpu/context.cuh"
 

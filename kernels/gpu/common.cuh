@@ -21,7 +21,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 
 namespace gpt2::gpu {
 

@@ -11,7 +11,7 @@
 
 #include <cstdio>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 
 namespace gpt2::gpu {
 namespace {

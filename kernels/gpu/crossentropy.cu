@@ -7,7 +7,7 @@
 
 #include <cmath>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 #include "kernels/gpu/common.cuh"
 
 namespace gpt2::gpu {

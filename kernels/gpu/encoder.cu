@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 #include "kernels/gpu/common.cuh"
 
 namespace gpt2::gpu {

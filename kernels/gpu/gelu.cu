@@ -7,7 +7,7 @@
  */
 #include "kernels/gpu/gelu.cuh"
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 #include "kernels/gpu/common.cuh"
 
 namespace gpt2::gpu {

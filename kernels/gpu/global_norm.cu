@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 #include "kernels/gpu/common.cuh"
 
 namespace gpt2::gpu {

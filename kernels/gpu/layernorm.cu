@@ -11,7 +11,7 @@
 
 #include <initializer_list>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/gpu/common.cuh"
 

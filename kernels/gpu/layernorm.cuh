@@ -10,9 +10,13 @@
  *   scratch: layernorm_backward_scratch_floats(B,T,C) floats (per-chunk column sums).
  * T_ = float or __nv_bfloat16; all math in fp32 (mean and variance in two passes over the row),
  * one rounding to T_ per output. Any C >= 1.
- * Parallel scheme: forward and the dinp part of backward use one warp per (b,t) row, lanes
- *   striding over C, warp-shuffle reductions. dweight/dbias: thread per channel sums a chunk of
- *   kColumnSumRowsPerChunk rows into scratch, then one thread per channel adds the chunk sums in
+ * Parallel scheme: forward and the dinp part of backward use one warp per (b,t) row (8 rows per
+ *   block) with warp-shuffle reductions, in one of two forms. Packed, when C is a multiple of
+ *   a 16-byte pack (4 fp32 / 8 bf16), C / pack <= 256 and every pointer is 16-byte aligned:
+ *   lane l holds packs l, l+32, ... of the row in registers, so x and dout are read once and
+ *   every access is 16 bytes. Scalar otherwise: lanes stride over C one element at a time,
+ *   re-reading the row for each pass. dweight/dbias: a thread per channel sums a chunk of
+ *   kColumnSumRowsPerChunk rows into scratch, then a thread per channel adds the chunk sums in
  *   chunk order. Fixed orders everywhere, no atomics: bitwise deterministic.
  */
 #pragma once

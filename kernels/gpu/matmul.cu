@@ -20,7 +20,7 @@
 
 #include <climits>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 #include "kernels/gpu/common.cuh"
 #include "kernels/gpu/gelu.cuh"
 

@@ -4,7 +4,7 @@
  */
 #include "kernels/gpu/residual.cuh"
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 #include "kernels/gpu/common.cuh"
 
 namespace gpt2::gpu {

@@ -7,7 +7,7 @@
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 
 namespace gpt2::gpu {
 namespace {

@@ -24,10 +24,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "base/error.h"
+#include "base/rng.h"
 #include "data/dataloader.h"
 #include "data/shard.h"
-#include "kernels/common/error.h"
-#include "kernels/common/rng.h"
 
 namespace gpt2 {
 namespace {

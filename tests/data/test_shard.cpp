@@ -20,9 +20,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "data/file_io.h"
+#include "base/error.h"
+#include "base/file_io.h"
 #include "data/shard.h"
-#include "kernels/common/error.h"
 
 namespace gpt2 {
 namespace {

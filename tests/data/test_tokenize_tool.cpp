@@ -4,11 +4,13 @@
  *
  * Checks that the shards decode back to the inputs with an end-of-text token before each
  * document, that the validation split follows floor((i+1)*F) > floor(i*F) (expected
- * documents worked out by hand), that bad command lines exit 2 and that a missing input
- * exits non-zero naming the file and writes nothing.
+ * documents worked out by hand), that bad command lines exit 2 (an output that would overwrite
+ * an input among them) and that a missing input exits non-zero naming the file and writes
+ * nothing.
  */
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,9 +18,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
+#include "base/rng.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
 
@@ -230,11 +234,79 @@ TEST_F(TokenizeToolTest, MissingInputIsNamedAndNothingIsWritten) {
   }
 }
 
+TEST_F(TokenizeToolTest, RefusesToOverwriteAnInput) {
+  const std::vector<std::string> paths = write_documents({"first document", "second document"});
+  fs::create_symlink(paths[1], path("link.bin"));
+  const std::string other_spelling = folder_.string() + "/./doc_0.txt";
+  const std::vector<std::vector<std::string>> overwriting = {
+      {"--input", paths[0], "--output", paths[0]},
+      {"--input", paths[0], paths[1], "--output", other_spelling},
+      {"--input", paths[0], paths[1], "--output", path("link.bin")},
+      {"--input", paths[0], paths[1], "--output", path("train.bin"), "--val-output", paths[1],
+       "--val-fraction", "0.5"},
+  };
+  for (const std::vector<std::string>& args : overwriting) {
+    const RunResult run = run_tool(args);
+    std::string joined;
+    for (const std::string& a : args) joined += a + " ";
+    EXPECT_EQ(run.exit_code, 2) << joined << "\n" << run.output;
+    EXPECT_NE(run.output.find("is also an --input file"), std::string::npos)
+        << joined << "\n" << run.output;
+    EXPECT_NE(run.output.find("refusing to overwrite an input"), std::string::npos) << run.output;
+    EXPECT_FALSE(fs::exists(path("train.bin")));
+  }
+  std::ifstream first(paths[0]), second(paths[1]);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(first), {}), "first document");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(second), {}), "second document");
+}
+
+/// Peak resident memory of one gpt2-tokenize run, in bytes (the child's own max RSS).
+size_t tool_peak_memory(const std::vector<std::string>& args) {
+  const pid_t child = fork();
+  if (child == 0) {
+    freopen("/dev/null", "w", stdout);
+    std::vector<char*> argv = {const_cast<char*>(GPT2_TOKENIZE_BINARY)};
+    for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+    argv.push_back(nullptr);
+    execv(GPT2_TOKENIZE_BINARY, argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  rusage usage{};
+  EXPECT_EQ(wait4(child, &status, 0, &usage), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  return static_cast<size_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+TEST_F(TokenizeToolTest, ALongLineWithoutSpacesTakesAboutTenTimesItsSizeInMemory) {
+  // 4 MB of random letters is one pre-tokenized piece, the worst case for BPE's working memory
+  // (it was 33 bytes per input byte; now the symbols and pair ranks take 8, the text and the
+  // ids the rest).
+  constexpr size_t kBytes = size_t{4} << 20;
+  std::string letters(kBytes, 'a');
+  Rng rng(11);
+  for (char& c : letters) c = static_cast<char>('a' + rng.uniform_int(26));
+  std::ofstream(path("line.txt"), std::ios::binary) << letters;
+  std::ofstream(path("tiny.txt"), std::ios::binary) << "a few words";
+  const size_t baseline =
+      tool_peak_memory({"--input", path("tiny.txt"), "--output", path("t.bin")});
+  const size_t peak = tool_peak_memory({"--input", path("line.txt"), "--output", path("l.bin")});
+  const double per_byte = static_cast<double>(peak - std::min(peak, baseline)) / kBytes;
+  EXPECT_LE(per_byte, 14.0) << "peak " << peak << " bytes, baseline " << baseline;
+  // And the ids are still exactly the in-process tokenizer's.
+  const std::vector<uint16_t> shard = read_shard(path("l.bin"), 0);
+  const std::vector<int> ids = tokenizer_->encode(letters);
+  ASSERT_EQ(shard.size(), ids.size() + 1);
+  EXPECT_TRUE(std::equal(ids.begin(), ids.end(), shard.begin() + 1));
+}
+
 TEST_F(TokenizeToolTest, HelpExitsZeroAndListsOptions) {
-  const RunResult run = run_tool({"--help"});
-  EXPECT_EQ(run.exit_code, 0) << run.output;
-  for (const char* option : {"--input", "--output", "--val-output", "--val-fraction"}) {
-    EXPECT_NE(run.output.find(option), std::string::npos) << option << "\n" << run.output;
+  for (const char* flag : {"--help", "-h"}) {
+    const RunResult run = run_tool({flag});
+    EXPECT_EQ(run.exit_code, 0) << flag << "\n" << run.output;
+    for (const char* option : {"--input", "--output", "--val-output", "--val-fraction"}) {
+      EXPECT_NE(run.output.find(option), std::string::npos) << option << "\n" << run.output;
+    }
   }
 }
 

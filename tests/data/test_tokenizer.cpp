@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
+#include "base/rng.h"
 #include "data/tokenizer.h"
 #include "data/unicode_classes.h"
-#include "kernels/common/error.h"
-#include "kernels/common/rng.h"
 
 namespace gpt2 {
 namespace {

@@ -10,8 +10,8 @@
  * before each launch, so an element the kernel forgot to write fails the comparison.
  * expect_close() checks |got - expected| <= allowed[i] for every element and prints one line
  * per comparison (max abs/rel error, worst allowed ratio) plus the first mismatches.
- * bf16 conversions on the host are done here bit by bit (round-to-nearest-even, like
- * __float2bfloat16_rn), so the tests need no CUDA device code.
+ * bf16 conversions on the host are base/bf16.h's (bit by bit, round-to-nearest-even
+ * like __float2bfloat16_rn), so the tests need no CUDA device code.
  */
 #pragma once
 
@@ -27,8 +27,9 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include "kernels/common/error.h"
-#include "kernels/common/rng.h"
+#include "base/bf16.h"
+#include "base/error.h"
+#include "base/rng.h"
 #include "kernels/gpu/context.cuh"
 
 #define GPT2_REQUIRE_GPU()                                            \
@@ -44,21 +45,6 @@ using bf16 = __nv_bfloat16;
 
 // ---------------------------------------------------------------------------------------------
 // bf16 on the host
-
-inline uint16_t float_to_bf16_bits(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  if (std::isnan(value)) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
-  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);                      // ties to even
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
-
-inline float bf16_bits_to_float(uint16_t bits16) {
-  const uint32_t bits = static_cast<uint32_t>(bits16) << 16;
-  float value;
-  std::memcpy(&value, &bits, sizeof value);
-  return value;
-}
 
 inline uint16_t bf16_bits(__nv_bfloat16 value) {
   const __nv_bfloat16_raw raw = value;

@@ -10,7 +10,7 @@
 #include <ostream>
 #include <vector>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 #include "tests/kernels/kernel_test_utils.h"
 
 namespace gpt2::cpu {

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/common/rng.h"
+#include "base/rng.h"
 
 namespace gpt2::test {
 

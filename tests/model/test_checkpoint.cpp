@@ -26,8 +26,8 @@
 
 #include <gtest/gtest.h>
 
-#include "kernels/common/error.h"
-#include "kernels/common/rng.h"
+#include "base/error.h"
+#include "base/rng.h"
 #include "model/checkpoint.h"
 #include "model/parameters.h"
 
@@ -278,7 +278,7 @@ TEST_F(CheckpointTest, RejectsMalformedModelFiles) {
   write_bytes(path("relabelled.bin"), bytes);
   expect_model_rejected(path("relabelled.bin"), "trailing bytes");
 
-  expect_model_rejected(path("missing.bin"), "cannot open");
+  expect_model_rejected(path("missing.bin"), "no such file");
   EXPECT_THROW(read_model_checkpoint_config(path("magic.bin")), Error);
 }
 
@@ -293,6 +293,8 @@ TrainingState sample_state(int64_t num_parameters) {
   s.world_size = 2;
   s.loader = {3, 5, 17};
   s.sample_rng = {0xFFFFFFFFFFFFFFFFull, 1ull, 0x8000000000000000ull, 0x0123456789ABCDEFull};
+  s.model_file = "model_00001234.bin";
+  s.model_digest = {0xFEDCBA9876543210ull, 123456789ull};
   Rng rng(9);
   for (int64_t i = 0; i < num_parameters; ++i) {
     s.adam_m.push_back(static_cast<float>(rng.normal()));
@@ -317,6 +319,8 @@ TEST_F(CheckpointTest, TrainingStateRoundTrip) {
   EXPECT_EQ(r.loader.shard_cursor, 5);
   EXPECT_EQ(r.loader.batch_cursor, 17);
   EXPECT_EQ(r.sample_rng, s.sample_rng);
+  EXPECT_EQ(r.model_file, "model_00001234.bin");
+  EXPECT_EQ(r.model_digest, s.model_digest);
   EXPECT_EQ(r.adam_m, s.adam_m);
   EXPECT_EQ(r.adam_v, s.adam_v);
 
@@ -340,9 +344,12 @@ TEST_F(CheckpointTest, TrainingStateDetectsCorruption) {
       EXPECT_NE(what.find(problem), std::string::npos) << what;
     }
   };
-  for (size_t offset : {size_t{2048}, size_t{2048 + 400 + 3}, good.size() - 1}) {
+  // One bit in m, in v, in the step, in the loader position, in the recorded model hash and
+  // in the model file name: the hash covers the header too.
+  for (size_t offset : {size_t{2048}, size_t{2048 + 400 + 3}, good.size() - 1, size_t{2 * 8},
+                        size_t{10 * 8 + 1}, size_t{18 * 8 + 7}, size_t{20 * 8 + 2}}) {
     std::vector<unsigned char> flipped = good;
-    flipped[offset] ^= 0x10;  // one bit in m or v
+    flipped[offset] ^= 0x10;
     expect_rejected("flipped.bin", flipped, "hash mismatch");
   }
   expect_rejected("truncated.bin", std::vector<unsigned char>(good.begin(), good.end() - 1),
@@ -354,14 +361,37 @@ TEST_F(CheckpointTest, TrainingStateDetectsCorruption) {
   magic[0] ^= 1;
   expect_rejected("magic.bin", magic, "bad magic number");
   std::vector<unsigned char> version = good;
-  version[8] = 2;
-  expect_rejected("version.bin", version, "unsupported training-state version 2");
+  version[8] = 3;
+  expect_rejected("version.bin", version, "unsupported training-state version 3");
+  version[8] = 1;  // written before states recorded their model file
+  expect_rejected("version1.bin", version, "do not record their model file's hash");
   expect_rejected("short.bin", std::vector<unsigned char>(good.begin(), good.begin() + 100),
                   "shorter than");
   // A model file is not a training state.
   write_model_checkpoint(path("model.bin"), tiny_config(),
                          std::vector<float>(ParameterLayout::for_config(tiny_config()).total).data());
   EXPECT_THROW(read_training_state(path("model.bin")), Error);
+}
+
+TEST_F(CheckpointTest, ModelFileDigestIsTheHashOfTheBytesWrittenAndRead) {
+  const ModelConfig config = tiny_config();
+  std::vector<float> params(ParameterLayout::for_config(config).total);
+  for (size_t i = 0; i < params.size(); ++i) params[i] = 0.001f * static_cast<float>(i % 997);
+  for (const int32_t version : {kModelVersionFp32, kModelVersionBf16}) {
+    const ModelFileDigest written =
+        write_model_checkpoint(path("m.bin"), config, params.data(), version);
+    std::vector<unsigned char> bytes = read_bytes(path("m.bin"));
+    EXPECT_EQ(written.bytes, bytes.size());
+    // FNV-1a 64 of the file's bytes, computed here independently.
+    uint64_t hash = 0xcbf29ce484222325ull;
+    for (const unsigned char b : bytes) hash = (hash ^ b) * 0x100000001b3ull;
+    EXPECT_EQ(written.hash, hash) << version;
+    EXPECT_EQ(read_model_checkpoint(path("m.bin")).digest, written) << version;
+    // One flipped bit in the parameters changes the digest of what is read back.
+    bytes[bytes.size() / 2] ^= 0x01;
+    write_bytes(path("m.bin"), bytes);
+    EXPECT_NE(read_model_checkpoint(path("m.bin")).digest, written) << version;
+  }
 }
 
 TEST_F(CheckpointTest, FailedWritesLeaveTheOldFile) {

@@ -14,7 +14,7 @@
 
 #include <gtest/gtest.h>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 #include "model/config.h"
 #include "model/cpu_model.h"
 #include "model/model.h"

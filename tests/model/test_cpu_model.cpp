@@ -23,8 +23,8 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
-#include "kernels/common/error.h"
-#include "kernels/common/rng.h"
+#include "base/error.h"
+#include "base/rng.h"
 #include "model/cpu_model.h"
 #include "model/model.h"
 #include "model/parameters.h"

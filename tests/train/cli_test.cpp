@@ -38,14 +38,18 @@ void expect_usage_error(const std::vector<std::string>& args,
 }
 
 TEST(TrainCli, HelpExitsZeroAndListsTheOptions) {
+  const auto short_flag = run_trainer({"-h"});
+  EXPECT_EQ(short_flag.exit_code, 0) << short_flag.output;
   const auto result = run_trainer({"--help"});
   EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_EQ(short_flag.output, result.output);
   for (const char* option : {"--train-data", "--val-data", "--model", "--max-seq-len", "--device",
                              "--attn", "--precision", "--batch-size", "--seq-len",
                              "--total-batch-size", "--steps", "--lr", "--warmup-steps",
                              "--lr-schedule", "--final-lr-frac", "--weight-decay", "--grad-clip",
                              "--val-every", "--val-steps", "--sample-every", "--sample-tokens",
-                             "--out", "--checkpoint-every", "--resume", "--seed"})
+                             "--out", "--checkpoint-every", "--keep-checkpoints", "--resume",
+                             "--on-nonfinite", "--seed"})
     EXPECT_NE(result.output.find(option), std::string::npos) << option;
 }
 
@@ -61,6 +65,31 @@ TEST(TrainCli, NonPositiveSizesExitTwo) {
   expect_usage_error({"--val-every", "-1"}, {"--val-every", "'-1'"});
   expect_usage_error({"--checkpoint-every", "-5"}, {"--checkpoint-every", "'-5'"});
   expect_usage_error({"--warmup-steps", "-1"}, {"--warmup-steps", "'-1'"});
+}
+
+TEST(TrainCli, ValuesBeyondTheTypeSayOutOfRange) {
+  expect_usage_error({"--steps", "99999999999"},
+                     {"--steps is out of range: at most 2147483647", "'99999999999'"});
+  expect_usage_error({"--batch-size", "2147483648"}, {"--batch-size is out of range"});
+  expect_usage_error({"--seed", "99999999999999999999999"},
+                     {"--seed is out of range: at most 9223372036854775807"});
+  expect_usage_error({"--total-batch-size", "99999999999999999999999"},
+                     {"--total-batch-size is out of range"});
+  expect_usage_error({"--lr", "1e39"}, {"--lr is out of range", "'1e39'"});
+  // Below the range is still "must be ...": the sign, not the size, is wrong.
+  expect_usage_error({"--steps", "-99999999999"}, {"--steps must be a positive integer"});
+  expect_usage_error({"--steps", "-99999999999999999999999"},
+                     {"--steps must be a positive integer"});
+}
+
+TEST(TrainCli, AMissingModelFileIsAMissingFileNotAnUnknownName) {
+  for (const std::string model : {"/nonexistent/dir/gpt2_124M.bin", "no_such_model.bin",
+                                  "runs/model_00000004.bin"}) {
+    const auto result = run_trainer(tiny({"--model", model}));
+    EXPECT_EQ(result.exit_code, 1) << model << "\n" << result.output;
+    EXPECT_EQ(result.output.rfind("gpt2-train: error: --model " + model + ": no such file", 0), 0u)
+        << result.output;
+  }
 }
 
 TEST(TrainCli, NonNumericValuesExitTwo) {

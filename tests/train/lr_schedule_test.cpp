@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 
 namespace gpt2 {
 namespace {

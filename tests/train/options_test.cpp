@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 #include "model/checkpoint.h"
 #include "model/parameters.h"
 
@@ -59,6 +59,7 @@ TEST(TrainOptions, CpuDefaults) {
   EXPECT_EQ(c.out_dir, "out");
   EXPECT_EQ(c.checkpoint_every, 0);
   EXPECT_FALSE(c.resume);
+  EXPECT_EQ(c.on_nonfinite, NonFinitePolicy::kStop);
   EXPECT_EQ(c.seed, 1337u);
   EXPECT_EQ(c.world_size, 1);
   EXPECT_NE(c.train_pattern.find("kjv_train.bin"), std::string::npos);

@@ -1,11 +1,10 @@
 // --resume continues a run bit for bit: steps 5..8 after resuming from step 4's checkpoint
-// print the same "%.9g" losses, norms, learning rates, validation losses and samples as the
+// write the same losses, norms, learning rates, validation losses and samples as the
 // uninterrupted run. A model file without its state file is skipped for the previous
 // complete pair, and a checkpoint from other settings is refused with both values named.
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -43,12 +42,12 @@ void copy_checkpoint(const std::string& from, const std::string& to, const char*
   fs::copy_file(fs::path(from) / name, fs::path(to) / name);
 }
 
-using MetricsRows = std::vector<std::map<std::string, std::string>>;
+using MetricsRows = std::vector<Json>;
 
 // Rows of a resumed run carry exactly the reference's strings for the same steps.
 void expect_same_steps(const MetricsRows& rows, const MetricsRows& reference) {
   for (const auto& row : rows) {
-    const int step = std::stoi(row.at("step"));
+    const int step = row.at("step").get<int>();
     ASSERT_TRUE(step >= 1 && step <= static_cast<int>(reference.size())) << step;
     const auto& ref = reference[step - 1];
     for (const char* key : {"loss", "lr", "grad_norm", "val_loss"}) {
@@ -84,8 +83,8 @@ TEST(Resume, BitForBitSkipsIncompleteCheckpointsRefusesOtherSettings) {
     EXPECT_NE(result.output.find("at step 5"), std::string::npos) << result.output;
     const MetricsRows rows = read_metrics(resumed + "/metrics.jsonl");
     ASSERT_EQ(rows.size(), 4u);
-    EXPECT_EQ(rows.front().at("step"), "5");
-    EXPECT_EQ(rows.back().at("step"), "8");
+    EXPECT_EQ(rows.front().at("step"), 5);
+    EXPECT_EQ(rows.back().at("step"), 8);
     expect_same_steps(rows, ref_rows);
     // The sampling RNG came back with the checkpoint: step 6's sample is the same text.
     EXPECT_EQ(sample_text(result.output, 6), sample_text(reference.output, 6));
@@ -107,7 +106,7 @@ TEST(Resume, BitForBitSkipsIncompleteCheckpointsRefusesOtherSettings) {
     EXPECT_NE(result.output.find("at step 5"), std::string::npos) << result.output;
     const MetricsRows rows = read_metrics(resumed + "/metrics.jsonl");
     ASSERT_EQ(rows.size(), 8u);  // 1..4 kept from the copied file, 5..8 appended
-    for (int i = 0; i < 8; ++i) EXPECT_EQ(rows[i].at("step"), std::to_string(i + 1));
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(rows[i].at("step"), i + 1);
     expect_same_steps(rows, ref_rows);
   }
   {

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "kernels/common/rng.h"
+#include "base/rng.h"
 
 namespace gpt2 {
 namespace {

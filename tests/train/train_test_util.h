@@ -4,25 +4,28 @@
  *        reading metrics.jsonl back.
  *
  * run_trainer() runs GPT2_TRAIN_BINARY (a compile definition) through the shell with stdout
- * and stderr merged and returns the exit code and the output. Scratch folders are unique per
+ * and stderr merged and returns the exit code and the output; BackgroundTrainer runs it while
+ * the test watches its output and sends it signals. Scratch folders are unique per
  * process and test, so ctest may run the tests in parallel.
  */
 #pragma once
 
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "data/file_io.h"
-#include "train/metrics.h"
+#include "base/file_io.h"
+#include "base/json.h"
 
 namespace gpt2::testing {
 
@@ -59,6 +62,78 @@ inline CommandResult run_trainer(const std::vector<std::string>& args,
   return run_command(command);
 }
 
+/// gpt2-train running in the background, its stdout and stderr merged into one pipe.
+class BackgroundTrainer {
+ public:
+  explicit BackgroundTrainer(const std::vector<std::string>& args) {
+    int fds[2];
+    if (pipe(fds) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fds[1], STDOUT_FILENO);
+      dup2(fds[1], STDERR_FILENO);
+      close(fds[0]);
+      close(fds[1]);
+      std::vector<char*> argv = {const_cast<char*>(GPT2_TRAIN_BINARY)};
+      for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+      argv.push_back(nullptr);
+      execv(GPT2_TRAIN_BINARY, argv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    fd_ = fds[0];
+  }
+  ~BackgroundTrainer() {
+    if (pid_ > 0 && !reaped_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (fd_ >= 0) close(fd_);
+  }
+  BackgroundTrainer(const BackgroundTrainer&) = delete;
+  BackgroundTrainer& operator=(const BackgroundTrainer&) = delete;
+
+  pid_t pid() const { return pid_; }
+  const std::string& output() const { return output_; }
+
+  /// Reads the output until it contains marker; false at the end of the output or after
+  /// timeout_s seconds.
+  bool wait_for(const std::string& marker, int timeout_s = 120) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    while (output_.find(marker) == std::string::npos) {
+      if (std::chrono::steady_clock::now() > deadline || !read_some(1000)) return false;
+    }
+    return true;
+  }
+
+  /// Reads the rest of the output and waits for the exit: the exit code, or -signal when a
+  /// signal killed the process.
+  int finish() {
+    while (read_some(-1)) {
+    }
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    reaped_ = true;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  }
+
+ private:
+  bool read_some(int timeout_ms) {
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, timeout_ms) <= 0) return timeout_ms >= 0;  // timed out: keep going
+    char buf[4096];
+    const ssize_t n = read(fd_, buf, sizeof buf);
+    if (n <= 0) return false;
+    output_.append(buf, static_cast<size_t>(n));
+    return true;
+  }
+
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  bool reaped_ = false;
+  std::string output_;
+};
+
 /// A fresh, empty folder named after the running test.
 inline std::string scratch_dir(const std::string& tag = "") {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -77,14 +152,14 @@ inline std::string embedded_val_data() {
   return std::string(GPT2_TEST_DATA_DIR) + "/default/kjv_val.bin";
 }
 
-/// Every line of a metrics.jsonl, parsed; a line that does not parse fails the test.
-inline std::vector<std::map<std::string, std::string>> read_metrics(const std::string& path) {
-  std::vector<std::map<std::string, std::string>> rows;
+/// Every line of a metrics.jsonl, parsed; a line that is not a JSON object fails the test.
+inline std::vector<Json> read_metrics(const std::string& path) {
+  std::vector<Json> rows;
   std::istringstream lines(read_file_text(path));
   for (std::string line; std::getline(lines, line);) {
-    auto object = parse_flat_json_object(line);
-    EXPECT_TRUE(object.has_value()) << "unparseable metrics line: " << line;
-    if (object) rows.push_back(*object);
+    const Json object = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    EXPECT_TRUE(object.is_object()) << "unparseable metrics line: " << line;
+    if (object.is_object()) rows.push_back(object);
   }
   return rows;
 }

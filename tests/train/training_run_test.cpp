@@ -6,13 +6,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <map>
 #include <string>
 #include <vector>
 
-#include "data/file_io.h"
+#include "base/file_io.h"
+#include "base/json.h"
 #include "data/shard.h"
-#include "train/metrics.h"
 #include "train_test_util.h"
 
 namespace gpt2 {
@@ -37,9 +36,9 @@ std::vector<std::string> with(std::vector<std::string> args,
   return args;
 }
 
-std::vector<double> losses(const std::vector<std::map<std::string, std::string>>& rows) {
+std::vector<double> losses(const std::vector<Json>& rows) {
   std::vector<double> out;
-  for (const auto& row : rows) out.push_back(std::strtod(row.at("loss").c_str(), nullptr));
+  for (const auto& row : rows) out.push_back(row.at("loss").get<double>());
   return out;
 }
 
@@ -97,28 +96,56 @@ TEST(TrainingRun, MetricsAndSummaryFiles) {
   ASSERT_EQ(rows.size(), 5u);
   for (int i = 0; i < 5; ++i) {
     const auto& row = rows[i];
-    EXPECT_EQ(row.at("step"), std::to_string(i + 1));
+    EXPECT_EQ(row.at("step"), i + 1);
     for (const char* key : {"loss", "lr", "grad_norm", "ms", "tokens_per_s", "peak_mem_bytes"})
-      EXPECT_GT(std::strtod(row.at(key).c_str(), nullptr), 0.0) << key << " at step " << i + 1;
+      EXPECT_GT(row.at(key).get<double>(), 0.0) << key << " at step " << i + 1;
     EXPECT_EQ(row.at("attn"), "flash");
     EXPECT_EQ(row.at("device"), "cpu");
     EXPECT_EQ(row.at("precision"), "fp32");
-    EXPECT_EQ(row.at("micro_batches"), "2");
+    EXPECT_EQ(row.at("micro_batches"), 2);
     // Validation every 2 steps and at the last one: steps 2, 4 and 5.
     const bool validated = (i + 1) % 2 == 0 || i + 1 == 5;
     EXPECT_EQ(row.count("val_loss"), validated ? 1u : 0u) << "step " << i + 1;
   }
 
-  const auto summary = parse_flat_json_object(read_file_text(out + "/summary.json"));
-  ASSERT_TRUE(summary.has_value());
-  EXPECT_EQ(summary->at("steps"), "5");
-  EXPECT_EQ(summary->at("warmup_steps_excluded"), "3");
-  EXPECT_GT(std::strtod(summary->at("tokens_per_s").c_str(), nullptr), 0.0);
-  EXPECT_GT(std::strtod(summary->at("peak_mem_bytes").c_str(), nullptr), 0.0);
-  EXPECT_EQ(summary->at("final_train_loss"), rows[4].at("loss"));
-  EXPECT_EQ(summary->at("final_val_loss"), rows[4].at("val_loss"));
-  EXPECT_EQ(summary->count("mfu"), 0u);  // CPU: no MFU
+  const std::string summary_text = read_file_text(out + "/summary.json");
+  const Json summary = parse_json(summary_text, "summary.json");
+  EXPECT_EQ(summary_text.back(), '\n');
+  EXPECT_EQ(summary.at("steps"), 5);
+  EXPECT_EQ(summary.at("warmup_steps_excluded"), 3);
+  EXPECT_GT(summary.at("tokens_per_s").get<double>(), 0.0);
+  EXPECT_GT(summary.at("peak_mem_bytes").get<double>(), 0.0);
+  EXPECT_EQ(summary.at("final_train_loss"), rows[4].at("loss"));
+  EXPECT_EQ(summary.at("final_val_loss"), rows[4].at("val_loss"));
+  EXPECT_EQ(summary.at("device"), "cpu");
+  EXPECT_EQ(summary.count("mfu"), 0u);  // CPU: no MFU
   std::filesystem::remove_all(dir);
+}
+
+TEST(TrainingRun, AFailedMetricsWriteNamesTheReasonAndLeavesNoPartialLine) {
+  // A 2 KiB file size limit (ulimit -f counts 512-byte blocks in sh, 1 KiB ones in bash; either
+  // way a few lines) makes the kernel refuse an append partway through a line, like a full disk.
+  const std::string out = scratch_dir();
+  std::vector<std::string> args = tiny_run(out, 40);
+  args.insert(args.end(), {"--batch-size", "1", "--seq-len", "16", "--val-every", "0"});
+  const auto result = run_trainer(args, "ulimit -f 4;");
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find("gpt2-train: error: " + out + "/metrics.jsonl: cannot append the "
+                               "metrics of step "),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("File too large"), std::string::npos) << result.output;
+  const std::string text = read_file_text(out + "/metrics.jsonl");
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text.back(), '\n');
+  const auto rows = read_metrics(out + "/metrics.jsonl");  // every line parses
+  ASSERT_GE(rows.size(), 2u);
+  EXPECT_EQ(rows.back().at("step"), static_cast<int>(rows.size()));
+  // The step that failed is the one after the last line kept.
+  EXPECT_NE(result.output.find("metrics of step " + std::to_string(rows.size() + 1) + " "),
+            std::string::npos)
+      << result.output;
+  std::filesystem::remove_all(out);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 /**
  * @file error.h
- * @brief The project's one error header: plain, CUDA, cuBLAS and NCCL checks.
+ * @brief The project's one error header: plain, CUDA and cuBLAS checks.
  *
  * Every failed check throws; nothing below main() calls exit(). main() catches and exits
  * non-zero with the message:
@@ -8,7 +8,8 @@
  *   - gpt2::Error       anything else (bad files, OOM...) -> exit code 1
  * Messages for input problems name the file/option and the problem; internal checks
  * (GPT2_CHECK, GPT2_CUDA_CHECK...) add file, line and the failed expression.
- * The *_NOTHROW variants print and continue, for destructors.
+ * The *_NOTHROW variants print and continue, for destructors. Nothing links NCCL yet; its check
+ * belongs here when multi-GPU training does.
  */
 #pragma once
 
@@ -84,8 +85,9 @@ std::string str_cat(const Args&... args) {
               cudaGetErrorString(gpt2_err_));                                               \
   } while (0)
 
-/// After a kernel launch: the launch error always; in debug builds (GPT2_SYNC_LAUNCHES) a
-/// device synchronize too, so a faulting kernel is named at its launch site.
+/// After a kernel launch: the launch error always; in Debug builds (CMAKE_BUILD_TYPE=Debug
+/// defines GPT2_SYNC_LAUNCHES, kernels/CMakeLists.txt) a device synchronize too, so a faulting
+/// kernel is named at its launch site.
 #ifdef GPT2_SYNC_LAUNCHES
 #define GPT2_CUDA_CHECK_LAUNCH()                     \
   do {                                               \

@@ -1,7 +1,12 @@
 /**
  * @file file_io.h
- * @brief File helpers: atomic whole-file writes, whole-file reads, globbing.
+ * @brief File helpers: atomic whole-file writes, the one file reader, globbing.
  *
+ * InputFile is the project's one way of reading a file (whole files, token shards, checkpoints):
+ * it refuses a missing path ("<path>: no such file") and a folder ("<path>: is a directory, not
+ * a file"), takes the size from the opened descriptor (so it is the size of what is then read;
+ * 0 for pipes and /proc files) and throws on a short read naming the file, the part being read
+ * and the reason.
  * AtomicFileWriter writes to "<path>.tmp.<pid>" in the same folder, and commit() flushes,
  * fsyncs, renames onto <path> and fsyncs the folder; a writer destroyed without commit()
  * removes its temporary file. So a kill at any moment leaves either the old file or the new
@@ -10,6 +15,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -32,6 +38,28 @@ class AtomicFileWriter {
   std::string temp_path_;
   FILE* file_ = nullptr;
   bool committed_ = false;
+};
+
+class InputFile {
+ public:
+  explicit InputFile(const std::string& path);
+  ~InputFile();
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  uint64_t size() const { return size_; }
+
+  /// Exactly bytes; throws "<path>: read of <what> failed after N of M bytes: <reason>" (the
+  /// reason is "unexpected end of file" when the file is shorter than its size said).
+  void read_exactly(void* data, size_t bytes, const char* what);
+  /// Up to bytes; how many were read, 0 at the end of the file. Throws on a read error.
+  size_t read_some(void* data, size_t bytes);
+
+ private:
+  std::string path_;
+  FILE* file_ = nullptr;
+  uint64_t size_ = 0;
 };
 
 /// Whole file as bytes; throws gpt2::Error("<path>: ...") when missing or unreadable.

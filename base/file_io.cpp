@@ -1,6 +1,6 @@
 /**
  * @file file_io.cpp
- * @brief Atomic whole-file writes, whole-file reads, globbing, mkdir -p (POSIX).
+ * @brief Atomic whole-file writes, the one file reader, globbing, mkdir -p (POSIX).
  *
  * Contract (see file_io.h): every failure throws gpt2::Error whose message starts with the
  * file (or pattern) and ends with the system's reason (strerror). AtomicFileWriter keeps the
@@ -10,7 +10,7 @@
  * expand_glob sorts by byte order (strcmp), independent of the locale, so every rank and
  * every run sees shards in the same order.
  */
-#include "data/file_io.h"
+#include "base/file_io.h"
 
 #include <fcntl.h>
 #include <glob.h>
@@ -21,7 +21,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "kernels/common/error.h"
+#include "base/error.h"
 
 namespace gpt2 {
 namespace {
@@ -103,35 +103,71 @@ void AtomicFileWriter::commit() {
 // ---------------------------------------------------------------------------------------------
 // Reads
 
-std::vector<char> read_file_bytes(const std::string& path) {
+InputFile::InputFile(const std::string& path) : path_(path) {
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0) {
     if (errno == ENOENT) GPT2_FAIL(path, ": no such file");
     GPT2_FAIL(path, ": cannot read: ", errno_text(errno));
   }
   if (S_ISDIR(info.st_mode)) GPT2_FAIL(path, ": is a directory, not a file");
-  FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) GPT2_FAIL(path, ": cannot open: ", errno_text(errno));
-
-  // Read to EOF rather than trusting st_size, which is 0 for pipes and /proc files.
-  std::vector<char> bytes;
-  bytes.reserve(static_cast<size_t>(std::max<off_t>(info.st_size, 0)));
-  char chunk[1 << 16];
-  size_t got = 0;
-  while ((got = std::fread(chunk, 1, sizeof(chunk), file)) > 0) {
-    bytes.insert(bytes.end(), chunk, chunk + got);
+  file_ = std::fopen(path.c_str(), "rb");
+  if (file_ == nullptr) GPT2_FAIL(path, ": cannot open: ", errno_text(errno));
+  struct stat opened {};
+  if (::fstat(::fileno(file_), &opened) != 0) {
+    const int err = errno;
+    std::fclose(file_);
+    GPT2_FAIL(path, ": cannot stat: ", errno_text(err));
   }
-  const bool failed = std::ferror(file) != 0;
-  const int err = errno;
-  std::fclose(file);
-  if (failed) GPT2_FAIL(path, ": read failed: ", errno_text(err));
+  size_ = static_cast<uint64_t>(std::max<off_t>(opened.st_size, 0));
+}
+
+InputFile::~InputFile() { std::fclose(file_); }
+
+void InputFile::read_exactly(void* data, size_t bytes, const char* what) {
+  const size_t got = std::fread(data, 1, bytes, file_);
+  if (got != bytes) {
+    GPT2_FAIL(path_, ": read of ", what, " failed after ", got, " of ", bytes, " bytes: ",
+              std::ferror(file_) ? errno_text(errno) : std::string("unexpected end of file"));
+  }
+}
+
+size_t InputFile::read_some(void* data, size_t bytes) {
+  const size_t got = std::fread(data, 1, bytes, file_);
+  if (got < bytes && std::ferror(file_)) GPT2_FAIL(path_, ": read failed: ", errno_text(errno));
+  return got;
+}
+
+namespace {
+
+// Reads to EOF rather than trusting the size, which is 0 for pipes and /proc files; the buffer
+// is sized once from the size, so a regular file is read straight into it, without a copy.
+template <typename Bytes>
+Bytes read_whole_file(const std::string& path) {
+  InputFile file(path);
+  Bytes bytes(static_cast<size_t>(file.size()), '\0');
+  size_t filled = 0;
+  while (filled < bytes.size()) {
+    const size_t got = file.read_some(&bytes[filled], bytes.size() - filled);
+    if (got == 0) break;
+    filled += got;
+  }
+  if (filled < bytes.size()) {
+    bytes.resize(filled);
+    return bytes;
+  }
+  char chunk[1 << 16];
+  for (size_t got; (got = file.read_some(chunk, sizeof chunk)) > 0;)
+    bytes.insert(bytes.end(), chunk, chunk + got);
   return bytes;
 }
 
-std::string read_file_text(const std::string& path) {
-  const std::vector<char> bytes = read_file_bytes(path);
-  return std::string(bytes.begin(), bytes.end());
+}  // namespace
+
+std::vector<char> read_file_bytes(const std::string& path) {
+  return read_whole_file<std::vector<char>>(path);
 }
+
+std::string read_file_text(const std::string& path) { return read_whole_file<std::string>(path); }
 
 // ---------------------------------------------------------------------------------------------
 // Paths

@@ -1,6 +1,6 @@
 /**
  * @file test_file_io.cpp
- * @brief Tests for data/file_io.h: atomic writes, whole-file reads, globbing, mkdir -p.
+ * @brief Tests for base/file_io.h: atomic writes, whole-file reads, globbing, mkdir -p.
  *
  * Each test works in its own fresh folder (mkdtemp under ::testing::TempDir()), removed at the
  * end. Atomicity is checked by its observable contract: until commit() the destination keeps
@@ -24,8 +24,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "data/file_io.h"
-#include "kernels/common/error.h"
+#include "base/error.h"
+#include "base/file_io.h"
 
 namespace gpt2 {
 namespace {
@@ -181,6 +181,28 @@ TEST_F(FileIoTest, ReadingAMissingFileOrAFolderSaysSo) {
   const std::string message = error_message([&] { read_file_bytes(dir_); });
   EXPECT_THAT(message, HasSubstr(dir_));
   EXPECT_THAT(message, HasSubstr("is a directory"));
+}
+
+TEST_F(FileIoTest, InputFileReportsItsSizeAndShortReadsNamingTheFileAndThePart) {
+  write_plain("ten.bin", "0123456789");
+  InputFile file(path("ten.bin"));
+  EXPECT_EQ(file.size(), 10u);
+  char buf[20];
+  file.read_exactly(buf, 4, "the magic");
+  EXPECT_EQ(std::string(buf, 4), "0123");
+  EXPECT_EQ(error_message([&] { file.read_exactly(buf, 8, "the header"); }),
+            path("ten.bin") +
+                ": read of the header failed after 6 of 8 bytes: unexpected end of file");
+  EXPECT_EQ(file.read_some(buf, sizeof buf), 0u);
+  EXPECT_EQ(error_message([&] { InputFile missing(path("missing.bin")); }),
+            path("missing.bin") + ": no such file");
+  EXPECT_EQ(error_message([&] { InputFile folder(dir_); }), dir_ + ": is a directory, not a file");
+}
+
+TEST_F(FileIoTest, ReadFileTextReadsFilesWhoseSizeIsUnknown) {
+  // /proc files report size 0 yet have content.
+  const std::string status = read_file_text("/proc/self/status");
+  EXPECT_NE(status.find("VmRSS"), std::string::npos);
 }
 
 TEST_F(FileIoTest, ExpandGlobReturnsMatchesInByteOrder) {
