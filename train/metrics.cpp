@@ -107,6 +107,25 @@ double training_flops_per_token(const ModelConfig& config, int seq_len) {
          6.0 * config.num_layers * double(seq_len) * config.channels;
 }
 
+std::optional<double> peak_flops(const std::string& device_name, Precision precision) {
+  struct Peak {
+    const char* name;     // matched as a substring of the device name; the first match wins
+    const char* variant;  // a second substring that must also match, or ""
+    double bf16, fp32;    // dense FLOP/s by the datasheet (bf16 with fp32 accumulation)
+  };
+  static const Peak kPeaks[] = {
+      {"H100", "PCIe", 756e12, 51e12}, {"H100", "NVL", 835e12, 60e12},
+      {"H100", "", 989e12, 67e12},     {"H200", "", 989e12, 67e12},
+      {"A100", "", 312e12, 19.5e12},   {"L40S", "", 362e12, 91.6e12},
+  };
+  for (const Peak& peak : kPeaks) {
+    if (device_name.find(peak.name) == std::string::npos) continue;
+    if (*peak.variant != '\0' && device_name.find(peak.variant) == std::string::npos) continue;
+    return precision == Precision::kBf16 ? peak.bf16 : peak.fp32;
+  }
+  return std::nullopt;
+}
+
 void ThroughputStats::add_step(double seconds, int64_t tokens) {
   seconds_.push_back(seconds);
   tokens_.push_back(tokens);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/model.h"
 
 namespace gpt2 {
 
@@ -69,8 +70,11 @@ std::string format_duration(double seconds);
 /// Model FLOPs per trained token (forward + backward), for MFU; see metrics.cpp.
 double training_flops_per_token(const ModelConfig& config, int seq_len);
 
-/// Peak dense bf16 tensor-core throughput of an H100 SXM, the MFU denominator.
-constexpr double kH100PeakFlops = 989e12;
+/// The MFU denominator: the device's peak dense throughput for the run's arithmetic (bf16 tensor
+/// cores with fp32 accumulation, or fp32 without TF32), by the vendor's datasheet, looked up by
+/// the device's name ("NVIDIA H100 80GB HBM3" -> H100 SXM, bf16 989e12). nullopt for a device
+/// the table does not know (MFU is then not reported rather than guessed).
+std::optional<double> peak_flops(const std::string& device_name, Precision precision);
 
 /// Step times of one run; the first min(3, n - 1) steps are warm-up (allocation, caches,
 /// cuBLAS heuristics) and are left out of the mean throughput.

@@ -218,7 +218,10 @@ void report_summary(const TrainConfig& config, const Model& model, const MemoryP
   const size_t peak = model.peak_memory_bytes();
   const double flops_per_token = training_flops_per_token(config.model_config, config.seq_len);
   const bool on_cuda = config.device == DeviceKind::kCuda;
-  const double mfu = tokens_per_s * flops_per_token / kH100PeakFlops;
+  // 0: no known peak for the device (or a CPU run): MFU is not reported.
+  const double peak_throughput =
+      on_cuda ? peak_flops(model.device_name(), config.precision).value_or(0.0) : 0.0;
+  const double mfu = peak_throughput > 0 ? tokens_per_s * flops_per_token / peak_throughput : 0.0;
   const int excluded = totals.throughput.warmup_steps_excluded();
 
   std::printf("summary\n");
@@ -231,9 +234,12 @@ void report_summary(const TrainConfig& config, const Model& model, const MemoryP
   if (totals.skipped_steps > 0)
     std::printf("  %-18s %d (non-finite loss or gradient norm)\n", "skipped updates",
                 totals.skipped_steps);
-  if (on_cuda) {
-    std::printf("  %-18s %.2f%% (%.4g FLOPs/token, peak %.0f TFLOP/s)\n", "MFU", 100.0 * mfu,
-                flops_per_token, kH100PeakFlops / 1e12);
+  if (peak_throughput > 0) {
+    std::printf("  %-18s %.2f%% (%.4g FLOPs/token, %s peak %.1f TFLOP/s)\n", "MFU", 100.0 * mfu,
+                flops_per_token, to_string(config.precision), peak_throughput / 1e12);
+  } else if (on_cuda) {
+    std::printf("  %-18s not reported: no peak throughput known for %s\n", "MFU",
+                model.device_name().c_str());
   }
   std::fflush(stdout);
 
@@ -247,7 +253,10 @@ void report_summary(const TrainConfig& config, const Model& model, const MemoryP
   if (totals.last_val_loss) summary["final_val_loss"] = json_float(*totals.last_val_loss);
   if (totals.skipped_steps > 0) summary["skipped_steps"] = totals.skipped_steps;
   summary["flops_per_token"] = flops_per_token;
-  if (on_cuda) summary["mfu"] = mfu;
+  if (peak_throughput > 0) {
+    summary["mfu"] = mfu;
+    summary["peak_flops"] = peak_throughput;
+  }
   summary["device"] = to_string(config.device);
   summary["device_name"] = model.device_name();
   summary["model"] = config.model_config.describe();

@@ -118,6 +118,19 @@ TEST(Metrics, FlopsPerTokenOfGpt2Small) {
   EXPECT_DOUBLE_EQ(training_flops_per_token(config, 512), 798759936.0 - 6.0 * 12 * 512 * 768);
 }
 
+// The MFU denominator follows the device and the precision; an unknown device gets none.
+TEST(Metrics, PeakFlopsByDeviceNameAndPrecision) {
+  EXPECT_EQ(peak_flops("NVIDIA H100 80GB HBM3", Precision::kBf16), 989e12);
+  EXPECT_EQ(peak_flops("NVIDIA H100 80GB HBM3", Precision::kFp32), 67e12);
+  EXPECT_EQ(peak_flops("NVIDIA H100 PCIe", Precision::kBf16), 756e12);
+  EXPECT_EQ(peak_flops("NVIDIA H100 NVL", Precision::kBf16), 835e12);
+  EXPECT_EQ(peak_flops("NVIDIA H200", Precision::kBf16), 989e12);
+  EXPECT_EQ(peak_flops("NVIDIA A100-SXM4-80GB", Precision::kBf16), 312e12);
+  EXPECT_EQ(peak_flops("NVIDIA L40S", Precision::kFp32), 91.6e12);
+  EXPECT_FALSE(peak_flops("NVIDIA GeForce GTX 1080", Precision::kBf16).has_value());
+  EXPECT_FALSE(peak_flops("CPU (2 threads)", Precision::kFp32).has_value());
+}
+
 TEST(Metrics, TruncateKeepsStepsUpToTheCheckpointAndDropsTornLines) {
   const std::string dir = (std::filesystem::temp_directory_path() /
                            ("gpt2_metrics_test_" + std::to_string(getpid()))).string();
