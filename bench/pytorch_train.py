@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """PyTorch GPT-2 training throughput on the points of gpt2-sweep, for the README's comparison.
 
-The same model as `gpt2-train --model d12` (12 layers, 12 heads, 768 channels, vocabulary 50257
-padded to 50304, tied embeddings, GELU tanh, pre-LayerNorm), written the plain nanoGPT way:
+The same model as `gpt2-train --model NAME` (dN: N layers, N heads, 64 N channels; gpt2,
+gpt2-medium, gpt2-large, gpt2-xl; vocabulary 50257 padded to 50304, tied embeddings, GELU tanh,
+pre-LayerNorm), written the plain nanoGPT way:
 fp32 parameters under bf16 autocast, attention by scaled_dot_product_attention (causal; PyTorch
 picks its backend), fused AdamW, random tokens (the data does not change the speed). For every
 (T, B) it times --steps optimizer steps after --warmup ones (CUDA-synchronized wall clock per
@@ -64,10 +65,25 @@ class GPT2(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
 
 
-def measure(T, B, steps, warmup, compiled):
+PRESETS = {"gpt2": (12, 12, 768), "gpt2-medium": (24, 16, 1024), "gpt2-large": (36, 20, 1280),
+           "gpt2-xl": (48, 25, 1600)}
+
+
+def model_shape(name):
+    """(layers, heads, channels) of a gpt2-train model preset."""
+    if name in PRESETS:
+        return PRESETS[name]
+    if name.startswith("d") and name[1:].isdigit() and int(name[1:]) > 0:
+        depth = int(name[1:])
+        return depth, depth, 64 * depth
+    raise SystemExit(f"pytorch_train.py: unknown model preset '{name}'")
+
+
+def measure(model_name, T, B, steps, warmup, compiled):
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    model = GPT2(max_T=T).cuda()
+    L, NH, C = model_shape(model_name)
+    model = GPT2(L=L, NH=NH, C=C, max_T=T).cuda()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1, fused=True)
     step_model = torch.compile(model) if compiled else model
     idx = torch.randint(0, 50257, (B, T), device="cuda")
@@ -93,6 +109,7 @@ def measure(T, B, steps, warmup, compiled):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="d12", help="gpt2-train preset: dN, gpt2, gpt2-medium, ...")
     parser.add_argument("--seq-lens", default="1024,2048,4096,8192,16384,32768,65536")
     parser.add_argument("--tokens-per-step", type=int, default=16384)
     parser.add_argument("--steps", type=int, default=5)
@@ -105,7 +122,7 @@ def main():
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = True
     device = torch.cuda.get_device_name()
-    print(f"PyTorch {torch.__version__} GPT-2 d12 training on {device}: bf16 autocast, SDPA, "
+    print(f"PyTorch {torch.__version__} GPT-2 {args.model} training on {device}: bf16 autocast, SDPA, "
           f"fused AdamW, median of {args.steps} steps after {args.warmup}", flush=True)
     rows = []
     modes = [("eager", False)] + ([("compile", True)] if args.compile else [])
@@ -116,12 +133,14 @@ def main():
             if compiled and T not in compile_lens:
                 continue
             try:
-                tokens_per_s, step_ms, peak = measure(T, B, args.steps, args.warmup, compiled)
+                tokens_per_s, step_ms, peak = measure(args.model, T, B, args.steps, args.warmup,
+                                                      compiled)
                 status = "ok"
             except torch.cuda.OutOfMemoryError:
                 tokens_per_s, step_ms, peak, status = math.nan, math.nan, math.nan, "OOM"
                 torch.cuda.empty_cache()
-            rows.append(dict(device=device, seq_len=T, batch_size=B, mode=mode, status=status,
+            rows.append(dict(device=device, model=args.model, seq_len=T, batch_size=B, mode=mode,
+                             status=status,
                              tokens_per_s=tokens_per_s, median_step_ms=step_ms,
                              peak_mem_bytes=peak))
             print(f"T={T:6d} B={B:3d} {mode:8s} {status:4s} {tokens_per_s:10.0f} tokens/s "
@@ -144,7 +163,7 @@ def compare(args, torch_rows, device):
             return r["status"], "-"
         return f"{float(r[key]):.0f}", f"{float(r['peak_mem_bytes']) / 2**30:.2f} GiB"
 
-    lines = [f"d12 training, bf16, tokens/s and peak memory; {device}, "
+    lines = [f"{args.model} training, bf16, tokens/s and peak memory; {device}, "
              f"{datetime.date.today().isoformat()}, one device call (gpt2-sweep, then PyTorch "
              f"{torch.__version__} eager with SDPA{' and torch.compile' if args.compile else ''}).",
              "",
