@@ -272,6 +272,10 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
   const std::string& name = config.model_name;
   // hf:DIR, or a directory holding config.json; throws (exit 1) for an hf: path that is not one.
   const std::string hf_dir = is_model_preset(name) ? std::string() : hf_model_dir_of(name);
+  if (is_model_preset(name) && !hf_model_dir_of("./" + name).empty())
+    GPT2_USAGE_FAIL("--model ", name, " is both a preset and a directory holding ",
+                    kHfConfigFile, ": write hf:", name, " (or ./", name,
+                    ") for the directory, or run from elsewhere for the preset");
   const bool looks_like_a_file =
       name.find('/') != std::string::npos || name.find('.') != std::string::npos;
   if (!hf_dir.empty()) {

@@ -223,6 +223,19 @@ TEST(TrainOptions, HuggingFaceDirectoryTakesItsContextFromConfigJson) {
             std::string::npos);
   EXPECT_NE(file_error({"--model", folder.string()}).find("a directory without config.json"),
             std::string::npos);
+  // A preset name that is also a model directory here is ambiguous.
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  std::filesystem::create_directories(folder / "cwd");
+  std::filesystem::current_path(folder / "cwd");
+  write_hf_model("d3", config, params.data());
+  const std::string ambiguous = usage_message({"--model", "d3"});
+  EXPECT_EQ(resolve({"--model", "hf:d3", "--seq-len", "64"}, no_gpu()).model_source,
+            ModelSource::kHfDirectory);
+  EXPECT_EQ(resolve({"--model", "./d3", "--seq-len", "64"}, no_gpu()).model_source,
+            ModelSource::kHfDirectory);
+  std::filesystem::current_path(cwd);
+  EXPECT_NE(ambiguous.find("--model d3 is both a preset and a directory holding config.json: "
+                           "write hf:d3"), std::string::npos) << ambiguous;
   // The safetensors header is checked at resolution, before --out is touched.
   std::filesystem::resize_file(folder / "model" / "model.safetensors", 100);
   EXPECT_NE(file_error({"--model", dir}).find("model.safetensors"), std::string::npos);
