@@ -10,7 +10,9 @@
  * numbers are written as null (nlohmann's rule; JSON has no NaN).
  * dump_json() writes one line and never throws: bytes that are not UTF-8 in a string become
  * U+FFFD. parse_json() throws gpt2::Error "<source>: invalid JSON: <nlohmann's message, with the
- * line and column>".
+ * line and column>". parse_json_unique_keys() also refuses an object that repeats a key
+ * ("<source>: duplicate key 'k' in 'parent'"), where nlohmann would keep one of them silently:
+ * for files whose keys name things (config.json, a safetensors header).
  */
 #pragma once
 
@@ -30,5 +32,8 @@ std::string dump_json(const Json& value);
 
 /// The whole of text must be one JSON value (surrounding white space allowed).
 Json parse_json(std::string_view text, const std::string& source);
+
+/// parse_json, and every object's keys distinct.
+Json parse_json_unique_keys(std::string_view text, const std::string& source);
 
 }  // namespace gpt2

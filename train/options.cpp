@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
 
 #include <cxxopts.hpp>
@@ -11,6 +12,7 @@
 #include "base/file_io.h"
 #include "data/paths.h"
 #include "model/checkpoint.h"
+#include "model/hf_checkpoint.h"
 
 namespace gpt2 {
 namespace {
@@ -23,8 +25,10 @@ cxxopts::Options make_options() {
   options.add_options()
       ("train-data", "training shards (glob); default: the embedded data", s())
       ("val-data", "validation shards (glob); default: the embedded data", s())
-      ("model", "dN, gpt2[-medium|-large|-xl] or a checkpoint path (default: d12 on cuda, d2 on cpu)", s())
-      ("max-seq-len", "rows of the position embedding (default 1024; from the file for a checkpoint)", s())
+      ("model", "dN, gpt2[-medium|-large|-xl], an llm.c checkpoint path, or hf:DIR (a Hugging "
+       "Face directory: config.json + model.safetensors) (default: d12 on cuda, d2 on cpu)", s())
+      ("max-seq-len", "rows of the position embedding (default 1024; from the model for a "
+       "checkpoint or hf:DIR)", s())
       ("device", "auto | cuda | cpu", s()->default_value("auto"))
       ("attn", "naive | flash", s()->default_value("flash"))
       ("attn-kernel", "GPU flash kernel: auto | portable | hopper (auto: hopper on sm_90 with bf16)", s()->default_value("auto"))
@@ -126,6 +130,15 @@ NonFinitePolicy parse_nonfinite_policy(const std::string& name) {
   if (name == "stop") return NonFinitePolicy::kStop;
   if (name == "skip-step") return NonFinitePolicy::kSkipStep;
   GPT2_USAGE_FAIL("--on-nonfinite must be stop or skip-step (got '", name, "')");
+}
+
+const char* to_string(ModelSource source) {
+  switch (source) {
+    case ModelSource::kInit: return "init";
+    case ModelSource::kLlmcFile: return "llm.c checkpoint";
+    case ModelSource::kHfDirectory: return "Hugging Face";
+  }
+  return "unknown";
 }
 
 const char* to_string(NonFinitePolicy policy) {
@@ -256,25 +269,41 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
                     " needs --device cuda (the CPU backend has one kernel per --attn)");
 
   config.model_name = cli.model.value_or(on_cuda ? "d12" : "d2");
-  const bool looks_like_a_file = config.model_name.find('/') != std::string::npos ||
-                                 config.model_name.find('.') != std::string::npos;
-  if (!is_model_preset(config.model_name) && !file_exists(config.model_name) &&
-      looks_like_a_file) {
+  const std::string& name = config.model_name;
+  // hf:DIR, or a directory holding config.json; throws (exit 1) for an hf: path that is not one.
+  const std::string hf_dir = is_model_preset(name) ? std::string() : hf_model_dir_of(name);
+  if (is_model_preset(name) && !hf_model_dir_of("./" + name).empty())
+    GPT2_USAGE_FAIL("--model ", name, " is both a preset and a directory holding ",
+                    kHfConfigFile, ": write hf:", name, " (or ./", name,
+                    ") for the directory, or run from elsewhere for the preset");
+  const bool looks_like_a_file =
+      name.find('/') != std::string::npos || name.find('.') != std::string::npos;
+  if (!hf_dir.empty()) {
+    config.model_source = ModelSource::kHfDirectory;
+    config.model_path = hf_dir;
+    config.model_config = read_hf_model_config(hf_dir);
+  } else if (std::error_code ec; !is_model_preset(name) && std::filesystem::is_directory(name, ec)) {
+    GPT2_FAIL("--model ", name, ": a directory without ", kHfConfigFile, " (a Hugging Face model "
+              "directory holds ", kHfConfigFile, " and ", kHfWeightsFile, ")");
+  } else if (!is_model_preset(name) && !file_exists(name) && looks_like_a_file) {
     // A path is a file the machine lacks, not a bad option: exit code 1, like a missing shard.
-    GPT2_FAIL("--model ", config.model_name, ": no such file (--model takes a preset name such "
-              "as d12 or gpt2, or an llm.c model file)");
-  }
-  if (!is_model_preset(config.model_name) && file_exists(config.model_name)) {
-    config.model_from_checkpoint = true;
-    config.model_config = read_model_checkpoint_config(config.model_name);
-    if (cli.max_seq_len && *cli.max_seq_len != config.model_config.max_seq_len) {
-      GPT2_USAGE_FAIL("--max-seq-len ", *cli.max_seq_len, " disagrees with the checkpoint ",
-                      config.model_name, " (max_seq_len ", config.model_config.max_seq_len,
-                      "); omit --max-seq-len to use the checkpoint's");
-    }
+    GPT2_FAIL("--model ", name, ": no such file (--model takes a preset name such as d12 or "
+              "gpt2, an llm.c model file, or hf:DIR)");
+  } else if (!is_model_preset(name) && file_exists(name)) {
+    config.model_source = ModelSource::kLlmcFile;
+    config.model_path = name;
+    config.model_config = read_model_checkpoint_config(name);
   } else {
     // Throws the "unknown model" usage error for a name that is neither a preset nor a file.
-    config.model_config = model_config_from_preset(config.model_name, cli.max_seq_len.value_or(1024));
+    config.model_config = model_config_from_preset(name, cli.max_seq_len.value_or(1024));
+  }
+  if (config.model_source != ModelSource::kInit && cli.max_seq_len &&
+      *cli.max_seq_len != config.model_config.max_seq_len) {
+    GPT2_USAGE_FAIL("--max-seq-len ", *cli.max_seq_len, " disagrees with the ",
+                    config.model_source == ModelSource::kLlmcFile ? "checkpoint " : "model ",
+                    name, " (max_seq_len ", config.model_config.max_seq_len, "); omit "
+                    "--max-seq-len to use the ",
+                    config.model_source == ModelSource::kLlmcFile ? "checkpoint's" : "model's");
   }
 
   config.batch_size = cli.batch_size.value_or(on_cuda ? 16 : 4);

@@ -8,7 +8,8 @@
  *                         --final-lr-frac in [0, 1], --val-steps > 0 when validating.
  *   resolve_train_config() CommandLine + device availability -> TrainConfig. Fills the
  *                         device-dependent defaults (model, precision, B, T), reads the model
- *                         config (preset or checkpoint header) and checks what needs it:
+ *                         config (preset, checkpoint header, or a Hugging Face directory's
+ *                         config.json with its safetensors header) and checks what needs it:
  *                         T <= the model's context, total batch a multiple of B*T*world.
  * Bad values throw gpt2::UsageError (exit 2) with a one-line message naming the option and
  * the value. `--device cuda` without a usable GPU and unreadable checkpoint files throw
@@ -37,11 +38,19 @@ constexpr int kMaxConsecutiveSkippedSteps = 10;
 /// --keep-checkpoints default: the newest pair and two to fall back on.
 constexpr int kDefaultKeepCheckpoints = 3;
 
+/// Where the model's parameters come from (--model).
+enum class ModelSource {
+  kInit,         // a preset (dN, gpt2, ...): GPT-2's initialization from --seed
+  kLlmcFile,     // an llm.c model file
+  kHfDirectory,  // a Hugging Face directory: hf:DIR, or a directory holding config.json
+};
+const char* to_string(ModelSource source);  // "init" | "llm.c checkpoint" | "Hugging Face"
+
 /// What the user typed; unset optionals take device-dependent defaults at resolution.
 struct CommandLine {
   std::string train_data;  // glob; empty = the embedded data (data/paths.h)
   std::string val_data;
-  std::optional<std::string> model;  // dN, alias or checkpoint path
+  std::optional<std::string> model;  // dN, alias, checkpoint path, hf:DIR or a directory
   std::optional<int> max_seq_len;
   std::string device = "auto";  // auto | cuda | cpu
   AttentionKind attention = AttentionKind::kFlash;
@@ -75,8 +84,9 @@ struct CommandLine {
 struct TrainConfig {
   std::string train_pattern;
   std::string val_pattern;
-  std::string model_name;              // as given/defaulted: preset name or checkpoint path
-  bool model_from_checkpoint = false;  // model_name is a checkpoint file
+  std::string model_name;  // as given/defaulted: preset name, checkpoint path, hf:DIR
+  ModelSource model_source = ModelSource::kInit;
+  std::string model_path;  // the file (kLlmcFile) or directory (kHfDirectory) read
   ModelConfig model_config;
   DeviceKind device = DeviceKind::kCpu;
   AttentionKind attention = AttentionKind::kFlash;

@@ -19,6 +19,7 @@
 #include "data/dataloader.h"
 #include "data/tokenizer.h"
 #include "model/checkpoint.h"
+#include "model/hf_checkpoint.h"
 #include "model/memory_plan.h"
 #include "model/model.h"
 #include "model/parameters.h"
@@ -102,7 +103,10 @@ void print_configuration(const TrainConfig& c, const DataLoader& train, const Da
   std::printf("gpt2-train configuration\n");
   std::printf("  %-18s %s\n", "device", to_string(c.device));
   std::printf("  %-18s %s%s: %s, %.2fM parameters\n", "model", c.model_name.c_str(),
-              c.model_from_checkpoint ? " (checkpoint)" : "", c.model_config.describe().c_str(),
+              c.model_source == ModelSource::kLlmcFile       ? " (checkpoint)"
+              : c.model_source == ModelSource::kHfDirectory ? " (Hugging Face)"
+                                                              : "",
+              c.model_config.describe().c_str(),
               static_cast<double>(num_params) / 1e6);
   std::printf("  %-18s %s", "attention", to_string(c.attention));
   if (c.device == DeviceKind::kCuda && c.attention == AttentionKind::kFlash)
@@ -373,10 +377,16 @@ int run_training(const TrainConfig& config) {
     std::vector<float>().swap(resume_point->model.params);
     std::vector<float>().swap(resume_point->state.adam_m);
     std::vector<float>().swap(resume_point->state.adam_v);
-  } else if (config.model_from_checkpoint) {
-    ModelCheckpoint checkpoint = read_model_checkpoint(config.model_name);
+  } else if (config.model_source == ModelSource::kLlmcFile) {
+    ModelCheckpoint checkpoint = read_model_checkpoint(config.model_path);
     GPT2_CHECK(checkpoint.params.size() == num_params);
     model->set_parameters(checkpoint.params.data());
+  } else if (config.model_source == ModelSource::kHfDirectory) {
+    HfModel hf = read_hf_model(config.model_path);
+    if (hf.config != config.model_config)
+      GPT2_FAIL(config.model_path, ": the model changed while the run started (now ",
+                hf.config.describe(), ")");
+    model->set_parameters(hf.params.data());
   } else {
     std::vector<float> params(num_params);
     init_parameters(params.data(), config.model_config, config.seed);

@@ -61,5 +61,24 @@ TEST(Json, ParseErrorsNameTheSourceAndThePlace) {
   EXPECT_TRUE(parse_json(" { \"a\" : 1.5e-3 , \"b\":\"\\u0041\" } ", "x").is_object());
 }
 
+TEST(Json, UniqueKeysRefusesARepeatedKeyAtAnyDepthNamingIt) {
+  const Json ok = parse_json_unique_keys(R"({"a": {"x": 1, "y": [{"x": 2}, {"x": 3}]}, "x": 4})",
+                                         "ok.json");
+  EXPECT_EQ(ok.at("a").at("y").at(1).at("x"), 3);
+  try {
+    parse_json_unique_keys(R"({"n_embd": 64, "n_head": 2, "n_embd": 128})", "config.json");
+    FAIL() << "a repeated top-level key was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "config.json: duplicate key 'n_embd'");
+  }
+  try {
+    parse_json_unique_keys(R"({"w": {"dtype": "F32", "shape": [1], "dtype": "F16"}})", "h");
+    FAIL() << "a repeated nested key was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "h: duplicate key 'dtype' in 'w'");
+  }
+  EXPECT_THROW(parse_json_unique_keys("{\"a\": ", "x"), Error);
+}
+
 }  // namespace
 }  // namespace gpt2

@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "model/checkpoint.h"
+#include "model/hf_checkpoint.h"
 #include "model/parameters.h"
 
 namespace gpt2 {
@@ -166,7 +167,8 @@ TEST(TrainOptions, CheckpointModelTakesItsContextFromTheFile) {
   write_model_checkpoint(path, config, params.data());
 
   const TrainConfig c = resolve({"--model", path, "--seq-len", "96"}, no_gpu());
-  EXPECT_TRUE(c.model_from_checkpoint);
+  EXPECT_EQ(c.model_source, ModelSource::kLlmcFile);
+  EXPECT_EQ(c.model_path, path);
   EXPECT_EQ(c.model_config, config);
   EXPECT_EQ(resolve({"--model", path, "--max-seq-len", "96", "--seq-len", "32"}, no_gpu())
                 .model_config.max_seq_len, 96);
@@ -176,6 +178,68 @@ TEST(TrainOptions, CheckpointModelTakesItsContextFromTheFile) {
   const std::string too_long = usage_message({"--model", path, "--seq-len", "128"});
   EXPECT_NE(too_long.find("--seq-len 128"), std::string::npos) << too_long;
   std::filesystem::remove(path);
+}
+
+// hf:DIR (or a directory holding config.json) is a model whose context comes from its
+// config.json, like a checkpoint's from its header; a bad directory is a file error (exit 1).
+TEST(TrainOptions, HuggingFaceDirectoryTakesItsContextFromConfigJson) {
+  const std::filesystem::path folder =
+      std::filesystem::temp_directory_path() / "gpt2_options_test_hf_d1_maxT96";
+  std::filesystem::remove_all(folder);
+  const std::string dir = (folder / "model").string();
+  const ModelConfig config = model_config_from_preset("d1", 96);
+  std::vector<float> params(ParameterLayout::for_config(config).total, 0.5f);
+  write_hf_model(dir, config, params.data());
+
+  for (const std::string& model : {"hf:" + dir, dir}) {
+    const TrainConfig c = resolve({"--model", model, "--seq-len", "96"}, no_gpu());
+    EXPECT_EQ(c.model_source, ModelSource::kHfDirectory) << model;
+    EXPECT_EQ(c.model_path, dir);
+    EXPECT_EQ(c.model_name, model);
+    EXPECT_EQ(c.model_config, config);
+  }
+  EXPECT_EQ(resolve({"--model", "hf:" + dir, "--max-seq-len", "96", "--seq-len", "32"}, no_gpu())
+                .model_config.max_seq_len, 96);
+  const std::string message = usage_message({"--model", "hf:" + dir, "--max-seq-len", "1024"});
+  EXPECT_NE(message.find("--max-seq-len 1024 disagrees with the model hf:" + dir +
+                         " (max_seq_len 96)"), std::string::npos) << message;
+  const std::string too_long = usage_message({"--model", dir, "--seq-len", "128"});
+  EXPECT_NE(too_long.find("--seq-len 128"), std::string::npos) << too_long;
+
+  const auto file_error = [](const std::vector<std::string>& args) {
+    try {
+      resolve(args, no_gpu());
+    } catch (const UsageError& e) {
+      ADD_FAILURE() << "a usage error: " << e.what();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "no error";
+    return std::string();
+  };
+  EXPECT_NE(file_error({"--model", "hf:" + (folder / "nowhere").string()}).find("no such directory"),
+            std::string::npos);
+  EXPECT_NE(file_error({"--model", "hf:" + folder.string()}).find("no config.json"),
+            std::string::npos);
+  EXPECT_NE(file_error({"--model", folder.string()}).find("a directory without config.json"),
+            std::string::npos);
+  // A preset name that is also a model directory here is ambiguous.
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  std::filesystem::create_directories(folder / "cwd");
+  std::filesystem::current_path(folder / "cwd");
+  write_hf_model("d3", config, params.data());
+  const std::string ambiguous = usage_message({"--model", "d3"});
+  EXPECT_EQ(resolve({"--model", "hf:d3", "--seq-len", "64"}, no_gpu()).model_source,
+            ModelSource::kHfDirectory);
+  EXPECT_EQ(resolve({"--model", "./d3", "--seq-len", "64"}, no_gpu()).model_source,
+            ModelSource::kHfDirectory);
+  std::filesystem::current_path(cwd);
+  EXPECT_NE(ambiguous.find("--model d3 is both a preset and a directory holding config.json: "
+                           "write hf:d3"), std::string::npos) << ambiguous;
+  // The safetensors header is checked at resolution, before --out is touched.
+  std::filesystem::resize_file(folder / "model" / "model.safetensors", 100);
+  EXPECT_NE(file_error({"--model", dir}).find("model.safetensors"), std::string::npos);
+  std::filesystem::remove_all(folder);
 }
 
 // --attn-kernel and --attn-deterministic: parsed, passed through, and refused where they cannot

@@ -1,0 +1,212 @@
+/**
+ * @file test_convert_tool.cpp
+ * @brief gpt2-convert end to end: runs the binary (GPT2_CONVERT_BINARY) on temporary files.
+ *
+ * llm.c file -> Hugging Face directory -> llm.c file through the command line is bit-identical,
+ * and --dtype bf16 writes what write_model_checkpoint writes in bf16; --print-logits prints the
+ * same logits for a file and its conversion, equal to the CPU model's run here; every bad
+ * command line exits 2 and every bad file 1, naming the option or the file, and leaves no
+ * output behind.
+ */
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "base/file_io.h"
+#include "base/json.h"
+#include "model/checkpoint.h"
+#include "model/cpu_model.h"
+#include "model/hf_checkpoint.h"
+#include "model/parameters.h"
+
+namespace gpt2 {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+std::string quote(const std::string& text) {
+  std::string out = "'";
+  for (const char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+RunResult run_convert(const std::vector<std::string>& args) {
+  std::string command = quote(GPT2_CONVERT_BINARY);
+  for (const std::string& arg : args) command += " " + quote(arg);
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  RunResult result;
+  if (pipe == nullptr) return result;
+  char buffer[1 << 16];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) result.output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::string bytes_of(const std::string& path) {
+  const std::vector<char> bytes = read_file_bytes(path);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+class ConvertToolTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    folder_ = (fs::path(::testing::TempDir()) /
+               ("gpt2_convert_tool_test_" + std::to_string(::getpid()) + "_" +
+                ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+                  .string();
+    fs::remove_all(folder_);
+    fs::create_directories(folder_);
+    config_ = model_config_from_preset("d1", 64);
+    params_.resize(ParameterLayout::for_config(config_).total);
+    init_parameters(params_.data(), config_, 42);
+    // Non-trivial LayerNorm parameters and biases, so their mapping is exercised too.
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (params_[i] == 0.0f || params_[i] == 1.0f) params_[i] += 0.001f * static_cast<float>(i % 97);
+    const ParameterLayout layout = ParameterLayout::for_config(config_);
+    std::fill(params_.begin() + layout.offsets[kWte] + size_t(config_.vocab_size) * config_.channels,
+              params_.begin() + layout.offsets[kWte] + layout.sizes[kWte], 0.0f);  // padding rows
+    bin_ = path("model.bin");
+    write_model_checkpoint(bin_, config_, params_.data());
+  }
+  void TearDown() override { fs::remove_all(folder_); }
+
+  std::string path(const std::string& name) const { return folder_ + "/" + name; }
+
+  std::string folder_;
+  ModelConfig config_;
+  std::vector<float> params_;
+  std::string bin_;
+};
+
+TEST_F(ConvertToolTest, BinToHfToBinIsBitIdenticalAndBf16MatchesTheCheckpointWriter) {
+  const RunResult to_hf = run_convert({"--input", bin_, "--output", path("hf/nested")});
+  ASSERT_EQ(to_hf.exit_code, 0) << to_hf.output;
+  EXPECT_TRUE(fs::exists(path("hf/nested/config.json")));
+  EXPECT_TRUE(fs::exists(path("hf/nested/model.safetensors")));
+  const RunResult back = run_convert({"--input", path("hf/nested"), "--output", path("back.bin")});
+  ASSERT_EQ(back.exit_code, 0) << back.output;
+  EXPECT_TRUE(bytes_of(bin_) == bytes_of(path("back.bin")));
+
+  // hf: spellings on both sides; --dtype bf16 is the checkpoint writer's bf16 file.
+  const RunResult to_hf2 = run_convert({"--input", bin_, "--output", "hf:" + path("hf2")});
+  ASSERT_EQ(to_hf2.exit_code, 0) << to_hf2.output;
+  const RunResult bf16 = run_convert(
+      {"--input", "hf:" + path("hf2"), "--output", path("bf16.bin"), "--dtype", "bf16"});
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
+  write_model_checkpoint(path("reference_bf16.bin"), config_, params_.data(), kModelVersionBf16);
+  EXPECT_TRUE(bytes_of(path("bf16.bin")) == bytes_of(path("reference_bf16.bin")));
+}
+
+std::vector<std::vector<float>> logits_of(const RunResult& result) {
+  const Json json = parse_json(result.output, "gpt2-convert --print-logits");
+  std::vector<std::vector<float>> rows;
+  for (const Json& row : json.at("logits")) rows.push_back(row.get<std::vector<float>>());
+  return rows;
+}
+
+TEST_F(ConvertToolTest, PrintLogitsOfAFileAndOfItsConversionAgreeWithTheCpuModel) {
+  ASSERT_EQ(run_convert({"--input", bin_, "--output", path("hf")}).exit_code, 0);
+  const std::vector<int> tokens = {464, 2068, 7586, 21831, 50256};
+  const RunResult from_bin = run_convert({"--input", bin_, "--print-logits", "464,2068,7586,21831,50256"});
+  const RunResult from_hf =
+      run_convert({"--input", path("hf"), "--print-logits", "464,2068,7586,21831,50256"});
+  ASSERT_EQ(from_bin.exit_code, 0) << from_bin.output.substr(0, 500);
+  ASSERT_EQ(from_hf.exit_code, 0) << from_hf.output.substr(0, 500);
+  const Json json = parse_json(from_hf.output, "output");
+  EXPECT_EQ(json.at("tokens").get<std::vector<int>>(), tokens);
+  EXPECT_EQ(json.at("vocab_size"), config_.vocab_size);
+
+  CpuGpt2<float> gpt2(config_, 1, static_cast<int>(tokens.size()), AttentionKind::kNaive);
+  std::copy(params_.begin(), params_.end(), gpt2.params());
+  gpt2.forward(tokens.data(), nullptr, 1, static_cast<int>(tokens.size()));
+  const std::vector<std::vector<float>> bin_rows = logits_of(from_bin);
+  const std::vector<std::vector<float>> hf_rows = logits_of(from_hf);
+  ASSERT_EQ(hf_rows.size(), tokens.size());
+  EXPECT_EQ(bin_rows, hf_rows);
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    ASSERT_EQ(hf_rows[t].size(), size_t(config_.vocab_size));
+    const float* expected = gpt2.buffer(kBufLogits) + t * config_.padded_vocab_size;
+    EXPECT_TRUE(std::equal(hf_rows[t].begin(), hf_rows[t].end(), expected)) << "position " << t;
+  }
+}
+
+TEST_F(ConvertToolTest, ExitCodesAndMessages) {
+  ASSERT_EQ(run_convert({"--input", bin_, "--output", path("hf")}).exit_code, 0);
+  std::ofstream(path("corrupt.bin"), std::ios::binary) << "not a model";
+  fs::create_directories(path("corrupt_hf"));
+  fs::copy_file(path("hf/config.json"), path("corrupt_hf/config.json"));
+  std::ofstream(path("corrupt_hf/model.safetensors"), std::ios::binary) << "\x08";
+  std::ofstream(path("a_file"), std::ios::binary) << "x";
+  fs::create_directories(path("existing_dir"));
+  const std::string hf = path("hf");
+  std::string sixty_five_tokens = "1";
+  for (int i = 1; i < 65; ++i) sixty_five_tokens += ",1";
+  const struct {
+    std::vector<std::string> args;
+    int exit_code;
+    std::string message;
+  } cases[] = {
+      {{"-h"}, 0, "Usage:"},
+      {{"--help"}, 0, "--print-logits"},
+      {{}, 2, "--input is required"},
+      {{"--input", bin_}, 2, "--output is required"},
+      {{"--input", bin_, "--output", path("x"), "--dtype", "bf16"}, 2,
+       "--dtype bf16: the input is an llm.c file"},
+      {{"--input", hf, "--output", path("x.bin"), "--dtype", "fp16"}, 2,
+       "--dtype must be fp32 or bf16 (got 'fp16')"},
+      {{"--input", bin_, "--output", bin_}, 2, "refusing to overwrite an input"},
+      {{"--input", hf, "--output", hf + "/model.safetensors"}, 2, "refusing to overwrite an input"},
+      {{"--input", hf, "--output", hf + "/../hf/config.json"}, 2, "refusing to overwrite an input"},
+      {{"--input", "hf:" + hf, "--output", hf}, 2, "refusing to overwrite an input"},
+      {{"--input", hf, "--output", "hf:" + path("y")}, 2, "the output is an llm.c model file"},
+      {{"--input", bin_, "--output", path("x"), "--print-logits", "1"}, 2, "not both"},
+      {{"--input", bin_, "--print-logits", "1,x"}, 2, "--print-logits must be comma-separated"},
+      {{"--input", bin_, "--print-logits", "1,,2"}, 2, "--print-logits must be comma-separated"},
+      {{"--input", bin_, "--print-logits", "50257"}, 2, "token 50257 is not below"},
+      {{"--input", bin_, "--print-logits", sixty_five_tokens}, 2,
+       "65 tokens exceed the model's context (64)"},
+      {{"--input", bin_, "--output", path("x"), "--frobnicate"}, 2, "frobnicate"},
+      {{"--input", path("missing.bin"), "--output", path("x")}, 1,
+       path("missing.bin") + ": no such file"},
+      {{"--input", "hf:" + path("missing"), "--output", path("x.bin")}, 1,
+       path("missing") + ": no such directory"},
+      {{"--input", path("existing_dir"), "--output", path("x.bin")}, 1,
+       "a directory without config.json"},
+      {{"--input", path("corrupt.bin"), "--output", path("out_hf")}, 1, path("corrupt.bin") + ": "},
+      {{"--input", path("corrupt_hf"), "--output", path("out.bin")}, 1,
+       path("corrupt_hf/model.safetensors") + ": "},
+      {{"--input", hf, "--output", path("existing_dir")}, 1, "is a directory"},
+      {{"--input", bin_, "--output", path("a_file")}, 1, path("a_file")},
+  };
+  for (const auto& c : cases) {
+    std::string shown;
+    for (const std::string& arg : c.args) shown += " " + arg;
+    const RunResult result = run_convert(c.args);
+    EXPECT_EQ(result.exit_code, c.exit_code) << shown << "\n" << result.output;
+    EXPECT_NE(result.output.find(c.message), std::string::npos)
+        << shown << "\n" << result.output << "\nexpected: " << c.message;
+  }
+  // Nothing was written by the failures: no output, no temporary file.
+  for (const char* name : {"x", "x.bin", "y", "out_hf", "out.bin"})
+    EXPECT_FALSE(fs::exists(path(name))) << name;
+  for (const auto& entry : fs::recursive_directory_iterator(folder_))
+    EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << entry.path();
+  EXPECT_EQ(bytes_of(path("a_file")), "x");
+}
+
+}  // namespace
+}  // namespace gpt2
