@@ -120,32 +120,60 @@ void CpuGpt2<Real>::zero_grad() {
 }
 
 template <typename Real>
+void CpuGpt2<Real>::check_tokens(const int* tokens, size_t n) const {
+  // Token ids index embedding rows: an out-of-range id would read outside wte.
+  const int V = config_.vocab_size;
+  for (size_t i = 0; i < n; ++i)
+    GPT2_CHECK(tokens[i] >= 0 && tokens[i] < V, "input token ", tokens[i], " at ", i, ", V=", V);
+}
+
+template <typename Real>
 Real CpuGpt2<Real>::forward(const int* inputs, const int* targets, int B, int T) {
   GPT2_CHECK(B >= 1 && B <= B_ && T >= 1 && T <= T_, "forward on B=", B, " T=", T,
              " with buffers for B=", B_, " T=", T_);
   const size_t BT = static_cast<size_t>(B) * T;
   const int V = config_.vocab_size;
-  // Token ids index embedding rows: an out-of-range id would read outside wte.
-  for (size_t i = 0; i < BT; ++i) {
-    GPT2_CHECK(inputs[i] >= 0 && inputs[i] < V, "input token ", inputs[i], " at ", i, ", V=", V);
+  check_tokens(inputs, BT);
+  for (size_t i = 0; i < BT; ++i)
     GPT2_CHECK(!targets || (targets[i] >= 0 && targets[i] < V), "target token ", targets[i],
                " at ", i, ", V=", V);
-  }
-  std::copy(inputs, inputs + BT, inputs_.begin());
   // Without targets, class 0 stands in so crossentropy still writes probs.
   if (targets)
     std::copy(targets, targets + BT, targets_.begin());
   else
     std::fill(targets_.begin(), targets_.begin() + BT, 0);
+  gen_length_ = -1;  // the buffers the session's logits lived in are about to change
+  forward_blocks(inputs, B, T, 0, BlockMode::kFull);
   cur_B_ = B;
   cur_T_ = T;
   have_targets_ = targets != nullptr;
 
-  const int C = config_.channels, L = config_.num_layers, NH = config_.num_heads;
-  const int Vp = config_.padded_vocab_size;
-  const size_t Cs = C, att_rows = static_cast<size_t>(B) * NH * T;
+  const int C = config_.channels, L = config_.num_layers, Vp = config_.padded_vocab_size;
+  const Real* last_residual = buf(kBufResidual3) + (L - 1) * BT * C;
+  cpu::layernorm_forward(buf(kBufLnf), buf(kBufLnfMean), buf(kBufLnfRstd), last_residual,
+                         param(kLnfw), param(kLnfb), B, T, C);
+  cpu::matmul_forward(buf(kBufLogits), buf(kBufLnf), param(kWte), static_cast<const Real*>(nullptr),
+                      B, T, C, Vp);
+  cpu::crossentropy_forward(buf(kBufLosses), buf(kBufProbs), buf(kBufLogits), targets_.data(), B,
+                            T, V, Vp);
+  if (!targets) return std::numeric_limits<Real>::quiet_NaN();
+  double sum = 0.0;
+  const Real* losses = buf(kBufLosses);
+  for (size_t i = 0; i < BT; ++i) sum += losses[i];
+  return static_cast<Real>(sum / static_cast<double>(BT));
+}
 
-  cpu::encoder_forward(buf(kBufEncoded), inputs_.data(), param(kWte), param(kWpe), B, T, C);
+template <typename Real>
+void CpuGpt2<Real>::forward_blocks(const int* inputs, int B, int T, int pos, BlockMode mode) {
+  const size_t BT = static_cast<size_t>(B) * T;
+  std::copy(inputs, inputs + BT, inputs_.begin());
+  const int C = config_.channels, L = config_.num_layers, NH = config_.num_heads;
+  const size_t Cs = C, att_rows = static_cast<size_t>(B) * NH * T;
+  const size_t cache_layer = static_cast<size_t>(gen_B_) * gen_max_len_ * Cs;  // (B,NH,max,HS)
+
+  // Rows of wpe from pos on: position pos + t for the t-th token.
+  cpu::encoder_forward(buf(kBufEncoded), inputs_.data(), param(kWte), param(kWpe) + pos * Cs, B,
+                       T, C);
   for (int l = 0; l < L; ++l) {
     const Real* residual = l == 0 ? buf(kBufEncoded) : buf(kBufResidual3) + (l - 1) * BT * Cs;
     Real* ln1 = buf(kBufLn1) + l * BT * Cs;
@@ -167,7 +195,15 @@ Real CpuGpt2<Real>::forward(const int* inputs, const int* targets, int B, int T)
                            param(kLn1b) + l * Cs, B, T, C);
     cpu::matmul_forward(qkv, ln1, param(kQkvw) + l * 3 * Cs * Cs, param(kQkvb) + l * 3 * Cs, B,
                         T, C, 3 * C);
-    if (attention_ == AttentionKind::kNaive)
+    if (mode != BlockMode::kFull)
+      cpu::attention_kv_cache_write(k_cache_.data() + l * cache_layer,
+                                    v_cache_.data() + l * cache_layer, qkv, B, T, C, NH, pos,
+                                    gen_max_len_);
+    if (mode == BlockMode::kDecode)
+      cpu::attention_decode_forward(atty, qkv, k_cache_.data() + l * cache_layer,
+                                    v_cache_.data() + l * cache_layer, B, C, NH, pos + 1,
+                                    gen_max_len_);
+    else if (attention_ == AttentionKind::kNaive)
       cpu::attention_naive_forward(atty, buf(kBufAttProbs) + l * att_rows * T, qkv, B, T, C, NH);
     else
       cpu::attention_flash_forward(atty, buf(kBufAttLse) + l * att_rows, qkv, B, T, C, NH,
@@ -184,18 +220,62 @@ Real CpuGpt2<Real>::forward(const int* inputs, const int* targets, int B, int T)
                         param(kFcprojb) + l * Cs, B, T, 4 * C, C);
     cpu::residual_forward(residual3, residual2, fcproj, static_cast<int64_t>(BT * Cs));
   }
-  const Real* last_residual = buf(kBufResidual3) + (L - 1) * BT * Cs;
-  cpu::layernorm_forward(buf(kBufLnf), buf(kBufLnfMean), buf(kBufLnfRstd), last_residual,
-                         param(kLnfw), param(kLnfb), B, T, C);
+}
+
+template <typename Real>
+void CpuGpt2<Real>::last_position_logits(int B, int T) {
+  const size_t C = config_.channels, BT = static_cast<size_t>(B) * T;
+  const Real* last_residual = buf(kBufResidual3) + (config_.num_layers - 1) * BT * C;
+  // lnf of row (b, T-1) into row b of lnf: the rows are independent, so this equals the full
+  // forward's lnf at those rows; then the classifier on the (B,1) rows only.
+  for (size_t b = 0; b < static_cast<size_t>(B); ++b)
+    cpu::layernorm_forward(buf(kBufLnf) + b * C, buf(kBufLnfMean) + b, buf(kBufLnfRstd) + b,
+                           last_residual + (b * T + T - 1) * C, param(kLnfw), param(kLnfb), 1, 1,
+                           config_.channels);
   cpu::matmul_forward(buf(kBufLogits), buf(kBufLnf), param(kWte), static_cast<const Real*>(nullptr),
-                      B, T, C, Vp);
-  cpu::crossentropy_forward(buf(kBufLosses), buf(kBufProbs), buf(kBufLogits), targets_.data(), B,
-                            T, V, Vp);
-  if (!targets) return std::numeric_limits<Real>::quiet_NaN();
-  double sum = 0.0;
-  const Real* losses = buf(kBufLosses);
-  for (size_t i = 0; i < BT; ++i) sum += losses[i];
-  return static_cast<Real>(sum / static_cast<double>(BT));
+                      B, 1, config_.channels, config_.padded_vocab_size);
+}
+
+template <typename Real>
+void CpuGpt2<Real>::start_generation(int B, int max_len) {
+  GPT2_CHECK(B >= 1 && B <= B_, "generation batch ", B, " with buffers for B=", B_);
+  GPT2_CHECK(max_len >= 1 && max_len <= T_, "generation max_len ", max_len,
+             " with buffers for T=", T_);
+  const size_t elements = static_cast<size_t>(config_.num_layers) * B * max_len * config_.channels;
+  allocate(k_cache_, elements, "key cache (L,B,NH,max_len,HS)");
+  allocate(v_cache_, elements, "value cache (L,B,NH,max_len,HS)");
+  gen_B_ = B;
+  gen_max_len_ = max_len;
+  gen_length_ = 0;
+  have_targets_ = false;  // the session overwrites the activations a backward would need
+}
+
+template <typename Real>
+const Real* CpuGpt2<Real>::prefill(const int* tokens, int length) {
+  GPT2_CHECK(gen_length_ >= 0, "prefill without a generation session (start_generation)");
+  GPT2_CHECK(length >= 1 && length <= gen_max_len_, "prefill of ", length,
+             " tokens in a session of max_len ", gen_max_len_);
+  check_tokens(tokens, static_cast<size_t>(gen_B_) * length);
+  gen_length_ = -1;  // no valid session should this throw half way
+  forward_blocks(tokens, gen_B_, length, 0, BlockMode::kPrefill);
+  last_position_logits(gen_B_, length);
+  gen_length_ = length;
+  return buf(kBufLogits);
+}
+
+template <typename Real>
+const Real* CpuGpt2<Real>::decode_step(const int* tokens) {
+  GPT2_CHECK(gen_length_ >= 1, gen_length_ < 0 ? "decode_step without a generation session"
+                                               : "decode_step before prefill");
+  GPT2_CHECK(gen_length_ < gen_max_len_, "decode_step past max_len: the sequences hold ",
+             gen_length_, " of ", gen_max_len_, " tokens");
+  check_tokens(tokens, static_cast<size_t>(gen_B_));
+  const int pos = gen_length_;
+  gen_length_ = -1;
+  forward_blocks(tokens, gen_B_, 1, pos, BlockMode::kDecode);
+  last_position_logits(gen_B_, 1);
+  gen_length_ = pos + 1;
+  return buf(kBufLogits);
 }
 
 template <typename Real>
@@ -359,14 +439,31 @@ float CpuModel::evaluate(const int* inputs, const int* targets) {
   return gpt2_->forward(inputs, targets);
 }
 
-void CpuModel::next_token_probs(const int* tokens, int length, float* probs) {
-  GPT2_CHECK(length >= 1 && length <= options_.seq_len, "length ", length, ", T ",
-             options_.seq_len);
-  gpt2_->forward(tokens, nullptr, 1, length);
-  const size_t Vp = options_.config.padded_vocab_size;
-  const float* last = gpt2_->buffer(kBufProbs) + static_cast<size_t>(length - 1) * Vp;
-  std::copy(last, last + options_.config.vocab_size, probs);
+void CpuModel::start_generation(int batch, int max_len) {
+  gpt2_->start_generation(batch, max_len);
 }
+
+namespace {
+// (B,Vp) rows -> (B,V): the padding columns dropped.
+void copy_logits(float* out, const float* logits, int B, int V, int Vp) {
+  for (size_t b = 0; b < static_cast<size_t>(B); ++b)
+    std::copy(logits + b * Vp, logits + b * Vp + V, out + b * V);
+}
+}  // namespace
+
+void CpuModel::prefill(const int* prompts, int length, float* logits) {
+  const float* rows = gpt2_->prefill(prompts, length);
+  copy_logits(logits, rows, gpt2_->generation_batch_size(), options_.config.vocab_size,
+              options_.config.padded_vocab_size);
+}
+
+void CpuModel::decode_step(const int* next_tokens, float* logits) {
+  const float* rows = gpt2_->decode_step(next_tokens);
+  copy_logits(logits, rows, gpt2_->generation_batch_size(), options_.config.vocab_size,
+              options_.config.padded_vocab_size);
+}
+
+int CpuModel::generation_length() const { return gpt2_->generation_length(); }
 
 float CpuModel::grad_norm() {
   return static_cast<float>(std::sqrt(cpu::global_norm_squared(
