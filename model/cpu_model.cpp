@@ -8,6 +8,9 @@
  * residual-stream gradient in one buffer (kBufDResidual): it is zeroed once, receives
  * lnf's gradient, and every block then reads it as the gradient of its output and has its
  * two LayerNorms add the block input's gradient back into it. All sizes are size_t.
+ * Training, prefill and decode share forward_blocks(): the same ops, with the attention step
+ * full (training), full plus the key/value cache write (prefill) or one position over the cache
+ * (decode, on the (B,1) slices of the same buffers, the position embedding read from row pos).
  */
 #include "model/cpu_model.h"
 
@@ -34,7 +37,7 @@
 namespace gpt2 {
 
 std::vector<CpuBufferSpec> cpu_buffer_specs(const ModelConfig& config, int B_in, int T_in,
-                                            AttentionKind attention) {
+                                            AttentionKind attention, bool training) {
   const size_t B = B_in, T = T_in, C = config.channels, L = config.num_layers;
   const size_t NH = config.num_heads, Vp = config.padded_vocab_size;
   const size_t BT = B * T;
@@ -77,6 +80,8 @@ std::vector<CpuBufferSpec> cpu_buffer_specs(const ModelConfig& config, int B_in,
   set(kBufDAtty, "workspace", "datty (B,T,C)", BT * C);
   set(kBufDQkv, "workspace", "dqkv (B,T,3C)", BT * 3 * C);
   set(kBufDLn1, "workspace", "dln1 (B,T,C)", BT * C);
+  if (!training)
+    for (int id = kBufDLosses; id < kNumCpuBuffers; ++id) specs[id].elements = 0;
   return specs;
 }
 
@@ -97,7 +102,7 @@ void allocate(std::vector<T>& buffer, size_t elements, const std::string& name) 
 
 template <typename Real>
 CpuGpt2<Real>::CpuGpt2(const ModelConfig& config, int B, int T, AttentionKind attention,
-                       cpu::FlashBlocks blocks)
+                       cpu::FlashBlocks blocks, bool training)
     : config_(config), B_(B), T_(T), attention_(attention), blocks_(blocks) {
   validate_config(config_);
   GPT2_CHECK(B >= 1 && T >= 1 && T <= config_.max_seq_len, "B=", B, " T=", T,
@@ -105,8 +110,8 @@ CpuGpt2<Real>::CpuGpt2(const ModelConfig& config, int B, int T, AttentionKind at
   GPT2_CHECK(blocks.block_q >= 1 && blocks.block_k >= 1);
   layout_ = ParameterLayout::for_config(config_);
   allocate(params_, layout_.total, "parameters");
-  allocate(grads_, layout_.total, "gradients");
-  const std::vector<CpuBufferSpec> specs = cpu_buffer_specs(config_, B, T, attention);
+  if (training) allocate(grads_, layout_.total, "gradients");
+  const std::vector<CpuBufferSpec> specs = cpu_buffer_specs(config_, B, T, attention, training);
   buffers_.resize(kNumCpuBuffers);
   for (int id = 0; id < kNumCpuBuffers; ++id) allocate(buffers_[id], specs[id].elements, specs[id].name);
   const size_t BT = static_cast<size_t>(B) * T;
@@ -280,6 +285,7 @@ const Real* CpuGpt2<Real>::decode_step(const int* tokens) {
 
 template <typename Real>
 void CpuGpt2<Real>::backward(Real loss_scale) {
+  GPT2_CHECK(training(), "backward on a model built without training (no gradients)");
   GPT2_CHECK(have_targets_, "backward needs a forward with targets");
   const int B = cur_B_, T = cur_T_;
   const size_t BT = static_cast<size_t>(B) * T;
@@ -362,11 +368,13 @@ MemoryPlan plan_cpu_model_memory(const ModelOptions& options) {
   const size_t param_bytes = ParameterLayout::for_config(config).total * sizeof(float);
   MemoryPlan plan;
   plan.add("parameters", "parameters (fp32)", param_bytes);
-  plan.add("gradients", "gradients (fp32)", param_bytes);
-  plan.add("optimizer", "AdamW m (fp32)", param_bytes);
-  plan.add("optimizer", "AdamW v (fp32)", param_bytes);
-  for (const CpuBufferSpec& spec :
-       cpu_buffer_specs(config, options.batch_size, options.seq_len, options.attention))
+  if (options.training) {
+    plan.add("gradients", "gradients (fp32)", param_bytes);
+    plan.add("optimizer", "AdamW m (fp32)", param_bytes);
+    plan.add("optimizer", "AdamW v (fp32)", param_bytes);
+  }
+  for (const CpuBufferSpec& spec : cpu_buffer_specs(config, options.batch_size, options.seq_len,
+                                                    options.attention, options.training))
     if (spec.elements > 0) plan.add(spec.group, spec.name, spec.elements * sizeof(float));
   const size_t tokens = static_cast<size_t>(options.batch_size) * options.seq_len;
   plan.add("workspace", "inputs and targets (2,B,T) int32", 2 * tokens * sizeof(int));
@@ -407,9 +415,18 @@ CpuModel::CpuModel(const ModelOptions& options)
     : options_(options), plan_(plan_cpu_model_memory(options)) {
   check_memory_fits(plan_, available_host_memory_bytes(), "MemAvailable in /proc/meminfo");
   gpt2_ = std::make_unique<CpuGpt2<float>>(options.config, options.batch_size, options.seq_len,
-                                           options.attention);
-  allocate(adam_m_, gpt2_->num_parameters(), "AdamW m");
-  allocate(adam_v_, gpt2_->num_parameters(), "AdamW v");
+                                           options.attention, cpu::FlashBlocks{},
+                                           options.training);
+  if (options.training) {
+    allocate(adam_m_, gpt2_->num_parameters(), "AdamW m");
+    allocate(adam_v_, gpt2_->num_parameters(), "AdamW v");
+  }
+}
+
+void CpuModel::check_training(const char* call) const {
+  if (!options_.training)
+    GPT2_FAIL(call, " on an inference-only model (built with training off: no gradients or "
+              "optimizer state)");
 }
 
 std::string CpuModel::device_name() const {
@@ -428,6 +445,7 @@ void CpuModel::get_parameters(float* params) const {
 void CpuModel::zero_grad() { gpt2_->zero_grad(); }
 
 float CpuModel::forward_backward(const int* inputs, const int* targets, float loss_scale) {
+  check_training("forward_backward");
   GPT2_CHECK(targets != nullptr);
   const float loss = gpt2_->forward(inputs, targets);
   gpt2_->backward(loss_scale);
@@ -466,11 +484,13 @@ void CpuModel::decode_step(const int* next_tokens, float* logits) {
 int CpuModel::generation_length() const { return gpt2_->generation_length(); }
 
 float CpuModel::grad_norm() {
+  check_training("grad_norm");
   return static_cast<float>(std::sqrt(cpu::global_norm_squared(
       gpt2_->grads(), static_cast<int64_t>(gpt2_->num_parameters()))));
 }
 
 void CpuModel::adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_scale) {
+  check_training("adamw_step");
   GPT2_CHECK(step >= 1, "AdamW steps are 1-based (got ", step, ")");
   const ParameterLayout& layout = gpt2_->layout();
   for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
@@ -484,11 +504,13 @@ void CpuModel::adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_sca
 }
 
 void CpuModel::get_optimizer_state(float* m, float* v) const {
+  check_training("get_optimizer_state");
   std::copy(adam_m_.begin(), adam_m_.end(), m);
   std::copy(adam_v_.begin(), adam_v_.end(), v);
 }
 
 void CpuModel::set_optimizer_state(const float* m, const float* v) {
+  check_training("set_optimizer_state");
   std::copy(m, m + adam_m_.size(), adam_m_.begin());
   std::copy(v, v + adam_v_.size(), adam_v_.begin());
 }

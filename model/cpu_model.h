@@ -50,15 +50,17 @@ struct CpuBufferSpec {
 };
 
 /// kNumCpuBuffers specs indexed by CpuBuffer; the attention buffer of the other kind (probs
-/// for flash, lse for naive) has 0 elements.
+/// for flash, lse for naive) has 0 elements, and so has the backward workspace (kBufDLosses
+/// on) without training.
 std::vector<CpuBufferSpec> cpu_buffer_specs(const ModelConfig& config, int B, int T,
-                                            AttentionKind attention);
+                                            AttentionKind attention, bool training = true);
 
 template <typename Real>
 class CpuGpt2 {
  public:
+  /// training false: no gradients and no backward workspace (backward throws).
   CpuGpt2(const ModelConfig& config, int B, int T, AttentionKind attention,
-          cpu::FlashBlocks blocks = {});
+          cpu::FlashBlocks blocks = {}, bool training = true);
 
   const ModelConfig& config() const { return config_; }
   const ParameterLayout& layout() const { return layout_; }
@@ -66,7 +68,10 @@ class CpuGpt2 {
   int seq_len() const { return T_; }
   AttentionKind attention() const { return attention_; }
 
-  /// Flat buffers of layout().total elements in ParameterLayout order.
+  bool training() const { return !grads_.empty(); }
+
+  /// Flat buffers of layout().total elements in ParameterLayout order (grads: empty without
+  /// training).
   Real* params() { return params_.data(); }
   const Real* params() const { return params_.data(); }
   Real* grads() { return grads_.data(); }
@@ -181,6 +186,8 @@ class CpuModel final : public Model {
  private:
   ModelOptions options_;
   MemoryPlan plan_;
+  void check_training(const char* call) const;
+
   std::unique_ptr<CpuGpt2<float>> gpt2_;
   std::vector<float> adam_m_, adam_v_;
 };

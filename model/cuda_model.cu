@@ -145,6 +145,14 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   set(kNormResult, "workspace", "gradient-norm result fp64", sizeof(double));
   set(kInputs, "workspace", "inputs (B,T) int32", BT * sizeof(int));
   set(kTargets, "workspace", "targets (B,T) int32", BT * sizeof(int));
+  if (!options.training) {
+    // Inference only: nothing a backward or an optimizer step would use. (The bf16 master
+    // copy stays: set_parameters stages the fp32 parameters in it.)
+    for (GpuBuffer id : {kGrads, kAdamM, kAdamV, kDLosses, kDLnf, kDResidual, kDFchGelu, kDFch,
+                         kDLn2, kDAtty, kDQkv, kDLn1, kMatmulScratch, kLayernormScratch,
+                         kEncoderScratch, kNormPartials, kNormResult})
+      s[id].bytes = 0;
+  }
   return s;
 }
 
@@ -242,6 +250,8 @@ class CudaModel final : public CudaModelBase {
   T_* grad(int tensor) const { return buf<T_>(kGrads) + layout_.offsets[tensor]; }
 
   void allocate_all(const std::vector<GpuBufferSpec>& specs);
+  /// Throws gpt2::Error for a training call on an inference-only model.
+  void check_training(const char* call) const;
   void upload_tokens(const int* inputs, const int* targets, int B, int T);
   void forward(int B, int T, bool with_loss);
   /// The generation step without a cache: a full forward over gen_tokens_ (gen_B_, gen_length_)
@@ -280,9 +290,9 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
   ctx_ = std::make_unique<gpu::Context>();
   allocate_all(gpu_buffer_specs(options));
   inputs_host_.assign(static_cast<size_t>(options.batch_size) * options.seq_len, 0);
-  GPT2_CUDA_CHECK(cudaMemsetAsync(buffers_[kGrads], 0, plan_.items[kGrads].bytes, ctx_->stream()));
-  GPT2_CUDA_CHECK(cudaMemsetAsync(buffers_[kAdamM], 0, plan_.items[kAdamM].bytes, ctx_->stream()));
-  GPT2_CUDA_CHECK(cudaMemsetAsync(buffers_[kAdamV], 0, plan_.items[kAdamV].bytes, ctx_->stream()));
+  for (GpuBuffer id : {kGrads, kAdamM, kAdamV})
+    if (buffers_[id] != nullptr)  // absent in an inference-only model
+      GPT2_CUDA_CHECK(cudaMemsetAsync(buffers_[id], 0, plan_.items[id].bytes, ctx_->stream()));
   ctx_->synchronize();
   sample_memory();
 }
@@ -347,6 +357,13 @@ void CudaModel<T_>::allocate_all(const std::vector<GpuBufferSpec>& specs) {
 }
 
 template <typename T_>
+void CudaModel<T_>::check_training(const char* call) const {
+  if (!options_.training)
+    GPT2_FAIL(call, " on an inference-only model (built with training off: no gradients or "
+              "optimizer state)");
+}
+
+template <typename T_>
 void CudaModel<T_>::sample_memory() {
   size_t free_bytes = 0, total_bytes = 0;
   GPT2_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -376,6 +393,7 @@ void CudaModel<T_>::get_parameters(float* params) const {
 
 template <typename T_>
 void CudaModel<T_>::get_gradients(float* grads) const {
+  check_training("get_gradients");
   const size_t n = layout_.total;
   std::vector<T_> host(n);
   ctx_->synchronize();
@@ -393,6 +411,7 @@ void CudaModel<T_>::get_losses(float* losses) const {
 
 template <typename T_>
 void CudaModel<T_>::get_residual_gradient(float* dresidual) const {
+  check_training("get_residual_gradient");
   const size_t n = static_cast<size_t>(cur_B_) * cur_T_ * config_.channels;
   std::vector<T_> host(n);
   ctx_->synchronize();
@@ -403,6 +422,7 @@ void CudaModel<T_>::get_residual_gradient(float* dresidual) const {
 
 template <typename T_>
 void CudaModel<T_>::zero_grad() {
+  if (buffers_[kGrads] == nullptr) return;  // inference only: no gradients to zero
   GPT2_CUDA_CHECK(cudaMemsetAsync(buffers_[kGrads], 0, plan_.items[kGrads].bytes, ctx_->stream()));
 }
 
@@ -565,6 +585,7 @@ float CudaModel<T_>::mean_loss(int B, int T) const {
 
 template <typename T_>
 float CudaModel<T_>::forward_backward(const int* inputs, const int* targets, float loss_scale) {
+  check_training("forward_backward");
   GPT2_CHECK(targets != nullptr);
   const int B = options_.batch_size, T = options_.seq_len;
   gen_length_ = -1;  // ends a generation session (model.h)
@@ -654,6 +675,7 @@ void CudaModel<T_>::generation_forward(float* logits) {
 
 template <typename T_>
 float CudaModel<T_>::grad_norm() {
+  check_training("grad_norm");
   const double squared = gpu::global_norm_squared_to_host(
       buf<T_>(kGrads), static_cast<int64_t>(layout_.total), buf<float>(kNormPartials),
       buf<double>(kNormResult), ctx_->stream());
@@ -662,6 +684,7 @@ float CudaModel<T_>::grad_norm() {
 
 template <typename T_>
 void CudaModel<T_>::adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_scale) {
+  check_training("adamw_step");
   GPT2_CHECK(step >= 1, "AdamW steps are 1-based (got ", step, ")");
   for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
     cpu::AdamWHyper tensor_hyper = hyper;
@@ -679,6 +702,7 @@ void CudaModel<T_>::adamw_step(const cpu::AdamWHyper& hyper, int step, float gra
 
 template <typename T_>
 void CudaModel<T_>::get_optimizer_state(float* m, float* v) const {
+  check_training("get_optimizer_state");
   const size_t bytes = layout_.total * sizeof(float);
   ctx_->synchronize();
   GPT2_CUDA_CHECK(cudaMemcpy(m, buffers_[kAdamM], bytes, cudaMemcpyDeviceToHost));
@@ -687,6 +711,7 @@ void CudaModel<T_>::get_optimizer_state(float* m, float* v) const {
 
 template <typename T_>
 void CudaModel<T_>::set_optimizer_state(const float* m, const float* v) {
+  check_training("set_optimizer_state");
   const size_t bytes = layout_.total * sizeof(float);
   ctx_->synchronize();
   GPT2_CUDA_CHECK(cudaMemcpy(buffers_[kAdamM], m, bytes, cudaMemcpyHostToDevice));

@@ -36,6 +36,10 @@ struct ModelOptions {
   Precision precision = Precision::kFp32;
   FlashKernelChoice flash_kernel = FlashKernelChoice::kAuto;  // GPU only
   bool deterministic_attention = false;  // GPU flash backward bit-identical run to run (slower)
+  /// false: inference only (generation, evaluate): no gradients, no AdamW moments and no
+  /// backward workspace are planned or allocated; forward_backward, grad_norm, adamw_step and
+  /// the optimizer-state calls throw gpt2::Error, zero_grad does nothing.
+  bool training = true;
 };
 
 class Model {

@@ -178,7 +178,8 @@ int run(const GenerateOptions& opts) {
     device = probe_devices().cuda ? DeviceKind::kCuda : DeviceKind::kCpu;
   }
   const bool on_cuda = device == DeviceKind::kCuda;
-  const Precision precision = opts.precision.value_or(on_cuda ? Precision::kBf16 : Precision::kFp32);
+  const Precision precision =
+      opts.precision.value_or(on_cuda ? Precision::kBf16 : Precision::kFp32);
   if (!on_cuda && precision == Precision::kBf16)
     GPT2_USAGE_FAIL("--precision bf16 needs --device cuda (the CPU backend is fp32 only)");
 
@@ -207,6 +208,7 @@ int run(const GenerateOptions& opts) {
   model_options.batch_size = opts.num_samples;
   model_options.seq_len = static_cast<int>(P + opts.max_new_tokens - 1);
   model_options.precision = precision;
+  model_options.training = false;  // no gradients, AdamW moments or backward workspace
   std::unique_ptr<Model> model =
       on_cuda ? make_cuda_model(model_options) : make_cpu_model(model_options);
   model->set_parameters(weights.params.data());

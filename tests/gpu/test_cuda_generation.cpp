@@ -5,7 +5,9 @@
 // same greedy tokens and logits within fp32 summation-order error. A small model (L=2, C=128,
 // NH=2, HS=64, V=250 padded to 256), two sequences with different prompts driven through
 // start_generation / prefill / decode_step, then generate() with greedy sampling; both
-// attention kinds. Skips without a GPU.
+// attention kinds. An inference-only CUDA model (ModelOptions::training false, as
+// gpt2-generate builds) plans no gradients or optimizer state, gives the same logits as a
+// training one in fp32 and bf16, and refuses the training calls. Skips without a GPU.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -93,6 +95,45 @@ TEST(CudaGeneration, GreedyTokensAndLogitsEqualTheCpuModelInFp32) {
     std::vector<Rng> gpu_rngs = sequence_rngs(1, kBatch), cpu_rngs = sequence_rngs(1, kBatch);
     EXPECT_EQ(generate(*gpu, prompt, generation, gpu_rngs),
               generate(*cpu, prompt, generation, cpu_rngs));
+  }
+}
+
+TEST(CudaGeneration, InferenceOnlyModelMatchesATrainingModel) {
+  GPT2_REQUIRE_GPU();
+  const ModelConfig config = generation_config();
+  const int V = config.vocab_size;
+  std::vector<float> params(ParameterLayout::for_config(config).total);
+  init_parameters(params.data(), config, 23);
+  const std::vector<int> prompts = random_ints(2 * 7, V, 24);
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    SCOPED_TRACE(to_string(precision));
+    ModelOptions options{config, 2, 16, AttentionKind::kFlash, precision};
+    const MemoryPlan training_plan = plan_model_memory(options, DeviceKind::kCuda);
+    std::unique_ptr<Model> trainable = make_cuda_model(options);
+    options.training = false;
+    const MemoryPlan inference_plan = plan_model_memory(options, DeviceKind::kCuda);
+    std::unique_ptr<Model> inference = make_cuda_model(options);
+    for (const MemoryItem& item : inference_plan.items)
+      if (item.group == "gradients" || item.group == "optimizer")
+        EXPECT_EQ(item.bytes, 0u) << item.name;
+    EXPECT_LT(inference_plan.total(), training_plan.total());
+
+    std::vector<float> a(2 * V), b(2 * V);
+    for (Model* model : {inference.get(), trainable.get()}) {
+      model->set_parameters(params.data());
+      model->start_generation(2, 16);
+    }
+    inference->prefill(prompts.data(), 7, a.data());
+    trainable->prefill(prompts.data(), 7, b.data());
+    EXPECT_EQ(a, b);
+    const std::vector<int> next = {3, 4};
+    inference->decode_step(next.data(), a.data());
+    trainable->decode_step(next.data(), b.data());
+    EXPECT_EQ(a, b);
+    inference->zero_grad();
+    EXPECT_THROW(inference->forward_backward(prompts.data(), prompts.data(), 1.0f), Error);
+    EXPECT_THROW(inference->grad_norm(), Error);
+    EXPECT_THROW(inference->adamw_step(cpu::AdamWHyper{}, 1, 1.0f), Error);
   }
 }
 

@@ -13,11 +13,15 @@
  * - The contract: limits (batch, max_len, past max_len, bad tokens, no session) throw;
  *   gradients, parameters and the optimizer state are untouched; forward_backward / evaluate
  *   end the session; training after generation is unchanged.
+ * - An inference-only model (ModelOptions::training false) plans and allocates no gradients,
+ *   AdamW moments or backward workspace, generates and evaluates exactly as a training model,
+ *   and refuses the training calls.
  */
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -27,6 +31,7 @@
 #include "model/cpu_model.h"
 #include "model/model.h"
 #include "model/parameters.h"
+#include "tests/kernels/kernel_test_utils.h"
 
 namespace gpt2 {
 namespace {
@@ -154,6 +159,10 @@ TEST(CpuGeneration, DecodeMatchesTheFullForwardAtEveryPosition) {
 
 // Greedy decoding that recomputes: a full forward over the whole sequence at every step.
 TEST(CpuGeneration, GreedyWithTheCacheEqualsGreedyRecomputingTheFullContext) {
+  // One thread: 64 full forwards are many small parallel regions, which on a shared 2-core
+  // machine cost far more than they save; the ops' results do not depend on the thread count
+  // (tested with the kernels).
+  test::ScopedThreadCount one_thread(1);
   const ModelConfig config = d2_like_config();
   const ParameterLayout layout = ParameterLayout::for_config(config);
   std::vector<float> params(layout.total);
@@ -305,6 +314,49 @@ TEST(CpuGeneration, LeavesTrainingStateAloneAndTrainingEndsTheSession) {
   b->prefill(inputs.data(), 2, logits.data());
   b->evaluate(inputs.data(), targets.data());
   EXPECT_EQ(b->generation_length(), -1);
+}
+
+TEST(CpuGeneration, InferenceOnlyModelGeneratesTheSameWithoutTrainingMemory) {
+  ModelOptions options = contract_options();
+  const MemoryPlan training_plan = plan_model_memory(options, DeviceKind::kCpu);
+  options.training = false;
+  const MemoryPlan inference_plan = plan_model_memory(options, DeviceKind::kCpu);
+  const size_t param_bytes = ParameterLayout::for_config(options.config).total * sizeof(float);
+  for (const MemoryItem& item : inference_plan.items) {
+    EXPECT_NE(item.group, "gradients") << item.name;
+    EXPECT_NE(item.group, "optimizer") << item.name;
+    EXPECT_EQ(item.name.find("dlogits"), std::string::npos) << item.name;
+  }
+  EXPECT_LT(inference_plan.total() + 3 * param_bytes, training_plan.total());
+
+  const std::vector<float> params = wide_random_parameters(options.config, 12);
+  std::unique_ptr<Model> inference = make_cpu_model(options);
+  options.training = true;
+  std::unique_ptr<Model> trainable = make_cpu_model(options);
+  const int V = options.config.vocab_size, B = 3, T = 12;
+  const std::vector<int> tokens = random_tokens(B * T, V, 13);
+  std::vector<float> a(B * V), b(B * V);
+  for (Model* model : {inference.get(), trainable.get()}) {
+    model->set_parameters(params.data());
+    model->start_generation(B, T);
+  }
+  inference->prefill(tokens.data(), 5, a.data());
+  trainable->prefill(tokens.data(), 5, b.data());
+  EXPECT_EQ(a, b);
+  inference->decode_step(tokens.data(), a.data());
+  trainable->decode_step(tokens.data(), b.data());
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(inference->evaluate(tokens.data(), tokens.data()),
+            trainable->evaluate(tokens.data(), tokens.data()));
+
+  inference->zero_grad();  // nothing to zero: allowed
+  EXPECT_THROW(inference->forward_backward(tokens.data(), tokens.data(), 1.0f), Error);
+  EXPECT_THROW(inference->grad_norm(), Error);
+  EXPECT_THROW(inference->adamw_step(cpu::AdamWHyper{}, 1, 1.0f), Error);
+  std::vector<float> m(ParameterLayout::for_config(options.config).total), v(m.size());
+  EXPECT_THROW(inference->get_optimizer_state(m.data(), v.data()), Error);
+  EXPECT_THROW(inference->set_optimizer_state(m.data(), v.data()), Error);
+  EXPECT_FALSE(static_cast<CpuModel&>(*inference).gpt2().training());
 }
 
 }  // namespace
