@@ -113,9 +113,11 @@ TEST(CudaGeneration, InferenceOnlyModelMatchesATrainingModel) {
     options.training = false;
     const MemoryPlan inference_plan = plan_model_memory(options, DeviceKind::kCuda);
     std::unique_ptr<Model> inference = make_cuda_model(options);
-    for (const MemoryItem& item : inference_plan.items)
-      if (item.group == "gradients" || item.group == "optimizer")
+    for (const MemoryItem& item : inference_plan.items) {
+      if (item.group == "gradients" || item.group == "optimizer") {
         EXPECT_EQ(item.bytes, 0u) << item.name;
+      }
+    }
     EXPECT_LT(inference_plan.total(), training_plan.total());
 
     std::vector<float> a(2 * V), b(2 * V);
