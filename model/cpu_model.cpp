@@ -8,6 +8,9 @@
  * residual-stream gradient in one buffer (kBufDResidual): it is zeroed once, receives
  * lnf's gradient, and every block then reads it as the gradient of its output and has its
  * two LayerNorms add the block input's gradient back into it. All sizes are size_t.
+ * Training, prefill and decode share forward_blocks(): the same ops, with the attention step
+ * full (training), full plus the key/value cache write (prefill) or one position over the cache
+ * (decode, on the (B,1) slices of the same buffers, the position embedding read from row pos).
  */
 #include "model/cpu_model.h"
 
@@ -34,7 +37,7 @@
 namespace gpt2 {
 
 std::vector<CpuBufferSpec> cpu_buffer_specs(const ModelConfig& config, int B_in, int T_in,
-                                            AttentionKind attention) {
+                                            AttentionKind attention, bool training) {
   const size_t B = B_in, T = T_in, C = config.channels, L = config.num_layers;
   const size_t NH = config.num_heads, Vp = config.padded_vocab_size;
   const size_t BT = B * T;
@@ -77,6 +80,8 @@ std::vector<CpuBufferSpec> cpu_buffer_specs(const ModelConfig& config, int B_in,
   set(kBufDAtty, "workspace", "datty (B,T,C)", BT * C);
   set(kBufDQkv, "workspace", "dqkv (B,T,3C)", BT * 3 * C);
   set(kBufDLn1, "workspace", "dln1 (B,T,C)", BT * C);
+  if (!training)
+    for (int id = kBufDLosses; id < kNumCpuBuffers; ++id) specs[id].elements = 0;
   return specs;
 }
 
@@ -97,7 +102,7 @@ void allocate(std::vector<T>& buffer, size_t elements, const std::string& name) 
 
 template <typename Real>
 CpuGpt2<Real>::CpuGpt2(const ModelConfig& config, int B, int T, AttentionKind attention,
-                       cpu::FlashBlocks blocks)
+                       cpu::FlashBlocks blocks, bool training)
     : config_(config), B_(B), T_(T), attention_(attention), blocks_(blocks) {
   validate_config(config_);
   GPT2_CHECK(B >= 1 && T >= 1 && T <= config_.max_seq_len, "B=", B, " T=", T,
@@ -105,8 +110,8 @@ CpuGpt2<Real>::CpuGpt2(const ModelConfig& config, int B, int T, AttentionKind at
   GPT2_CHECK(blocks.block_q >= 1 && blocks.block_k >= 1);
   layout_ = ParameterLayout::for_config(config_);
   allocate(params_, layout_.total, "parameters");
-  allocate(grads_, layout_.total, "gradients");
-  const std::vector<CpuBufferSpec> specs = cpu_buffer_specs(config_, B, T, attention);
+  if (training) allocate(grads_, layout_.total, "gradients");
+  const std::vector<CpuBufferSpec> specs = cpu_buffer_specs(config_, B, T, attention, training);
   buffers_.resize(kNumCpuBuffers);
   for (int id = 0; id < kNumCpuBuffers; ++id) allocate(buffers_[id], specs[id].elements, specs[id].name);
   const size_t BT = static_cast<size_t>(B) * T;
@@ -120,32 +125,60 @@ void CpuGpt2<Real>::zero_grad() {
 }
 
 template <typename Real>
+void CpuGpt2<Real>::check_tokens(const int* tokens, size_t n) const {
+  // Token ids index embedding rows: an out-of-range id would read outside wte.
+  const int V = config_.vocab_size;
+  for (size_t i = 0; i < n; ++i)
+    GPT2_CHECK(tokens[i] >= 0 && tokens[i] < V, "input token ", tokens[i], " at ", i, ", V=", V);
+}
+
+template <typename Real>
 Real CpuGpt2<Real>::forward(const int* inputs, const int* targets, int B, int T) {
   GPT2_CHECK(B >= 1 && B <= B_ && T >= 1 && T <= T_, "forward on B=", B, " T=", T,
              " with buffers for B=", B_, " T=", T_);
   const size_t BT = static_cast<size_t>(B) * T;
   const int V = config_.vocab_size;
-  // Token ids index embedding rows: an out-of-range id would read outside wte.
-  for (size_t i = 0; i < BT; ++i) {
-    GPT2_CHECK(inputs[i] >= 0 && inputs[i] < V, "input token ", inputs[i], " at ", i, ", V=", V);
+  check_tokens(inputs, BT);
+  for (size_t i = 0; i < BT; ++i)
     GPT2_CHECK(!targets || (targets[i] >= 0 && targets[i] < V), "target token ", targets[i],
                " at ", i, ", V=", V);
-  }
-  std::copy(inputs, inputs + BT, inputs_.begin());
   // Without targets, class 0 stands in so crossentropy still writes probs.
   if (targets)
     std::copy(targets, targets + BT, targets_.begin());
   else
     std::fill(targets_.begin(), targets_.begin() + BT, 0);
+  gen_length_ = -1;  // the buffers the session's logits lived in are about to change
+  forward_blocks(inputs, B, T, 0, BlockMode::kFull);
   cur_B_ = B;
   cur_T_ = T;
   have_targets_ = targets != nullptr;
 
-  const int C = config_.channels, L = config_.num_layers, NH = config_.num_heads;
-  const int Vp = config_.padded_vocab_size;
-  const size_t Cs = C, att_rows = static_cast<size_t>(B) * NH * T;
+  const int C = config_.channels, L = config_.num_layers, Vp = config_.padded_vocab_size;
+  const Real* last_residual = buf(kBufResidual3) + (L - 1) * BT * C;
+  cpu::layernorm_forward(buf(kBufLnf), buf(kBufLnfMean), buf(kBufLnfRstd), last_residual,
+                         param(kLnfw), param(kLnfb), B, T, C);
+  cpu::matmul_forward(buf(kBufLogits), buf(kBufLnf), param(kWte), static_cast<const Real*>(nullptr),
+                      B, T, C, Vp);
+  cpu::crossentropy_forward(buf(kBufLosses), buf(kBufProbs), buf(kBufLogits), targets_.data(), B,
+                            T, V, Vp);
+  if (!targets) return std::numeric_limits<Real>::quiet_NaN();
+  double sum = 0.0;
+  const Real* losses = buf(kBufLosses);
+  for (size_t i = 0; i < BT; ++i) sum += losses[i];
+  return static_cast<Real>(sum / static_cast<double>(BT));
+}
 
-  cpu::encoder_forward(buf(kBufEncoded), inputs_.data(), param(kWte), param(kWpe), B, T, C);
+template <typename Real>
+void CpuGpt2<Real>::forward_blocks(const int* inputs, int B, int T, int pos, BlockMode mode) {
+  const size_t BT = static_cast<size_t>(B) * T;
+  std::copy(inputs, inputs + BT, inputs_.begin());
+  const int C = config_.channels, L = config_.num_layers, NH = config_.num_heads;
+  const size_t Cs = C, att_rows = static_cast<size_t>(B) * NH * T;
+  const size_t cache_layer = static_cast<size_t>(gen_B_) * gen_max_len_ * Cs;  // (B,NH,max,HS)
+
+  // Rows of wpe from pos on: position pos + t for the t-th token.
+  cpu::encoder_forward(buf(kBufEncoded), inputs_.data(), param(kWte), param(kWpe) + pos * Cs, B,
+                       T, C);
   for (int l = 0; l < L; ++l) {
     const Real* residual = l == 0 ? buf(kBufEncoded) : buf(kBufResidual3) + (l - 1) * BT * Cs;
     Real* ln1 = buf(kBufLn1) + l * BT * Cs;
@@ -167,7 +200,15 @@ Real CpuGpt2<Real>::forward(const int* inputs, const int* targets, int B, int T)
                            param(kLn1b) + l * Cs, B, T, C);
     cpu::matmul_forward(qkv, ln1, param(kQkvw) + l * 3 * Cs * Cs, param(kQkvb) + l * 3 * Cs, B,
                         T, C, 3 * C);
-    if (attention_ == AttentionKind::kNaive)
+    if (mode != BlockMode::kFull)
+      cpu::attention_kv_cache_write(k_cache_.data() + l * cache_layer,
+                                    v_cache_.data() + l * cache_layer, qkv, B, T, C, NH, pos,
+                                    gen_max_len_);
+    if (mode == BlockMode::kDecode)
+      cpu::attention_decode_forward(atty, qkv, k_cache_.data() + l * cache_layer,
+                                    v_cache_.data() + l * cache_layer, B, C, NH, pos + 1,
+                                    gen_max_len_);
+    else if (attention_ == AttentionKind::kNaive)
       cpu::attention_naive_forward(atty, buf(kBufAttProbs) + l * att_rows * T, qkv, B, T, C, NH);
     else
       cpu::attention_flash_forward(atty, buf(kBufAttLse) + l * att_rows, qkv, B, T, C, NH,
@@ -184,22 +225,67 @@ Real CpuGpt2<Real>::forward(const int* inputs, const int* targets, int B, int T)
                         param(kFcprojb) + l * Cs, B, T, 4 * C, C);
     cpu::residual_forward(residual3, residual2, fcproj, static_cast<int64_t>(BT * Cs));
   }
-  const Real* last_residual = buf(kBufResidual3) + (L - 1) * BT * Cs;
-  cpu::layernorm_forward(buf(kBufLnf), buf(kBufLnfMean), buf(kBufLnfRstd), last_residual,
-                         param(kLnfw), param(kLnfb), B, T, C);
+}
+
+template <typename Real>
+void CpuGpt2<Real>::last_position_logits(int B, int T) {
+  const size_t C = config_.channels, BT = static_cast<size_t>(B) * T;
+  const Real* last_residual = buf(kBufResidual3) + (config_.num_layers - 1) * BT * C;
+  // lnf of row (b, T-1) into row b of lnf: the rows are independent, so this equals the full
+  // forward's lnf at those rows; then the classifier on the (B,1) rows only.
+  for (size_t b = 0; b < static_cast<size_t>(B); ++b)
+    cpu::layernorm_forward(buf(kBufLnf) + b * C, buf(kBufLnfMean) + b, buf(kBufLnfRstd) + b,
+                           last_residual + (b * T + T - 1) * C, param(kLnfw), param(kLnfb), 1, 1,
+                           config_.channels);
   cpu::matmul_forward(buf(kBufLogits), buf(kBufLnf), param(kWte), static_cast<const Real*>(nullptr),
-                      B, T, C, Vp);
-  cpu::crossentropy_forward(buf(kBufLosses), buf(kBufProbs), buf(kBufLogits), targets_.data(), B,
-                            T, V, Vp);
-  if (!targets) return std::numeric_limits<Real>::quiet_NaN();
-  double sum = 0.0;
-  const Real* losses = buf(kBufLosses);
-  for (size_t i = 0; i < BT; ++i) sum += losses[i];
-  return static_cast<Real>(sum / static_cast<double>(BT));
+                      B, 1, config_.channels, config_.padded_vocab_size);
+}
+
+template <typename Real>
+void CpuGpt2<Real>::start_generation(int B, int max_len) {
+  GPT2_CHECK(B >= 1 && B <= B_, "generation batch ", B, " with buffers for B=", B_);
+  GPT2_CHECK(max_len >= 1 && max_len <= T_, "generation max_len ", max_len,
+             " with buffers for T=", T_);
+  const size_t elements = static_cast<size_t>(config_.num_layers) * B * max_len * config_.channels;
+  allocate(k_cache_, elements, "key cache (L,B,NH,max_len,HS)");
+  allocate(v_cache_, elements, "value cache (L,B,NH,max_len,HS)");
+  gen_B_ = B;
+  gen_max_len_ = max_len;
+  gen_length_ = 0;
+  have_targets_ = false;  // the session overwrites the activations a backward would need
+}
+
+template <typename Real>
+const Real* CpuGpt2<Real>::prefill(const int* tokens, int length) {
+  GPT2_CHECK(gen_length_ >= 0, "prefill without a generation session (start_generation)");
+  GPT2_CHECK(length >= 1 && length <= gen_max_len_, "prefill of ", length,
+             " tokens in a session of max_len ", gen_max_len_);
+  check_tokens(tokens, static_cast<size_t>(gen_B_) * length);
+  gen_length_ = -1;  // no valid session should this throw half way
+  forward_blocks(tokens, gen_B_, length, 0, BlockMode::kPrefill);
+  last_position_logits(gen_B_, length);
+  gen_length_ = length;
+  return buf(kBufLogits);
+}
+
+template <typename Real>
+const Real* CpuGpt2<Real>::decode_step(const int* tokens) {
+  GPT2_CHECK(gen_length_ >= 1, gen_length_ < 0 ? "decode_step without a generation session"
+                                               : "decode_step before prefill");
+  GPT2_CHECK(gen_length_ < gen_max_len_, "decode_step past max_len: the sequences hold ",
+             gen_length_, " of ", gen_max_len_, " tokens");
+  check_tokens(tokens, static_cast<size_t>(gen_B_));
+  const int pos = gen_length_;
+  gen_length_ = -1;
+  forward_blocks(tokens, gen_B_, 1, pos, BlockMode::kDecode);
+  last_position_logits(gen_B_, 1);
+  gen_length_ = pos + 1;
+  return buf(kBufLogits);
 }
 
 template <typename Real>
 void CpuGpt2<Real>::backward(Real loss_scale) {
+  GPT2_CHECK(training(), "backward on a model built without training (no gradients)");
   GPT2_CHECK(have_targets_, "backward needs a forward with targets");
   const int B = cur_B_, T = cur_T_;
   const size_t BT = static_cast<size_t>(B) * T;
@@ -282,11 +368,13 @@ MemoryPlan plan_cpu_model_memory(const ModelOptions& options) {
   const size_t param_bytes = ParameterLayout::for_config(config).total * sizeof(float);
   MemoryPlan plan;
   plan.add("parameters", "parameters (fp32)", param_bytes);
-  plan.add("gradients", "gradients (fp32)", param_bytes);
-  plan.add("optimizer", "AdamW m (fp32)", param_bytes);
-  plan.add("optimizer", "AdamW v (fp32)", param_bytes);
-  for (const CpuBufferSpec& spec :
-       cpu_buffer_specs(config, options.batch_size, options.seq_len, options.attention))
+  if (options.training) {
+    plan.add("gradients", "gradients (fp32)", param_bytes);
+    plan.add("optimizer", "AdamW m (fp32)", param_bytes);
+    plan.add("optimizer", "AdamW v (fp32)", param_bytes);
+  }
+  for (const CpuBufferSpec& spec : cpu_buffer_specs(config, options.batch_size, options.seq_len,
+                                                    options.attention, options.training))
     if (spec.elements > 0) plan.add(spec.group, spec.name, spec.elements * sizeof(float));
   const size_t tokens = static_cast<size_t>(options.batch_size) * options.seq_len;
   plan.add("workspace", "inputs and targets (2,B,T) int32", 2 * tokens * sizeof(int));
@@ -327,9 +415,18 @@ CpuModel::CpuModel(const ModelOptions& options)
     : options_(options), plan_(plan_cpu_model_memory(options)) {
   check_memory_fits(plan_, available_host_memory_bytes(), "MemAvailable in /proc/meminfo");
   gpt2_ = std::make_unique<CpuGpt2<float>>(options.config, options.batch_size, options.seq_len,
-                                           options.attention);
-  allocate(adam_m_, gpt2_->num_parameters(), "AdamW m");
-  allocate(adam_v_, gpt2_->num_parameters(), "AdamW v");
+                                           options.attention, cpu::FlashBlocks{},
+                                           options.training);
+  if (options.training) {
+    allocate(adam_m_, gpt2_->num_parameters(), "AdamW m");
+    allocate(adam_v_, gpt2_->num_parameters(), "AdamW v");
+  }
+}
+
+void CpuModel::check_training(const char* call) const {
+  if (!options_.training)
+    GPT2_FAIL(call, " on an inference-only model (built with training off: no gradients or "
+              "optimizer state)");
 }
 
 std::string CpuModel::device_name() const {
@@ -348,6 +445,7 @@ void CpuModel::get_parameters(float* params) const {
 void CpuModel::zero_grad() { gpt2_->zero_grad(); }
 
 float CpuModel::forward_backward(const int* inputs, const int* targets, float loss_scale) {
+  check_training("forward_backward");
   GPT2_CHECK(targets != nullptr);
   const float loss = gpt2_->forward(inputs, targets);
   gpt2_->backward(loss_scale);
@@ -359,21 +457,40 @@ float CpuModel::evaluate(const int* inputs, const int* targets) {
   return gpt2_->forward(inputs, targets);
 }
 
-void CpuModel::next_token_probs(const int* tokens, int length, float* probs) {
-  GPT2_CHECK(length >= 1 && length <= options_.seq_len, "length ", length, ", T ",
-             options_.seq_len);
-  gpt2_->forward(tokens, nullptr, 1, length);
-  const size_t Vp = options_.config.padded_vocab_size;
-  const float* last = gpt2_->buffer(kBufProbs) + static_cast<size_t>(length - 1) * Vp;
-  std::copy(last, last + options_.config.vocab_size, probs);
+void CpuModel::start_generation(int batch, int max_len) {
+  gpt2_->start_generation(batch, max_len);
 }
 
+namespace {
+// (B,Vp) rows -> (B,V): the padding columns dropped.
+void copy_logits(float* out, const float* logits, int B, int V, int Vp) {
+  for (size_t b = 0; b < static_cast<size_t>(B); ++b)
+    std::copy(logits + b * Vp, logits + b * Vp + V, out + b * V);
+}
+}  // namespace
+
+void CpuModel::prefill(const int* prompts, int length, float* logits) {
+  const float* rows = gpt2_->prefill(prompts, length);
+  copy_logits(logits, rows, gpt2_->generation_batch_size(), options_.config.vocab_size,
+              options_.config.padded_vocab_size);
+}
+
+void CpuModel::decode_step(const int* next_tokens, float* logits) {
+  const float* rows = gpt2_->decode_step(next_tokens);
+  copy_logits(logits, rows, gpt2_->generation_batch_size(), options_.config.vocab_size,
+              options_.config.padded_vocab_size);
+}
+
+int CpuModel::generation_length() const { return gpt2_->generation_length(); }
+
 float CpuModel::grad_norm() {
+  check_training("grad_norm");
   return static_cast<float>(std::sqrt(cpu::global_norm_squared(
       gpt2_->grads(), static_cast<int64_t>(gpt2_->num_parameters()))));
 }
 
 void CpuModel::adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_scale) {
+  check_training("adamw_step");
   GPT2_CHECK(step >= 1, "AdamW steps are 1-based (got ", step, ")");
   const ParameterLayout& layout = gpt2_->layout();
   for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
@@ -387,11 +504,13 @@ void CpuModel::adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_sca
 }
 
 void CpuModel::get_optimizer_state(float* m, float* v) const {
+  check_training("get_optimizer_state");
   std::copy(adam_m_.begin(), adam_m_.end(), m);
   std::copy(adam_v_.begin(), adam_v_.end(), v);
 }
 
 void CpuModel::set_optimizer_state(const float* m, const float* v) {
+  check_training("set_optimizer_state");
   std::copy(m, m + adam_m_.size(), adam_m_.begin());
   std::copy(v, v + adam_v_.size(), adam_v_.begin());
 }

@@ -10,6 +10,11 @@
  * / gelu overwrite (=) their activation gradients, parameter gradients accumulate (+=).
  * Buffers are sized for (B,T) at construction; a forward may use a smaller B and T (a prefix),
  * and backward uses the shapes of the last forward. Parameters and gradients start at zero.
+ * Generation (model.h's contract) keeps per-layer key and value caches (L,B,NH,max_len,HS),
+ * allocated by start_generation: prefill is the forward above over the prompt (any attention
+ * kind), with each layer's keys and values copied into the caches and only the last position
+ * through lnf and the classifier; a decode step runs one position per sequence through the
+ * same ops on the (B,1) slices of the buffers, with attention_decode_forward over the cache.
  * CpuModel is the Model of model.h on CpuGpt2<float>: it builds its MemoryPlan, checks it
  * against MemAvailable and only then allocates.
  */
@@ -45,15 +50,17 @@ struct CpuBufferSpec {
 };
 
 /// kNumCpuBuffers specs indexed by CpuBuffer; the attention buffer of the other kind (probs
-/// for flash, lse for naive) has 0 elements.
+/// for flash, lse for naive) has 0 elements, and so has the backward workspace (kBufDLosses
+/// on) without training.
 std::vector<CpuBufferSpec> cpu_buffer_specs(const ModelConfig& config, int B, int T,
-                                            AttentionKind attention);
+                                            AttentionKind attention, bool training = true);
 
 template <typename Real>
 class CpuGpt2 {
  public:
+  /// training false: no gradients and no backward workspace (backward throws).
   CpuGpt2(const ModelConfig& config, int B, int T, AttentionKind attention,
-          cpu::FlashBlocks blocks = {});
+          cpu::FlashBlocks blocks = {}, bool training = true);
 
   const ModelConfig& config() const { return config_; }
   const ParameterLayout& layout() const { return layout_; }
@@ -61,7 +68,10 @@ class CpuGpt2 {
   int seq_len() const { return T_; }
   AttentionKind attention() const { return attention_; }
 
-  /// Flat buffers of layout().total elements in ParameterLayout order.
+  bool training() const { return !grads_.empty(); }
+
+  /// Flat buffers of layout().total elements in ParameterLayout order (grads: empty without
+  /// training).
   Real* params() { return params_.data(); }
   const Real* params() const { return params_.data(); }
   Real* grads() { return grads_.data(); }
@@ -78,6 +88,18 @@ class CpuGpt2 {
   void backward(Real loss_scale);
   void zero_grad();
 
+  /// Generation with a key/value cache, as Model's start_generation / prefill / decode_step:
+  /// 1 <= B <= batch_size(), 1 <= max_len <= seq_len(); tokens (B,length) then (B) per step.
+  /// Both return the logits (B,Vp) of the new last position (valid until the next call).
+  /// A forward (training or evaluation) ends the session; backward needs such a forward.
+  void start_generation(int B, int max_len);
+  const Real* prefill(const int* tokens, int length);
+  const Real* decode_step(const int* tokens);
+  /// Tokens per sequence so far; 0 after start_generation, -1 without a session.
+  int generation_length() const { return gen_length_; }
+  int generation_batch_size() const { return gen_B_; }
+  int generation_max_len() const { return gen_max_len_; }
+
   /// Any buffer, laid out for the (B,T) of the last forward (e.g. logits (B,T,Vp)).
   const Real* buffer(CpuBuffer id) const { return buffers_[id].data(); }
   int current_batch_size() const { return cur_B_; }
@@ -87,6 +109,17 @@ class CpuGpt2 {
   Real* buf(CpuBuffer id) { return buffers_[id].data(); }
   Real* param(int tensor) { return params_.data() + layout_.offsets[tensor]; }
   Real* grad(int tensor) { return grads_.data() + layout_.offsets[tensor]; }
+
+  /// How the blocks attend: the configured full attention (training, evaluation), the same
+  /// plus writing keys and values to the caches (prefill), or one position over the caches.
+  enum class BlockMode { kFull, kPrefill, kDecode };
+  /// Embedding and the L blocks over inputs (B,T) at positions [pos, pos+T) (pos > 0 only for
+  /// kDecode): the stream's output is layer L-1 of kBufResidual3.
+  void forward_blocks(const int* inputs, int B, int T, int pos, BlockMode mode);
+  /// lnf and the classifier on the last position of each of the B sequences of the last
+  /// forward_blocks: logits (B,Vp) in kBufLogits.
+  void last_position_logits(int B, int T);
+  void check_tokens(const int* tokens, size_t n) const;
 
   ModelConfig config_;
   ParameterLayout layout_;
@@ -98,6 +131,9 @@ class CpuGpt2 {
   std::vector<int> inputs_, targets_;       // copies of the last forward's (B,T) tokens
   int cur_B_ = 0, cur_T_ = 0;
   bool have_targets_ = false;
+  // Generation session: caches (L,gen_B_,NH,gen_max_len_,HS) each; gen_length_ -1 when none.
+  std::vector<Real> k_cache_, v_cache_;
+  int gen_B_ = 0, gen_max_len_ = 0, gen_length_ = -1;
 };
 
 extern template class CpuGpt2<float>;
@@ -130,7 +166,10 @@ class CpuModel final : public Model {
   void zero_grad() override;
   float forward_backward(const int* inputs, const int* targets, float loss_scale) override;
   float evaluate(const int* inputs, const int* targets) override;
-  void next_token_probs(const int* tokens, int length, float* probs) override;
+  void start_generation(int batch, int max_len) override;
+  void prefill(const int* prompts, int length, float* logits) override;
+  void decode_step(const int* next_tokens, float* logits) override;
+  int generation_length() const override;
 
   float grad_norm() override;
   void adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_scale) override;
@@ -147,6 +186,8 @@ class CpuModel final : public Model {
  private:
   ModelOptions options_;
   MemoryPlan plan_;
+  void check_training(const char* call) const;
+
   std::unique_ptr<CpuGpt2<float>> gpt2_;
   std::vector<float> adam_m_, adam_v_;
 };

@@ -10,6 +10,9 @@
  * needed later); the probabilities of the classifier are never stored and dlogits overwrite
  * the logits in place. Per-layer activations are (L,B,T,X) buffers whose layer l starts at
  * l*B*T*X for the (B,T) of the current forward, so a shorter forward (sampling) fits inside.
+ * Generation has no key/value cache here yet: prefill and every decode step run this forward
+ * over the whole (batch, length) token sequences kept on the host, and copy back the last
+ * position's logits (model.h's contract, at the cost of a full forward per step).
  * Every buffer is one cudaMalloc named by its memory-plan item (the plan is built first).
  * Everything runs on the Context's stream; methods that return host values synchronize.
  */
@@ -142,6 +145,14 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   set(kNormResult, "workspace", "gradient-norm result fp64", sizeof(double));
   set(kInputs, "workspace", "inputs (B,T) int32", BT * sizeof(int));
   set(kTargets, "workspace", "targets (B,T) int32", BT * sizeof(int));
+  if (!options.training) {
+    // Inference only: nothing a backward or an optimizer step would use. (The bf16 master
+    // copy stays: set_parameters stages the fp32 parameters in it.)
+    for (GpuBuffer id : {kGrads, kAdamM, kAdamV, kDLosses, kDLnf, kDResidual, kDFchGelu, kDFch,
+                         kDLn2, kDAtty, kDQkv, kDLn1, kMatmulScratch, kLayernormScratch,
+                         kEncoderScratch, kNormPartials, kNormResult})
+      s[id].bytes = 0;
+  }
   return s;
 }
 
@@ -212,7 +223,10 @@ class CudaModel final : public CudaModelBase {
   void zero_grad() override;
   float forward_backward(const int* inputs, const int* targets, float loss_scale) override;
   float evaluate(const int* inputs, const int* targets) override;
-  void next_token_probs(const int* tokens, int length, float* probs) override;
+  void start_generation(int batch, int max_len) override;
+  void prefill(const int* prompts, int length, float* logits) override;
+  void decode_step(const int* next_tokens, float* logits) override;
+  int generation_length() const override { return gen_length_; }
 
   float grad_norm() override;
   void adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_scale) override;
@@ -236,8 +250,13 @@ class CudaModel final : public CudaModelBase {
   T_* grad(int tensor) const { return buf<T_>(kGrads) + layout_.offsets[tensor]; }
 
   void allocate_all(const std::vector<GpuBufferSpec>& specs);
+  /// Throws gpt2::Error for a training call on an inference-only model.
+  void check_training(const char* call) const;
   void upload_tokens(const int* inputs, const int* targets, int B, int T);
   void forward(int B, int T, bool with_loss);
+  /// The generation step without a cache: a full forward over gen_tokens_ (gen_B_, gen_length_)
+  /// and the logits (gen_B_, V) of the last position.
+  void generation_forward(float* logits);
   void backward(float loss_scale);
   float mean_loss(int B, int T) const;
   void sample_memory();
@@ -253,6 +272,9 @@ class CudaModel final : public CudaModelBase {
   int cur_B_ = 0, cur_T_ = 0;
   bool have_targets_ = false;
   size_t peak_used_bytes_ = 0;
+  // Generation session (recomputed, no cache): the tokens so far (gen_B_, gen_length_).
+  std::vector<int> gen_tokens_;
+  int gen_B_ = 0, gen_max_len_ = 0, gen_length_ = -1;
 };
 
 template <typename T_>
@@ -268,9 +290,9 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
   ctx_ = std::make_unique<gpu::Context>();
   allocate_all(gpu_buffer_specs(options));
   inputs_host_.assign(static_cast<size_t>(options.batch_size) * options.seq_len, 0);
-  GPT2_CUDA_CHECK(cudaMemsetAsync(buffers_[kGrads], 0, plan_.items[kGrads].bytes, ctx_->stream()));
-  GPT2_CUDA_CHECK(cudaMemsetAsync(buffers_[kAdamM], 0, plan_.items[kAdamM].bytes, ctx_->stream()));
-  GPT2_CUDA_CHECK(cudaMemsetAsync(buffers_[kAdamV], 0, plan_.items[kAdamV].bytes, ctx_->stream()));
+  for (GpuBuffer id : {kGrads, kAdamM, kAdamV})
+    if (buffers_[id] != nullptr)  // absent in an inference-only model
+      GPT2_CUDA_CHECK(cudaMemsetAsync(buffers_[id], 0, plan_.items[id].bytes, ctx_->stream()));
   ctx_->synchronize();
   sample_memory();
 }
@@ -335,6 +357,13 @@ void CudaModel<T_>::allocate_all(const std::vector<GpuBufferSpec>& specs) {
 }
 
 template <typename T_>
+void CudaModel<T_>::check_training(const char* call) const {
+  if (!options_.training)
+    GPT2_FAIL(call, " on an inference-only model (built with training off: no gradients or "
+              "optimizer state)");
+}
+
+template <typename T_>
 void CudaModel<T_>::sample_memory() {
   size_t free_bytes = 0, total_bytes = 0;
   GPT2_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -364,6 +393,7 @@ void CudaModel<T_>::get_parameters(float* params) const {
 
 template <typename T_>
 void CudaModel<T_>::get_gradients(float* grads) const {
+  check_training("get_gradients");
   const size_t n = layout_.total;
   std::vector<T_> host(n);
   ctx_->synchronize();
@@ -381,6 +411,7 @@ void CudaModel<T_>::get_losses(float* losses) const {
 
 template <typename T_>
 void CudaModel<T_>::get_residual_gradient(float* dresidual) const {
+  check_training("get_residual_gradient");
   const size_t n = static_cast<size_t>(cur_B_) * cur_T_ * config_.channels;
   std::vector<T_> host(n);
   ctx_->synchronize();
@@ -391,6 +422,7 @@ void CudaModel<T_>::get_residual_gradient(float* dresidual) const {
 
 template <typename T_>
 void CudaModel<T_>::zero_grad() {
+  if (buffers_[kGrads] == nullptr) return;  // inference only: no gradients to zero
   GPT2_CUDA_CHECK(cudaMemsetAsync(buffers_[kGrads], 0, plan_.items[kGrads].bytes, ctx_->stream()));
 }
 
@@ -553,8 +585,10 @@ float CudaModel<T_>::mean_loss(int B, int T) const {
 
 template <typename T_>
 float CudaModel<T_>::forward_backward(const int* inputs, const int* targets, float loss_scale) {
+  check_training("forward_backward");
   GPT2_CHECK(targets != nullptr);
   const int B = options_.batch_size, T = options_.seq_len;
+  gen_length_ = -1;  // ends a generation session (model.h)
   upload_tokens(inputs, targets, B, T);
   forward(B, T, /*with_loss=*/true);
   backward(loss_scale);
@@ -567,6 +601,7 @@ template <typename T_>
 float CudaModel<T_>::evaluate(const int* inputs, const int* targets) {
   GPT2_CHECK(targets != nullptr);
   const int B = options_.batch_size, T = options_.seq_len;
+  gen_length_ = -1;  // ends a generation session (model.h)
   upload_tokens(inputs, targets, B, T);
   forward(B, T, /*with_loss=*/true);
   const float loss = mean_loss(B, T);
@@ -575,28 +610,72 @@ float CudaModel<T_>::evaluate(const int* inputs, const int* targets) {
 }
 
 template <typename T_>
-void CudaModel<T_>::next_token_probs(const int* tokens, int length, float* probs) {
-  GPT2_CHECK(length >= 1 && length <= options_.seq_len, "length ", length, ", T ",
-             options_.seq_len);
-  upload_tokens(tokens, nullptr, 1, length);
-  forward(1, length, /*with_loss=*/false);
+void CudaModel<T_>::start_generation(int batch, int max_len) {
+  GPT2_CHECK(batch >= 1 && batch <= options_.batch_size, "generation batch ", batch,
+             " with buffers for B=", options_.batch_size);
+  GPT2_CHECK(max_len >= 1 && max_len <= options_.seq_len, "generation max_len ", max_len,
+             " with buffers for T=", options_.seq_len);
+  gen_tokens_.clear();
+  gen_tokens_.reserve(static_cast<size_t>(batch) * max_len);
+  gen_B_ = batch;
+  gen_max_len_ = max_len;
+  gen_length_ = 0;
+  have_targets_ = false;  // the session overwrites the activations a backward would need
+}
+
+template <typename T_>
+void CudaModel<T_>::prefill(const int* prompts, int length, float* logits) {
+  GPT2_CHECK(gen_length_ >= 0, "prefill without a generation session (start_generation)");
+  GPT2_CHECK(length >= 1 && length <= gen_max_len_, "prefill of ", length,
+             " tokens in a session of max_len ", gen_max_len_);
+  gen_tokens_.assign(prompts, prompts + static_cast<size_t>(gen_B_) * length);
+  gen_length_ = length;
+  generation_forward(logits);
+}
+
+template <typename T_>
+void CudaModel<T_>::decode_step(const int* next_tokens, float* logits) {
+  GPT2_CHECK(gen_length_ >= 1, gen_length_ < 0 ? "decode_step without a generation session"
+                                               : "decode_step before prefill");
+  GPT2_CHECK(gen_length_ < gen_max_len_, "decode_step past max_len: the sequences hold ",
+             gen_length_, " of ", gen_max_len_, " tokens");
+  // (B, n) -> (B, n+1): each sequence's new token after its row.
+  const size_t n = static_cast<size_t>(gen_length_);
+  std::vector<int> grown(static_cast<size_t>(gen_B_) * (n + 1));
+  for (size_t b = 0; b < static_cast<size_t>(gen_B_); ++b) {
+    std::copy(gen_tokens_.begin() + b * n, gen_tokens_.begin() + (b + 1) * n,
+              grown.begin() + b * (n + 1));
+    grown[b * (n + 1) + n] = next_tokens[b];
+  }
+  gen_tokens_.swap(grown);
+  gen_length_ += 1;
+  generation_forward(logits);
+}
+
+template <typename T_>
+void CudaModel<T_>::generation_forward(float* logits) {
+  const int B = gen_B_, T = gen_length_;
+  const int session_length = gen_length_;
+  gen_length_ = -1;  // no valid session should this throw half way
+  upload_tokens(gen_tokens_.data(), nullptr, B, T);
+  forward(B, T, /*with_loss=*/false);
   const size_t Vp = config_.padded_vocab_size;
   const int V = config_.vocab_size;
-  std::vector<T_> row(Vp);
-  GPT2_CUDA_CHECK(cudaMemcpyAsync(row.data(), act(kLogits) + (length - 1) * Vp, Vp * sizeof(T_),
-                                  cudaMemcpyDeviceToHost, ctx_->stream()));
+  // Row T-1 of each sequence's (T, Vp) logits: B rows at a pitch of T*Vp.
+  std::vector<T_> rows(static_cast<size_t>(B) * Vp);
+  GPT2_CUDA_CHECK(cudaMemcpy2DAsync(rows.data(), Vp * sizeof(T_), act(kLogits) + (T - 1) * Vp,
+                                    static_cast<size_t>(T) * Vp * sizeof(T_), Vp * sizeof(T_), B,
+                                    cudaMemcpyDeviceToHost, ctx_->stream()));
   ctx_->synchronize();
-  double max_logit = -INFINITY;
-  for (int v = 0; v < V; ++v) max_logit = std::max(max_logit, double(host_float(row[v])));
-  double sum = 0.0;
-  for (int v = 0; v < V; ++v) sum += std::exp(double(host_float(row[v])) - max_logit);
-  for (int v = 0; v < V; ++v)
-    probs[v] = static_cast<float>(std::exp(double(host_float(row[v])) - max_logit) / sum);
+  for (size_t b = 0; b < static_cast<size_t>(B); ++b)
+    for (int v = 0; v < V; ++v) logits[b * V + v] = host_float(rows[b * Vp + v]);
   sample_memory();
+  gen_length_ = session_length;
 }
 
 template <typename T_>
 float CudaModel<T_>::grad_norm() {
+  check_training("grad_norm");
   const double squared = gpu::global_norm_squared_to_host(
       buf<T_>(kGrads), static_cast<int64_t>(layout_.total), buf<float>(kNormPartials),
       buf<double>(kNormResult), ctx_->stream());
@@ -605,6 +684,7 @@ float CudaModel<T_>::grad_norm() {
 
 template <typename T_>
 void CudaModel<T_>::adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_scale) {
+  check_training("adamw_step");
   GPT2_CHECK(step >= 1, "AdamW steps are 1-based (got ", step, ")");
   for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
     cpu::AdamWHyper tensor_hyper = hyper;
@@ -622,6 +702,7 @@ void CudaModel<T_>::adamw_step(const cpu::AdamWHyper& hyper, int step, float gra
 
 template <typename T_>
 void CudaModel<T_>::get_optimizer_state(float* m, float* v) const {
+  check_training("get_optimizer_state");
   const size_t bytes = layout_.total * sizeof(float);
   ctx_->synchronize();
   GPT2_CUDA_CHECK(cudaMemcpy(m, buffers_[kAdamM], bytes, cudaMemcpyDeviceToHost));
@@ -630,6 +711,7 @@ void CudaModel<T_>::get_optimizer_state(float* m, float* v) const {
 
 template <typename T_>
 void CudaModel<T_>::set_optimizer_state(const float* m, const float* v) {
+  check_training("set_optimizer_state");
   const size_t bytes = layout_.total * sizeof(float);
   ctx_->synchronize();
   GPT2_CUDA_CHECK(cudaMemcpy(buffers_[kAdamM], m, bytes, cudaMemcpyHostToDevice));

@@ -9,7 +9,9 @@
  * anything is allocated; each buffer is then allocated by its plan item, and an allocation that
  * fails names the buffer, the bytes it needed and the bytes free. Peak memory is measured:
  * the device's used memory (cudaMemGetInfo) sampled after allocation and after every call that
- * synchronizes (each forward_backward / evaluate / next_token_probs / adamw_step).
+ * synchronizes (each forward_backward / evaluate / prefill / decode_step / adamw_step).
+ * Generation recomputes: prefill and each decode step are a full forward over the sequences so
+ * far (no key/value cache on the GPU yet; that is a follow-up behind the same interface).
  */
 #pragma once
 

@@ -36,6 +36,10 @@ struct ModelOptions {
   Precision precision = Precision::kFp32;
   FlashKernelChoice flash_kernel = FlashKernelChoice::kAuto;  // GPU only
   bool deterministic_attention = false;  // GPU flash backward bit-identical run to run (slower)
+  /// false: inference only (generation, evaluate): no gradients, no AdamW moments and no
+  /// backward workspace are planned or allocated; forward_backward, grad_norm, adamw_step and
+  /// the optimizer-state calls throw gpt2::Error, zero_grad does nothing.
+  bool training = true;
 };
 
 class Model {
@@ -59,9 +63,40 @@ class Model {
   virtual float forward_backward(const int* inputs, const int* targets, float loss_scale) = 0;
   /// Forward only (validation): mean loss over (B,T); gradients untouched.
   virtual float evaluate(const int* inputs, const int* targets) = 0;
-  /// Next-token distribution after tokens[0..length): writes V probabilities.
-  /// 1 <= length <= seq_len. Gradients untouched; activations may be overwritten.
-  virtual void next_token_probs(const int* tokens, int length, float* probs) = 0;
+
+  // --- Generation -----------------------------------------------------------------------------
+  // A generation session advances `batch` sequences together, one position per decode step:
+  //   start_generation(batch, max_len);
+  //   prefill(prompts, length, logits);           // logits of position length-1
+  //   decode_step(next_tokens, logits);           // position length, then length+1, ...
+  // Shapes: prompts (batch, length) row-major token ids; next_tokens (batch); logits
+  // (batch, V) fp32, the classifier's raw outputs over the V real tokens (the padding columns
+  // dropped), before any softmax or temperature. They equal the logits a full forward over
+  // each sequence's tokens gives at its last position, to rounding.
+  // Limits: 1 <= batch <= options().batch_size; 1 <= max_len <= options().seq_len; token ids
+  // in [0, V). The sequences hold at most max_len tokens: prefill's length must be <= max_len,
+  // and decode_step throws gpt2::Error (computing nothing) once they hold max_len tokens. To
+  // go on past max_len, prefill again with a window of the latest tokens (it restarts every
+  // sequence). A violated limit, or a prefill / decode_step without a session, throws
+  // gpt2::Error.
+  // Parameters, gradients and the optimizer state are never touched, so generation can run
+  // between training steps; activations are overwritten (a backward needs a new
+  // forward_backward), and forward_backward or evaluate end the session.
+  // Backends: the CPU keeps per-layer key/value caches (cpu_model.h), so a decode step costs
+  // one position's forward. The CUDA backend recomputes: each step is a full forward over the
+  // whole sequences (what sampling did before); the GPU key/value cache is a follow-up and
+  // will change neither this contract nor its callers.
+
+  /// Begins a session (ending any previous one) with room for max_len tokens per sequence.
+  virtual void start_generation(int batch, int max_len) = 0;
+  /// (Re)starts every sequence with prompts (batch, length), 1 <= length <= max_len; writes
+  /// logits (batch, V) of position length-1.
+  virtual void prefill(const int* prompts, int length, float* logits) = 0;
+  /// Appends next_tokens (batch) at position generation_length(); writes their logits
+  /// (batch, V).
+  virtual void decode_step(const int* next_tokens, float* logits) = 0;
+  /// Tokens per sequence so far: 0 after start_generation, -1 without a session.
+  virtual int generation_length() const = 0;
 
   /// Global L2 norm of the accumulated parameter gradients.
   virtual float grad_norm() = 0;

@@ -60,6 +60,8 @@ cxxopts::Options make_options() {
   return options;
 }
 
+}  // namespace
+
 int64_t parse_integer(const std::string& option, const std::string& text, int64_t min_value,
                       int64_t max_value, const char* expectation) {
   errno = 0;
@@ -104,8 +106,6 @@ float parse_float(const std::string& option, const std::string& text, double min
   }
   return static_cast<float>(value);
 }
-
-}  // namespace
 
 AttentionKind parse_attention(const std::string& name) {
   if (name == "naive") return AttentionKind::kNaive;

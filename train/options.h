@@ -131,6 +131,16 @@ std::string usage_text();
 /// Throws gpt2::UsageError for bad combinations, gpt2::Error for an unusable device or file.
 TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailability& devices);
 
+/// Numbers of the command line (gpt2-train and gpt2-generate): each throws gpt2::UsageError
+/// naming --option and the text, "must be <expectation>" or "out of range: at most N".
+int64_t parse_integer(const std::string& option, const std::string& text, int64_t min_value,
+                      int64_t max_value, const char* expectation);
+int parse_positive_int(const std::string& option, const std::string& text);
+int parse_count(const std::string& option, const std::string& text);  // >= 0
+/// A float in [min_value, max_value]; max_value = FLT_MAX means "any finite float".
+float parse_float(const std::string& option, const std::string& text, double min_value,
+                  double max_value, const char* expectation);
+
 /// "naive" | "flash", "cpu" | "cuda", "fp32" | "bf16", "stop" | "skip-step"; throw
 /// gpt2::UsageError naming the option.
 AttentionKind parse_attention(const std::string& name);

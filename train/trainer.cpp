@@ -25,7 +25,7 @@
 #include "model/parameters.h"
 #include "train/metrics.h"
 #include "train/run_files.h"
-#include "train/sampling.h"
+#include "train/generation.h"
 #include "train/signals.h"
 
 namespace gpt2 {
@@ -465,7 +465,8 @@ int run_training(const TrainConfig& config) {
     const double eta = totals.throughput.mean_step_seconds() * (config.steps - step);
     std::printf("%s\n", format_step_line(metrics_row, config.steps, eta).c_str());
     if (config.sample_every > 0 && !stopping && step % config.sample_every == 0) {
-      const std::vector<int> sample = generate_tokens(*model, config.sample_tokens, sample_rng);
+      const std::vector<int> sample =
+          generate_training_sample(*model, config.sample_tokens, sample_rng);
       std::printf("sample at step %d:\n%s\n---\n", step, tokenizer->decode(sample).c_str());
     }
     std::fflush(stdout);

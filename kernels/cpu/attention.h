@@ -14,9 +14,16 @@
  *   dQ += scale * dS K, dK += scale * dS^T Q. Nothing of size T x T is stored.
  *   This is the algorithm the CUDA flash kernels implement; block sizes need not divide T.
  *
+ * Decode (generation with a key/value cache): the keys and values of past positions live in
+ *   per-layer caches k_cache, v_cache (B,NH,capacity,HS); attention_kv_cache_write() stores a
+ *   (B,T,3C) qkv's keys and values at positions [pos, pos+T), and attention_decode_forward()
+ *   attends one new query per sequence to the cached positions [0, length). Per query row it
+ *   is the naive forward's computation (one shared row function), so a decoded row equals the
+ *   naive forward's row for the same q, k, v bit for bit, and the flash row to rounding.
+ *
  * Backward contract: dqkv is overwritten (=) in full (query, key and value parts).
  * Sums over keys (softmax denominators, P V, dP, D) accumulate in double for Real=float.
- * Indices into (B,NH,T,T) are 64-bit.
+ * Indices into (B,NH,T,T) and into the caches are 64-bit.
  */
 #pragma once
 
@@ -42,5 +49,20 @@ template <typename Real>
 void attention_flash_backward(Real* dqkv, const Real* dout, const Real* qkv, const Real* out,
                               const Real* lse, int B, int T, int C, int NH,
                               FlashBlocks blocks = {});
+
+/// Copies the keys and values of qkv (B,T,3C) into positions [pos, pos+T) of k_cache and
+/// v_cache (B,NH,capacity,HS) (=); other positions are untouched. 0 <= pos, pos+T <= capacity.
+template <typename Real>
+void attention_kv_cache_write(Real* k_cache, Real* v_cache, const Real* qkv, int B, int T, int C,
+                              int NH, int pos, int capacity);
+
+/// out (B,C) = causal attention of the query of qkv (B,3C) (one position per sequence; its key
+/// and value parts are not read) over the cached keys and values at positions [0, length) of
+/// k_cache, v_cache (B,NH,capacity,HS). The new position's own key and value must already be
+/// in the cache (attention_kv_cache_write first). 1 <= length <= capacity. Overwrites out (=).
+template <typename Real>
+void attention_decode_forward(Real* out, const Real* qkv, const Real* k_cache,
+                              const Real* v_cache, int B, int C, int NH, int length,
+                              int capacity);
 
 }  // namespace gpt2::cpu

@@ -11,6 +11,9 @@
  * double; dqkv is overwritten (=) in full. Offsets into (B,NH,T,T) are 64-bit.
  * The flash version (attention_flash.cpp) computes the scores with the same expression, so the
  * two agree to rounding of the softmax and the sums.
+ * Decode (one query per sequence over a key/value cache) runs the same row function as the
+ * forward, with the keys and values read from the cache's (capacity, HS) rows instead of the
+ * qkv rows: a decoded row is the naive forward's row bit for bit. Parallel over B*NH.
  */
 #include <algorithm>
 #include <cmath>
@@ -35,6 +38,34 @@ inline Real attention_score(const Real* q, const Real* k, int HS, Real scale) {
   return dot * scale;
 }
 
+// One query row: o = sum_j p_j v_j with p = softmax_j(scale q.k_j) over the n keys
+// k_j = k + j*kv_stride, v_j = v + j*kv_stride; max, exponentials and sums in double. Writes
+// p_j to prob_row[j] unless prob_row is nullptr. weights (n) and acc (HS) are scratch.
+template <typename Real>
+inline void attention_row_forward(Real* o, Real* prob_row, const Real* q, const Real* k,
+                                  const Real* v, int64_t kv_stride, int n, int HS, Real scale,
+                                  double* weights, double* acc) {
+  double max_score = -INFINITY;
+  for (int j = 0; j < n; ++j) {
+    weights[j] = attention_score(q, k + j * kv_stride, HS, scale);
+    max_score = std::max(max_score, weights[j]);
+  }
+  double sum = 0.0;
+  for (int j = 0; j < n; ++j) {
+    weights[j] = std::exp(weights[j] - max_score);
+    sum += weights[j];
+  }
+  const double inv_sum = 1.0 / sum;
+  std::fill(acc, acc + HS, 0.0);
+  for (int j = 0; j < n; ++j) {
+    const double p = weights[j] * inv_sum;
+    if (prob_row != nullptr) prob_row[j] = static_cast<Real>(p);
+    const Real* v_j = v + j * kv_stride;
+    for (int i = 0; i < HS; ++i) acc[i] += p * v_j[i];
+  }
+  for (int i = 0; i < HS; ++i) o[i] = static_cast<Real>(acc[i]);
+}
+
 }  // namespace
 
 template <typename Real>
@@ -57,28 +88,11 @@ void attention_naive_forward(Real* out, Real* probs, const Real* qkv, int B, int
       const int64_t b = row / (static_cast<int64_t>(T) * NH);
       const Real* base = qkv + b * T * C3;
       const Real* q = base + t * C3 + h * HS;
-      double max_score = -INFINITY;
-      for (int t2 = 0; t2 <= t; ++t2) {
-        weights[t2] = attention_score(q, base + t2 * C3 + C + h * HS, HS, scale);
-        max_score = std::max(max_score, weights[t2]);
-      }
-      double sum = 0.0;
-      for (int t2 = 0; t2 <= t; ++t2) {
-        weights[t2] = std::exp(weights[t2] - max_score);
-        sum += weights[t2];
-      }
-      const double inv_sum = 1.0 / sum;
       Real* prob_row = probs + row * T;  // row = (b*NH + h)*T + t
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int t2 = 0; t2 <= t; ++t2) {
-        const double p = weights[t2] * inv_sum;
-        prob_row[t2] = static_cast<Real>(p);
-        const Real* v = base + t2 * C3 + 2 * C + h * HS;
-        for (int i = 0; i < HS; ++i) acc[i] += p * v[i];
-      }
-      for (int t2 = t + 1; t2 < T; ++t2) prob_row[t2] = Real(0);
       Real* o = out + (b * T + t) * C + h * HS;
-      for (int i = 0; i < HS; ++i) o[i] = static_cast<Real>(acc[i]);
+      attention_row_forward(o, prob_row, q, base + C + h * HS, base + 2 * C + h * HS, C3, t + 1,
+                            HS, scale, weights.data(), acc.data());
+      for (int t2 = t + 1; t2 < T; ++t2) prob_row[t2] = Real(0);
     }
   }
 }
@@ -146,6 +160,54 @@ void attention_naive_backward(Real* dqkv, const Real* dout, const Real* qkv, con
   }
 }
 
+template <typename Real>
+void attention_kv_cache_write(Real* k_cache, Real* v_cache, const Real* qkv, int B, int T, int C,
+                              int NH, int pos, int capacity) {
+  GPT2_CHECK(B > 0 && T > 0 && NH > 0 && C > 0 && C % NH == 0, "B=", B, " T=", T, " C=", C,
+             " NH=", NH);
+  GPT2_CHECK(pos >= 0 && pos + T <= capacity, "positions [", pos, ", ", pos + T,
+             ") in a cache of ", capacity);
+  const int HS = C / NH;
+  const int64_t C3 = 3 * static_cast<int64_t>(C);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      const int64_t row0 = (b * NH + h) * capacity + pos;  // cache row of position pos
+      for (int t = 0; t < T; ++t) {
+        const Real* k = qkv + (b * T + t) * C3 + C + h * HS;
+        const Real* v = k + C;
+        std::copy(k, k + HS, k_cache + (row0 + t) * HS);
+        std::copy(v, v + HS, v_cache + (row0 + t) * HS);
+      }
+    }
+  }
+}
+
+template <typename Real>
+void attention_decode_forward(Real* out, const Real* qkv, const Real* k_cache,
+                              const Real* v_cache, int B, int C, int NH, int length,
+                              int capacity) {
+  GPT2_CHECK(B > 0 && NH > 0 && C > 0 && C % NH == 0, "B=", B, " C=", C, " NH=", NH);
+  GPT2_CHECK(length >= 1 && length <= capacity, "length ", length, " in a cache of ", capacity);
+  const int HS = C / NH;
+  const int64_t C3 = 3 * static_cast<int64_t>(C);
+  const Real scale = static_cast<Real>(1.0 / std::sqrt(static_cast<double>(HS)));
+  const int64_t num_heads = static_cast<int64_t>(B) * NH;
+#pragma omp parallel if (num_heads * length * HS >= kMinParallelWork)
+  {
+    std::vector<double> weights(length);
+    std::vector<double> acc(HS);
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < num_heads; ++bh) {
+      const int64_t b = bh / NH;
+      const int h = static_cast<int>(bh % NH);
+      const int64_t row0 = bh * capacity;  // cache row of position 0
+      attention_row_forward(out + b * C + h * HS, static_cast<Real*>(nullptr),
+                            qkv + b * C3 + h * HS, k_cache + row0 * HS, v_cache + row0 * HS,
+                            int64_t{HS}, length, HS, scale, weights.data(), acc.data());
+    }
+  }
+}
+
 template void attention_naive_forward<float>(float*, float*, const float*, int, int, int, int);
 template void attention_naive_forward<double>(double*, double*, const double*, int, int, int,
                                               int);
@@ -153,5 +215,14 @@ template void attention_naive_backward<float>(float*, const float*, const float*
                                               int, int, int, int);
 template void attention_naive_backward<double>(double*, const double*, const double*,
                                                const double*, int, int, int, int);
+
+template void attention_kv_cache_write<float>(float*, float*, const float*, int, int, int, int,
+                                              int, int);
+template void attention_kv_cache_write<double>(double*, double*, const double*, int, int, int,
+                                               int, int, int);
+template void attention_decode_forward<float>(float*, const float*, const float*, const float*,
+                                              int, int, int, int, int);
+template void attention_decode_forward<double>(double*, const double*, const double*,
+                                               const double*, int, int, int, int, int);
 
 }  // namespace gpt2::cpu

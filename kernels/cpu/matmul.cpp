@@ -82,17 +82,22 @@ inline void micro_kernel(Acc* __restrict tile, int64_t ldt, const AIn* __restric
 }
 
 // The same sum for a partial tile (rows <= kRows, cols <= kCols) at the matrix edges; each
-// element sees the same operations in the same order as in micro_kernel.
+// element sees the same operations in the same order as in micro_kernel. Row by row with k
+// outside and the contiguous j loop inside, so it vectorizes too: a single-row product (a
+// decode step's B rows of one position) runs entirely here.
 template <typename Acc, typename AIn>
 void edge_kernel(Acc* tile, int64_t ldt, const AIn* a, int64_t a_rs, int64_t a_ks, const Acc* b,
                  int64_t b_ks, int64_t kc, int64_t rows, int64_t cols) {
+  constexpr int kC = MicroTile<Acc>::kCols;
+  Acc acc[kC];
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t j = 0; j < cols; ++j) {
-      Acc acc = tile[r * ldt + j];
-      for (int64_t k = 0; k < kc; ++k)
-        acc += static_cast<Acc>(a[r * a_rs + k * a_ks]) * b[k * b_ks + j];
-      tile[r * ldt + j] = acc;
+    for (int64_t j = 0; j < cols; ++j) acc[j] = tile[r * ldt + j];
+    for (int64_t k = 0; k < kc; ++k) {
+      const Acc a_rk = static_cast<Acc>(a[r * a_rs + k * a_ks]);
+      const Acc* b_k = b + k * b_ks;
+      for (int64_t j = 0; j < cols; ++j) acc[j] += a_rk * b_k[j];
     }
+    for (int64_t j = 0; j < cols; ++j) tile[r * ldt + j] = acc[j];
   }
 }
 

@@ -1,7 +1,8 @@
 // Tests of kernels/cpu/attention (naive and flash): gradients of the whole qkv against finite
 // differences (double); the naive probabilities (rows sum to 1, masked entries exactly 0);
 // flash against naive and against a plain double-precision attention, forward (out, lse) and
-// backward (dqkv), for block sizes that do not divide T; and thread-count independence.
+// backward (dqkv), for block sizes that do not divide T; thread-count independence; and the
+// decode pair (key/value cache write, one query over the cache) against the full forwards.
 #include "kernels/cpu/attention.h"
 
 #include <gtest/gtest.h>
@@ -217,6 +218,60 @@ TEST(Attention, BitIdenticalForAnyThreadCount) {
   const char* names[] = {"naive out", "probs", "naive dqkv", "flash out", "lse", "flash dqkv"};
   for (int i = 0; i < 6; ++i)
     EXPECT_TRUE(test::bit_identical(results[0][i], results[1][i], names[i]));
+}
+
+// Decode: fill a cache of capacity > T from a (B,T,3C) qkv in pieces (a "prompt" of 10
+// positions, then one at a time), attend each position's query to the cache up to it, and
+// compare with the full forwards' rows: the naive row bit for bit, flash and the double
+// formula within 1e-5. Cache positions past T stay untouched (NaN sentinels), and out is
+// written in full (NaN-poisoned before each call).
+TEST(AttentionDecode, CachedRowsEqualTheFullForwardRows) {
+  for (int T : {1, 11, 37}) {
+    constexpr int B = 2, NH = 3, HS = 5, C = NH * HS, kCapacity = 40;
+    SCOPED_TRACE("T=" + std::to_string(T));
+    const auto qkv = random_normal<float>(B * T * 3 * C, 41 + T, 1.5);
+    auto naive_out = test::poisoned<float>(B * T * C);
+    auto probs = test::poisoned<float>(B * NH * T * T);
+    attention_naive_forward(naive_out.data(), probs.data(), qkv.data(), B, T, C, NH);
+    auto flash_out = test::poisoned<float>(B * T * C);
+    auto lse = test::poisoned<float>(B * NH * T);
+    attention_flash_forward(flash_out.data(), lse.data(), qkv.data(), B, T, C, NH, {8, 8});
+    std::vector<double> ref_out, ref_lse;
+    reference_attention(qkv, B, T, C, NH, ref_out, ref_lse);
+
+    auto k_cache = test::poisoned<float>(B * NH * kCapacity * HS);
+    auto v_cache = test::poisoned<float>(B * NH * kCapacity * HS);
+    // The first positions in one write of their (B, prompt, 3C) rows, the rest one by one.
+    const int prompt = std::min(T, 10);
+    std::vector<float> prompt_rows(size_t(B) * prompt * 3 * C);
+    for (int b = 0; b < B; ++b)
+      std::copy(qkv.begin() + size_t(b) * T * 3 * C,
+                qkv.begin() + (size_t(b) * T + prompt) * 3 * C,
+                prompt_rows.begin() + size_t(b) * prompt * 3 * C);
+    attention_kv_cache_write(k_cache.data(), v_cache.data(), prompt_rows.data(), B, prompt, C,
+                             NH, 0, kCapacity);
+    std::vector<float> decoded(B * T * C), q(B * 3 * C);
+    for (int t = 0; t < T; ++t) {
+      for (int b = 0; b < B; ++b)
+        std::copy(qkv.begin() + (size_t(b) * T + t) * 3 * C,
+                  qkv.begin() + (size_t(b) * T + t + 1) * 3 * C, q.begin() + size_t(b) * 3 * C);
+      if (t >= prompt)
+        attention_kv_cache_write(k_cache.data(), v_cache.data(), q.data(), B, 1, C, NH, t,
+                                 kCapacity);
+      auto out = test::poisoned<float>(B * C);
+      attention_decode_forward(out.data(), q.data(), k_cache.data(), v_cache.data(), B, C, NH,
+                               t + 1, kCapacity);
+      for (int b = 0; b < B; ++b)
+        std::copy(out.begin() + size_t(b) * C, out.begin() + size_t(b + 1) * C,
+                  decoded.begin() + (size_t(b) * T + t) * C);
+    }
+    EXPECT_TRUE(test::bit_identical(decoded, naive_out, "decoded rows vs naive forward"));
+    EXPECT_TRUE(all_close(decoded, flash_out, 1e-5, 1e-5, "decoded rows vs flash forward"));
+    EXPECT_TRUE(all_close(decoded, ref_out, 1e-5, 1e-5, "decoded rows vs double attention"));
+    for (int bh = 0; bh < B * NH; ++bh)
+      for (size_t i = (size_t(bh) * kCapacity + T) * HS; i < size_t(bh + 1) * kCapacity * HS; ++i)
+        ASSERT_TRUE(std::isnan(k_cache[i]) && std::isnan(v_cache[i])) << "cache overrun at " << i;
+  }
 }
 
 }  // namespace

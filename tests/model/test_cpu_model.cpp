@@ -11,8 +11,8 @@
  *   but wte and wpe, whose rows sum several tokens in sequence: a few ulps allowed); every
  *   backward workspace buffer repeats bit for bit.
  * - Model interface: initial loss ~ ln V, AdamW learns a repeated batch, decay only where
- *   ParameterLayout::decays, optimizer state round trips, next-token probabilities match the
- *   full forward (causality), the memory plan is exact and enforced.
+ *   ParameterLayout::decays, optimizer state round trips, the memory plan is exact and
+ *   enforced. (Generation with the key/value cache: test_generation.cpp.)
  */
 #include <algorithm>
 #include <cmath>
@@ -325,7 +325,7 @@ TEST(CpuModel, InitialLossIsLnVAndAdamWLearnsARepeatedBatch) {
   EXPECT_LT(final_loss, initial - 0.5f) << "initial " << initial;
 }
 
-TEST(CpuModel, GradNormAndEvaluateLeaveGradients) {
+TEST(CpuModel, GradNormEvaluateAndGenerationLeaveGradients) {
   const ModelOptions options = gpt2_like_options(AttentionKind::kNaive);
   std::unique_ptr<Model> model = initialized_model(options, 1);
   CpuGpt2<float>& gpt2 = static_cast<CpuModel&>(*model).gpt2();
@@ -339,8 +339,9 @@ TEST(CpuModel, GradNormAndEvaluateLeaveGradients) {
   for (float g : grads) sum_sq += double(g) * g;
   EXPECT_NEAR(model->grad_norm(), std::sqrt(sum_sq), 1e-6 * std::sqrt(sum_sq));
   model->evaluate(targets.data(), inputs.data());
-  std::vector<float> probs(options.config.vocab_size);
-  model->next_token_probs(inputs.data(), 7, probs.data());
+  std::vector<float> logits(options.config.vocab_size);
+  model->start_generation(1, 7);
+  model->prefill(inputs.data(), 7, logits.data());
   EXPECT_TRUE(std::equal(grads.begin(), grads.end(), gpt2.grads()));
   model->zero_grad();
   EXPECT_EQ(max_abs(gpt2.grads(), gpt2.num_parameters()), 0.0);
@@ -410,33 +411,6 @@ TEST(CpuModel, OptimizerStateRoundTrips) {
   a->get_parameters(pa.data());
   b->get_parameters(pb.data());
   EXPECT_EQ(pa, pb);
-}
-
-TEST(CpuModel, NextTokenProbsMatchTheFullForward) {
-  ModelOptions options = gpt2_like_options(AttentionKind::kNaive);
-  std::unique_ptr<Model> model = make_cpu_model(options);
-  std::vector<float> params(ParameterLayout::for_config(options.config).total);
-  fill_random(params.data(), options.config, 17, 0.2);
-  model->set_parameters(params.data());
-  CpuGpt2<float>& gpt2 = static_cast<CpuModel&>(*model).gpt2();
-  const int V = options.config.vocab_size, Vp = options.config.padded_vocab_size;
-  const std::vector<int> tokens =
-      random_tokens(size_t(options.batch_size) * options.seq_len, V, 18);
-  model->evaluate(tokens.data(), tokens.data());
-  const std::vector<float> full(gpt2.buffer(kBufProbs),
-                                gpt2.buffer(kBufProbs) + size_t(options.seq_len) * Vp);
-  for (int length : {1, 6, options.seq_len}) {
-    std::vector<float> probs(V);
-    model->next_token_probs(tokens.data(), length, probs.data());
-    double sum = 0;
-    for (int i = 0; i < V; ++i) {
-      sum += probs[i];
-      ASSERT_NEAR(probs[i], full[size_t(length - 1) * Vp + i], 1e-6) << "length " << length;
-    }
-    EXPECT_NEAR(sum, 1.0, 1e-5);
-  }
-  std::vector<float> probs(V);
-  EXPECT_THROW(model->next_token_probs(tokens.data(), options.seq_len + 1, probs.data()), Error);
 }
 
 TEST(CpuModel, MemoryPlanIsItemizedAndExact) {
