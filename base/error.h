@@ -3,7 +3,7 @@
  * @brief The project's one error header: plain, CUDA and cuBLAS checks.
  *
  * Every failed check throws; nothing below main() calls exit(). main() catches and exits
- * non-zero with the message:
+ * non-zero with the message (run_tool_main does it for every program):
  *   - gpt2::UsageError  bad command-line values          -> exit code 2
  *   - gpt2::Error       anything else (bad files, OOM...) -> exit code 1
  * Messages for input problems name the file/option and the problem; internal checks
@@ -13,6 +13,7 @@
  */
 #pragma once
 
+#include <cstdio>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -28,6 +29,23 @@ class UsageError : public Error {
  public:
   explicit UsageError(const std::string& what) : Error(what) {}
 };
+
+/// A program's main(): runs body() (which returns the exit code) and turns what it throws into
+/// the exit codes above, printing "program: error: message" to stderr after what is on stdout.
+template <typename Body>
+int run_tool_main(const char* program, Body&& body) {
+  try {
+    return body();
+  } catch (const UsageError& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    return 1;
+  }
+}
 
 namespace detail {
 inline void append_all(std::ostringstream&) {}

@@ -7,9 +7,8 @@
  * qkv and dO (enough sets that they overflow the L2 cache several times, unless told), rotated
  * from one timed run to the next so the cache does not flatter. flash-hopper runs twice: its
  * default backward (dQ additions race) and flash-hopper-det (fixed-order dQ, bit-identical runs).
- * Each kernel is validated once
- * against a reference kernel (naive where it fits in memory, else flash-portable: relative L2
- * of out and dqkv), then timed: --warmup untimed runs, --repeats timed runs, the median reported.
+ * Each kernel is validated once against a reference kernel (naive where it fits in memory, else
+ * flash-portable: relative L2 of out and dqkv), then timed: --warmup untimed runs, --repeats timed runs, the median reported.
  * Backward runs are timed on the forward outputs of the same set. Never asserts.
  * FLOPs (FlashAttention's convention; causal: the masked half not counted; recomputation not
  * counted): forward 4 B NH T^2 HS / 2, backward 2.5 x forward, forward+backward 3.5 x forward.
@@ -138,7 +137,11 @@ BenchKernel parse_kernel(const std::string& name) {
 /// One input set: qkv and dO, plus what forward leaves for backward.
 struct InputSet {
   InputSet(size_t n_out, size_t saved_bytes)
-      : qkv(3 * n_out * 2), dout(n_out * 2), out(n_out * 2), saved(saved_bytes), dqkv(3 * n_out * 2) {}
+      : qkv(3 * n_out * 2),
+        dout(n_out * 2),
+        out(n_out * 2),
+        saved(saved_bytes),
+        dqkv(3 * n_out * 2) {}
   Buffer qkv, dout, out, saved, dqkv;
 };
 
@@ -290,8 +293,8 @@ int bench_main(int argc, char** argv) {
                     tflops(2.5 * fwd_flops, t.bwd_ms), tflops(3.5 * fwd_flops, t.fwdbwd_ms),
                     t.err_out, t.err_dqkv);
         csv << '"' << ctx.device_name() << "\"," << HS << ',' << T << ',' << B << ',' << NH << ','
-            << name << ',' << (kernels[k].deterministic ? 1 : 0) << ',' << t.sets << ',' << t.fwd_ms << ','
-            << t.bwd_ms << ',' << t.fwdbwd_ms << ',' << tflops(fwd_flops, t.fwd_ms) << ','
+            << name << ',' << (kernels[k].deterministic ? 1 : 0) << ',' << t.sets << ','
+            << t.fwd_ms << ',' << t.bwd_ms << ',' << t.fwdbwd_ms << ',' << tflops(fwd_flops, t.fwd_ms) << ','
             << tflops(2.5 * fwd_flops, t.bwd_ms) << ',' << tflops(3.5 * fwd_flops, t.fwdbwd_ms)
             << ',' << t.err_out << ',' << t.err_dqkv << '\n';
       }
@@ -316,13 +319,5 @@ int bench_main(int argc, char** argv) {
 }  // namespace gpt2
 
 int main(int argc, char** argv) {
-  try {
-    return gpt2::bench_main(argc, argv);
-  } catch (const gpt2::UsageError& e) {
-    std::fprintf(stderr, "gpt2-attention-bench: error: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "gpt2-attention-bench: error: %s\n", e.what());
-    return 1;
-  }
+  return gpt2::run_tool_main("gpt2-attention-bench", [&] { return gpt2::bench_main(argc, argv); });
 }

@@ -434,13 +434,5 @@ int sweep_main(int argc, char** argv) {
 }  // namespace gpt2
 
 int main(int argc, char** argv) {
-  try {
-    return gpt2::sweep_main(argc, argv);
-  } catch (const gpt2::UsageError& e) {
-    std::fprintf(stderr, "gpt2-sweep: error: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "gpt2-sweep: error: %s\n", e.what());
-    return 1;
-  }
+  return gpt2::run_tool_main("gpt2-sweep", [&] { return gpt2::sweep_main(argc, argv); });
 }

@@ -240,7 +240,7 @@ void run(const ConvertOptions& opts) {
 }  // namespace gpt2
 
 int main(int argc, char** argv) {
-  try {
+  return gpt2::run_tool_main("gpt2-convert", [&] {
     bool help = false;
     const gpt2::ConvertOptions opts = gpt2::parse_command_line(argc, argv, &help);
     if (help) {
@@ -249,13 +249,5 @@ int main(int argc, char** argv) {
     }
     gpt2::run(opts);
     return 0;
-  } catch (const gpt2::UsageError& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "gpt2-convert: error: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "gpt2-convert: error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

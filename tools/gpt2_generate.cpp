@@ -278,20 +278,12 @@ int run(const GenerateOptions& opts) {
 }  // namespace gpt2
 
 int main(int argc, char** argv) {
-  try {
+  return gpt2::run_tool_main("gpt2-generate", [&] {
     const std::optional<gpt2::GenerateOptions> opts = gpt2::parse_generate_command_line(argc, argv);
     if (!opts) {
       std::printf("%s", gpt2::make_options().help().c_str());
       return 0;
     }
     return gpt2::run(*opts);
-  } catch (const gpt2::UsageError& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "gpt2-generate: error: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "gpt2-generate: error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -173,7 +173,7 @@ void run(const TokenizeOptions& opts) {
 }  // namespace gpt2
 
 int main(int argc, char** argv) {
-  try {
+  return gpt2::run_tool_main("gpt2-tokenize", [&] {
     bool help = false;
     const gpt2::TokenizeOptions opts = gpt2::parse_command_line(argc, argv, &help);
     if (help) {
@@ -182,13 +182,5 @@ int main(int argc, char** argv) {
     }
     gpt2::run(opts);
     return 0;
-  } catch (const gpt2::UsageError& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "gpt2-tokenize: error: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "gpt2-tokenize: error: %s\n", e.what());
-    return 1;
-  }
+  });
 }
