@@ -31,6 +31,7 @@
 #include "base/error.h"
 #include "base/rng.h"
 #include "kernels/gpu/context.cuh"
+#include "model/config.h"
 
 #define GPT2_REQUIRE_GPU()                                            \
   do {                                                                \
@@ -257,6 +258,22 @@ inline ::testing::AssertionResult bitwise_equal(const std::string& what,
     if (a[i] != b[i])
       return ::testing::AssertionFailure() << what << ": first differing byte at " << i;
   return ::testing::AssertionSuccess();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Models
+
+/// The small model of the GPU model tests: L=2, C=128, NH=2 (HS=64), V=250 padded to 256,
+/// maxT=64.
+inline ModelConfig small_model_config() {
+  ModelConfig config;
+  config.max_seq_len = 64;
+  config.vocab_size = 250;
+  config.padded_vocab_size = 256;
+  config.num_layers = 2;
+  config.num_heads = 2;
+  config.channels = 128;
+  return config;
 }
 
 }  // namespace gpt2::gpu::test

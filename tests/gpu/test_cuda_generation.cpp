@@ -25,22 +25,11 @@
 namespace gpt2::gpu::test {
 namespace {
 
-ModelConfig generation_config() {
-  ModelConfig config;
-  config.max_seq_len = 64;
-  config.vocab_size = 250;
-  config.padded_vocab_size = 256;
-  config.num_layers = 2;
-  config.num_heads = 2;
-  config.channels = 128;
-  return config;
-}
-
 int argmax(const float* x, int n) { return static_cast<int>(std::max_element(x, x + n) - x); }
 
 TEST(CudaGeneration, GreedyTokensAndLogitsEqualTheCpuModelInFp32) {
   GPT2_REQUIRE_GPU();
-  const ModelConfig config = generation_config();
+  const ModelConfig config = small_model_config();
   const int V = config.vocab_size;
   constexpr int kBatch = 2, kPrompt = 5, kNew = 40;
   constexpr int kMaxLen = kPrompt + kNew - 1;
@@ -100,7 +89,7 @@ TEST(CudaGeneration, GreedyTokensAndLogitsEqualTheCpuModelInFp32) {
 
 TEST(CudaGeneration, InferenceOnlyModelMatchesATrainingModel) {
   GPT2_REQUIRE_GPU();
-  const ModelConfig config = generation_config();
+  const ModelConfig config = small_model_config();
   const int V = config.vocab_size;
   std::vector<float> params(ParameterLayout::for_config(config).total);
   init_parameters(params.data(), config, 23);

@@ -24,17 +24,6 @@
 namespace gpt2::gpu::test {
 namespace {
 
-ModelConfig small_config() {
-  ModelConfig config;
-  config.max_seq_len = 64;
-  config.vocab_size = 250;
-  config.padded_vocab_size = 256;
-  config.num_layers = 2;
-  config.num_heads = 2;
-  config.channels = 128;
-  return config;
-}
-
 std::unique_ptr<CudaModelBase> make_gpu_model(const ModelOptions& options) {
   std::unique_ptr<Model> model = make_cuda_model(options);
   auto* cuda = dynamic_cast<CudaModelBase*>(model.get());
@@ -68,7 +57,7 @@ TEST_P(CudaModelStepTest, OneStepMatchesCpuModel) {
     if (!attention_hopper_supported(c.precision == Precision::kBf16, 64, &why))
       GTEST_SKIP() << "flash-hopper does not run here: " << why;
   }
-  const ModelConfig config = small_config();
+  const ModelConfig config = small_model_config();
   const int B = 2, T = 37;
   ModelOptions options{config, B, T, c.attention, c.precision, c.flash_kernel};
   const ParameterLayout layout = ParameterLayout::for_config(config);
@@ -132,7 +121,7 @@ INSTANTIATE_TEST_SUITE_P(
 // activation gradients are overwritten (the residual-stream gradient is unchanged).
 TEST(CudaModel, BackwardTwiceDoublesParameterGradientsOnly) {
   GPT2_REQUIRE_GPU();
-  const ModelConfig config = small_config();
+  const ModelConfig config = small_model_config();
   const int B = 2, T = 37;
   const ParameterLayout layout = ParameterLayout::for_config(config);
   std::vector<float> params(layout.total);
@@ -237,7 +226,7 @@ TEST(CudaModel, HopperDeterministicTrainingRepeatsBitForBit) {
   std::string why;
   if (!attention_hopper_supported(true, 64, &why))
     GTEST_SKIP() << "flash-hopper does not run here: " << why;
-  ModelConfig config = small_config();
+  ModelConfig config = small_model_config();
   config.max_seq_len = 512;
   const int B = 2, T = 300, kSteps = 3;
   const ParameterLayout layout = ParameterLayout::for_config(config);
@@ -296,7 +285,7 @@ TEST(CudaModel, PlanThatDoesNotFitIsRefusedBeforeAllocating) {
 
 TEST(CudaModel, ParametersOptimizerStateAndSamplingRoundTrip) {
   GPT2_REQUIRE_GPU();
-  const ModelConfig config = small_config();
+  const ModelConfig config = small_model_config();
   const ParameterLayout layout = ParameterLayout::for_config(config);
   std::vector<float> params(layout.total), m(layout.total), v(layout.total);
   init_parameters(params.data(), config, 5);
