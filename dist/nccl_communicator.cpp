@@ -34,11 +34,12 @@ NcclCommunicator::NcclCommunicator(Communicator& host, CUstream_st* stream)
              "the NCCL id is handed out through a host communicator, not ", host.backend());
   int devices = 0;
   GPT2_CUDA_CHECK(cudaGetDeviceCount(&devices));
-  if (host.local_rank() >= devices)
+  // A launcher that gives each task its own GPU (srun --gpus-per-task=1) leaves one visible.
+  if (devices != 1 && host.local_rank() >= devices)
     GPT2_FAIL("rank ", host.rank(), " is rank ", host.local_rank(), " of ", host.local_size(),
               " on its node, which has ", devices, " visible GPU(s): start at most ", devices,
               " rank(s) per node (one per GPU)");
-  device_ = host.local_rank();
+  device_ = devices == 1 ? 0 : host.local_rank();
   GPT2_CUDA_CHECK(cudaSetDevice(device_));
   if (stream_ == nullptr) {
     GPT2_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));

@@ -6,8 +6,9 @@
  * Built when CMake finds NCCL beside the CUDA toolkit (nccl_backend_available()); the trainer
  * does not use it yet: the CUDA model trains on one GPU, and a job of several ranks with
  * --device cuda is refused.
- * Construction, on every rank of a job together: the CUDA device is set to host.local_rank()
- * (a node with fewer visible GPUs than ranks is refused), rank 0 creates the NCCL unique id,
+ * Construction, on every rank of a job together: the CUDA device is set to host.local_rank(),
+ * or to 0 when the launcher made only one GPU visible to each task (a node with fewer visible
+ * GPUs than ranks is refused otherwise), rank 0 creates the NCCL unique id,
  * host.broadcast() hands it to every rank (host is the job's MPI communicator, or the
  * single-process one for a job of one rank), and ncclCommInitRank joins them.
  * The collectives take device pointers and are enqueued on stream() (the caller's stream, or one
