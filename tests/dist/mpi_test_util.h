@@ -5,10 +5,12 @@
  *        needs.
  *
  * mpi_launcher() is GPT2_MPIEXEC (the launcher CMake found beside MPI) when it is executable,
- * else `mpirun` on PATH; its error names why there is none, for GTEST_SKIP. mpi_command()
- * prefixes a program with `mpirun --allow-run-as-root --oversubscribe --bind-to none -np N`
- * (root in CI; more ranks than cores; no pinning, since other tests run on the same cores) and
- * gives every rank OMP_NUM_THREADS=1 (a rank per core, not a team per rank fighting for them).
+ * else `mpirun` on PATH; its error names why there is none, for GTEST_SKIP. The launch options
+ * (kMpiOptions) are what CI needs: --allow-run-as-root (it runs as root), --oversubscribe (more
+ * ranks than cores), --bind-to none (other tests run on the same cores), shared memory without
+ * the single-copy mechanism (CMA needs ptrace rights that containers often withhold), and
+ * OMP_NUM_THREADS=1 for every rank (a rank per core, not a team per rank fighting for them).
+ * mpi_command() puts them and -np N before a program.
  */
 #pragma once
 
@@ -17,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace gpt2::testing {
 
@@ -39,10 +42,18 @@ inline std::string mpi_launcher(std::string* why_not) {
   return path;
 }
 
-/// "mpirun ... -np N <program>" (program already shell-quoted, with its arguments).
+inline const std::vector<std::string>& mpi_options() {
+  static const std::vector<std::string> options = {
+      "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca",
+      "btl_vader_single_copy_mechanism", "none", "-x", "OMP_NUM_THREADS=1"};
+  return options;
+}
+
+/// "mpirun <options> -np N <program>" (program already shell-quoted, with its arguments).
 inline std::string mpi_command(const std::string& launcher, int ranks, const std::string& program) {
-  return launcher + " --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -np " +
-         std::to_string(ranks) + " " + program;
+  std::string command = launcher;
+  for (const std::string& option : mpi_options()) command += " " + option;
+  return command + " -np " + std::to_string(ranks) + " " + program;
 }
 
 }  // namespace gpt2::testing

@@ -441,9 +441,9 @@ pid_t rank_pid(pid_t parent, int rank) {
 
 std::vector<std::string> job_argv(const std::string& launcher, int ranks,
                                   const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {launcher, "--allow-run-as-root", "--oversubscribe",
-                                   "--bind-to", "none", "-x", "OMP_NUM_THREADS=1", "-np",
-                                   std::to_string(ranks), GPT2_TRAIN_BINARY};
+  std::vector<std::string> argv = {launcher};
+  argv.insert(argv.end(), testing::mpi_options().begin(), testing::mpi_options().end());
+  argv.insert(argv.end(), {"-np", std::to_string(ranks), GPT2_TRAIN_BINARY});
   argv.insert(argv.end(), args.begin(), args.end());
   return argv;
 }
@@ -500,11 +500,11 @@ TEST(DataParallel, ASignalToOneRankStopsEveryRankAfterTheSameStep) {
 TEST(DataParallel, ARankThatFailsMidRunEndsTheJob) {
   GPT2_REQUIRE_MPIRUN(launcher);
   const std::string dir = scratch_dir();
-  // Rank 0 cannot write the checkpoint of step 3 (13 MB past a 2 MiB file size limit, set on
+  // Rank 0 cannot write the checkpoint of step 5 (13 MB past a 2 MiB file size limit, set on
   // it once it trains: MPI's own shared-memory files are made at its start) while rank 1 goes
-  // on to step 4's collectives: rank 0's error must end rank 1 too.
+  // on to step 6's collectives: rank 0's error must end rank 1 too.
   BackgroundJob job(job_argv(launcher, 2, run_args(dir + "/out", 1000, 2,
-                                                   {"--checkpoint-every", "3", "--val-every", "0"})));
+                                                   {"--checkpoint-every", "5", "--val-every", "0"})));
   ASSERT_TRUE(job.wait_for(" 1/1000 |", 120)) << job.output();
   const pid_t rank0 = rank_pid(job.pid(), 0);
   ASSERT_GT(rank0, 0) << "rank 0 not found among mpirun's children";
@@ -519,17 +519,17 @@ TEST(DataParallel, ARankThatFailsMidRunEndsTheJob) {
   EXPECT_EQ(*code, 1) << job.output();
   EXPECT_NE(job.output().find("gpt2-train: rank 0 of 2: error: "), std::string::npos)
       << job.output();
-  EXPECT_NE(job.output().find("model_00000003.bin"), std::string::npos) << job.output();
-  EXPECT_EQ(job.output().find(" 4/1000 |"), std::string::npos) << job.output();
+  EXPECT_NE(job.output().find("model_00000005.bin"), std::string::npos) << job.output();
+  EXPECT_EQ(job.output().find(" 6/1000 |"), std::string::npos) << job.output();
 
   // And a rank that fails before the first step (its data is missing) while rank 0 waits for
   // the starting parameters: one rank of each program (mpirun's MPMD form).
   const std::vector<std::string> good = run_args(dir + "/out2", 4, 2);
   std::vector<std::string> bad = good;
   *std::find(bad.begin(), bad.end(), embedded_train_data()) = dir + "/missing.bin";
-  const std::string command = "timeout -s KILL 300 " + launcher +
-                              " --allow-run-as-root --oversubscribe --bind-to none -np 1 " +
-                              trainer_command(good) + " : -np 1 " + trainer_command(bad);
+  const std::string command = "timeout -s KILL 300 " +
+                              testing::mpi_command(launcher, 1, trainer_command(good)) +
+                              " : -np 1 " + trainer_command(bad);
   const auto startup = run_command(command);
   EXPECT_EQ(startup.exit_code, 1) << startup.output;
   EXPECT_NE(startup.output.find("gpt2-train: rank 1 of 2: error: " + dir + "/missing.bin"),
