@@ -8,8 +8,9 @@
  *   - gpt2::Error       anything else (bad files, OOM...) -> exit code 1
  * Messages for input problems name the file/option and the problem; internal checks
  * (GPT2_CHECK, GPT2_CUDA_CHECK...) add file, line and the failed expression.
- * The *_NOTHROW variants print and continue, for destructors. Nothing links NCCL yet; its check
- * belongs here when multi-GPU training does.
+ * The *_NOTHROW variants print and continue, for destructors. The MPI and NCCL checks exist in
+ * the translation units that define GPT2_HAVE_MPI / GPT2_HAVE_NCCL (dist/), which include the
+ * libraries' headers; the rest of the project never sees them.
  */
 #pragma once
 
@@ -124,5 +125,44 @@ std::string str_cat(const Args&... args) {
     cublasStatus_t gpt2_st_ = (call);                                                    \
     if (gpt2_st_ != CUBLAS_STATUS_SUCCESS)                                               \
       ::gpt2::throw_internal(__FILE__, __LINE__, #call, cublasGetStatusString(gpt2_st_)); \
+  } while (0)
+#endif
+
+#if defined(GPT2_HAVE_MPI)
+// MPI's C API only: the deprecated C++ bindings do not compile warning-free.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+#define GPT2_MPI_CHECK(call)                                                                  \
+  do {                                                                                        \
+    const int gpt2_mpi_rc_ = (call);                                                          \
+    if (gpt2_mpi_rc_ != MPI_SUCCESS) {                                                        \
+      char gpt2_mpi_msg_[MPI_MAX_ERROR_STRING];                                               \
+      int gpt2_mpi_len_ = 0;                                                                  \
+      MPI_Error_string(gpt2_mpi_rc_, gpt2_mpi_msg_, &gpt2_mpi_len_);                          \
+      ::gpt2::throw_internal(__FILE__, __LINE__, #call,                                       \
+                             std::string(gpt2_mpi_msg_, static_cast<size_t>(gpt2_mpi_len_))); \
+    }                                                                                         \
+  } while (0)
+#endif
+
+#if defined(GPT2_HAVE_NCCL)
+#include <nccl.h>
+#define GPT2_NCCL_CHECK(call)                                                                  \
+  do {                                                                                         \
+    const ncclResult_t gpt2_nccl_rc_ = (call);                                                 \
+    if (gpt2_nccl_rc_ != ncclSuccess)                                                          \
+      ::gpt2::throw_internal(__FILE__, __LINE__, #call, ncclGetErrorString(gpt2_nccl_rc_));    \
+  } while (0)
+#define GPT2_NCCL_CHECK_NOTHROW(call)                                                          \
+  do {                                                                                         \
+    const ncclResult_t gpt2_nccl_rc_ = (call);                                                 \
+    if (gpt2_nccl_rc_ != ncclSuccess)                                                          \
+      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,                    \
+              ncclGetErrorString(gpt2_nccl_rc_));                                              \
   } while (0)
 #endif

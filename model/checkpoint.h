@@ -13,7 +13,9 @@
  * the whole model file of the pair, [19] its size in bytes, [20..51] its file name (256 bytes,
  * NUL-padded) — then AdamW m and v (fp32, num_parameters each). So a state names and checks the
  * model file it belongs to; a flipped byte anywhere in either file is found. Version 1 files
- * (no model hash) are refused.
+ * (no model hash) are refused. A data-parallel job writes the same files from rank 0, its ZeRO-1
+ * shards of m and v gathered first, so they hold the whole state whatever the world size; [8]
+ * records it, and a resume needs the same (train/run_files.h).
  *
  * Every write is atomic (temporary name, fsync, rename). Every read validates and throws
  * gpt2::Error naming the file and the problem (bad magic/version, size mismatch, hash mismatch).

@@ -365,13 +365,35 @@ MemoryPlan plan_cpu_model_memory(const ModelOptions& options) {
   if (options.precision != Precision::kFp32)
     GPT2_USAGE_FAIL("precision ", to_string(options.precision),
                     " is not available on the CPU backend (it computes in fp32)");
-  const size_t param_bytes = ParameterLayout::for_config(config).total * sizeof(float);
+  if (options.zero_stage != 0 && options.zero_stage != 1)
+    GPT2_USAGE_FAIL("ZeRO stage must be 0 or 1 (got ", options.zero_stage, ")");
+  if (options.comm != nullptr && options.comm->memory_space() != MemorySpace::kHost)
+    GPT2_FAIL("the CPU model needs a host communicator, not ", options.comm->backend());
+  const size_t num_params = ParameterLayout::for_config(config).total;
+  const size_t param_bytes = num_params * sizeof(float);
   MemoryPlan plan;
   plan.add("parameters", "parameters (fp32)", param_bytes);
+  const int world = options.world_size();
   if (options.training) {
     plan.add("gradients", "gradients (fp32)", param_bytes);
-    plan.add("optimizer", "AdamW m (fp32)", param_bytes);
-    plan.add("optimizer", "AdamW v (fp32)", param_bytes);
+    if (world > 1 && options.zero_stage == 1) {
+      const ShardPlan shards(num_params, world, options.comm->rank(), options.bucket_elements);
+      const size_t shard_bytes = shards.local_elements() * sizeof(float);
+      const std::string shard = str_cat("ZeRO-1 shard, ", shards.local_elements(), " of ",
+                                        num_params, ")");
+      plan.add("optimizer", "AdamW m (fp32, " + shard, shard_bytes);
+      plan.add("optimizer", "AdamW v (fp32, " + shard, shard_bytes);
+    } else {
+      plan.add("optimizer", "AdamW m (fp32)", param_bytes);
+      plan.add("optimizer", "AdamW v (fp32)", param_bytes);
+    }
+    if (world > 1) {
+      const ShardPlan shards(num_params, world, options.comm->rank(), options.bucket_elements);
+      const GradientBucket& last = shards.buckets().back();
+      if (last.size > last.valid)
+        plan.add("workspace", "data-parallel staging of the padded last bucket",
+                 last.size * sizeof(float));
+    }
   }
   for (const CpuBufferSpec& spec : cpu_buffer_specs(config, options.batch_size, options.seq_len,
                                                     options.attention, options.training))
@@ -418,9 +440,23 @@ CpuModel::CpuModel(const ModelOptions& options)
                                            options.attention, cpu::FlashBlocks{},
                                            options.training);
   if (options.training) {
-    allocate(adam_m_, gpt2_->num_parameters(), "AdamW m");
-    allocate(adam_v_, gpt2_->num_parameters(), "AdamW v");
+    const int world = options.world_size();
+    comm_ = options.comm;
+    shards_ = ShardPlan(gpt2_->num_parameters(), world, comm_ != nullptr ? comm_->rank() : 0,
+                        options.bucket_elements);
+    const size_t moments = sharded() ? shards_.local_elements() : gpt2_->num_parameters();
+    allocate(adam_m_, moments, "AdamW m");
+    allocate(adam_v_, moments, "AdamW v");
+    const GradientBucket& last = shards_.buckets().back();
+    if (data_parallel() && last.size > last.valid)
+      allocate(staging_, last.size, "data-parallel staging of the padded last bucket");
   }
+}
+
+void CpuModel::check_reduced(const char* call) const {
+  if (data_parallel() && !grads_reduced_)
+    GPT2_FAIL(call, " before reduce_gradients(): with ", comm_->world_size(),
+              " ranks the gradients are summed over the ranks first");
 }
 
 void CpuModel::check_training(const char* call) const {
@@ -442,11 +478,15 @@ void CpuModel::get_parameters(float* params) const {
   std::copy(model.params(), model.params() + model.num_parameters(), params);
 }
 
-void CpuModel::zero_grad() { gpt2_->zero_grad(); }
+void CpuModel::zero_grad() {
+  gpt2_->zero_grad();
+  grads_reduced_ = false;
+}
 
 float CpuModel::forward_backward(const int* inputs, const int* targets, float loss_scale) {
   check_training("forward_backward");
   GPT2_CHECK(targets != nullptr);
+  grads_reduced_ = false;
   const float loss = gpt2_->forward(inputs, targets);
   gpt2_->backward(loss_scale);
   return loss;
@@ -483,34 +523,129 @@ void CpuModel::decode_step(const int* next_tokens, float* logits) {
 
 int CpuModel::generation_length() const { return gpt2_->generation_length(); }
 
+void CpuModel::bucket_collective(BucketOp op, size_t k, float* flat) const {
+  const GradientBucket& bucket = shards_.buckets()[k];
+  const size_t own = static_cast<size_t>(comm_->rank()) * bucket.shard;
+  // The last bucket runs past N: it goes through staging_, zero past the valid elements.
+  const bool staged = bucket.size > bucket.valid;
+  float* data = flat + bucket.begin;
+  if (staged) {
+    std::copy(data, data + bucket.valid, staging_.begin());
+    std::fill(staging_.begin() + static_cast<std::ptrdiff_t>(bucket.valid), staging_.end(), 0.0f);
+    data = staging_.data();
+  }
+  switch (op) {
+    case BucketOp::kAllReduce: comm_->all_reduce(data, bucket.size, ReduceOp::kSum); break;
+    case BucketOp::kReduceScatter: comm_->reduce_scatter_sum(data, data + own, bucket.shard); break;
+    case BucketOp::kAllGather: comm_->all_gather(data + own, data, bucket.shard); break;
+  }
+  if (!staged) return;
+  if (op == BucketOp::kReduceScatter) {
+    // Only this rank's block holds the sum; the rest of the bucket is unspecified anyway.
+    if (own < bucket.valid) {
+      const size_t count = std::min(bucket.shard, bucket.valid - own);
+      std::copy(data + own, data + own + count, flat + bucket.begin + own);
+    }
+  } else {
+    std::copy(data, data + bucket.valid, flat + bucket.begin);
+  }
+}
+
+void CpuModel::gather_shards(const float* local, float* full) const {
+  for (size_t k = 0; k < shards_.buckets().size(); ++k) {
+    const GradientBucket& bucket = shards_.buckets()[k];
+    if (bucket.size == bucket.valid) {
+      comm_->all_gather(local + bucket.local_begin, full + bucket.begin, bucket.shard);
+    } else {
+      comm_->all_gather(local + bucket.local_begin, staging_.data(), bucket.shard);
+      std::copy(staging_.begin(), staging_.begin() + static_cast<std::ptrdiff_t>(bucket.valid),
+                full + bucket.begin);
+    }
+  }
+}
+
+void CpuModel::reduce_gradients() {
+  check_training("reduce_gradients");
+  if (data_parallel()) {
+    const BucketOp op = sharded() ? BucketOp::kReduceScatter : BucketOp::kAllReduce;
+    for (size_t k = 0; k < shards_.buckets().size(); ++k) bucket_collective(op, k, gpt2_->grads());
+  }
+  grads_reduced_ = true;
+}
+
 float CpuModel::grad_norm() {
   check_training("grad_norm");
-  return static_cast<float>(std::sqrt(cpu::global_norm_squared(
-      gpt2_->grads(), static_cast<int64_t>(gpt2_->num_parameters()))));
+  if (!data_parallel()) {
+    return static_cast<float>(std::sqrt(cpu::global_norm_squared(
+        gpt2_->grads(), static_cast<int64_t>(gpt2_->num_parameters()))));
+  }
+  check_reduced("grad_norm");
+  double local = 0.0;
+  for (size_t k = 0; k < shards_.buckets().size(); ++k) {
+    const ShardRange range = shards_.local_range(k);
+    if (range.count > 0)
+      local += cpu::global_norm_squared(gpt2_->grads() + range.begin,
+                                        static_cast<int64_t>(range.count));
+  }
+  return static_cast<float>(std::sqrt(sum_in_rank_order(*comm_, local)));
+}
+
+void CpuModel::adamw_range(size_t begin, size_t count, float* m, float* v,
+                           const cpu::AdamWHyper& hyper, int step, float grad_scale) {
+  const ParameterLayout& layout = gpt2_->layout();
+  const size_t end = begin + count;
+  for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
+    const size_t lo = std::max(begin, layout.offsets[tensor]);
+    const size_t hi = std::min(end, layout.offsets[tensor] + layout.sizes[tensor]);
+    if (lo >= hi) continue;
+    cpu::AdamWHyper tensor_hyper = hyper;
+    if (!ParameterLayout::decays(tensor)) tensor_hyper.weight_decay = 0.0f;
+    cpu::adamw_update(gpt2_->params() + lo, gpt2_->grads() + lo, m + (lo - begin),
+                      v + (lo - begin), static_cast<int64_t>(hi - lo), tensor_hyper, step,
+                      grad_scale);
+  }
 }
 
 void CpuModel::adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_scale) {
   check_training("adamw_step");
   GPT2_CHECK(step >= 1, "AdamW steps are 1-based (got ", step, ")");
-  const ParameterLayout& layout = gpt2_->layout();
-  for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
-    cpu::AdamWHyper tensor_hyper = hyper;
-    if (!ParameterLayout::decays(tensor)) tensor_hyper.weight_decay = 0.0f;
-    const size_t offset = layout.offsets[tensor];
-    cpu::adamw_update(gpt2_->params() + offset, gpt2_->grads() + offset, adam_m_.data() + offset,
-                      adam_v_.data() + offset, static_cast<int64_t>(layout.sizes[tensor]),
-                      tensor_hyper, step, grad_scale);
+  check_reduced("adamw_step");
+  if (!sharded()) {
+    adamw_range(0, gpt2_->num_parameters(), adam_m_.data(), adam_v_.data(), hyper, step,
+                grad_scale);
+    return;
   }
+  for (size_t k = 0; k < shards_.buckets().size(); ++k) {
+    const ShardRange range = shards_.local_range(k);
+    if (range.count > 0)
+      adamw_range(range.begin, range.count, adam_m_.data() + range.local,
+                  adam_v_.data() + range.local, hyper, step, grad_scale);
+  }
+  for (size_t k = 0; k < shards_.buckets().size(); ++k)
+    bucket_collective(BucketOp::kAllGather, k, gpt2_->params());
 }
 
 void CpuModel::get_optimizer_state(float* m, float* v) const {
   check_training("get_optimizer_state");
+  if (sharded()) {
+    gather_shards(adam_m_.data(), m);
+    gather_shards(adam_v_.data(), v);
+    return;
+  }
   std::copy(adam_m_.begin(), adam_m_.end(), m);
   std::copy(adam_v_.begin(), adam_v_.end(), v);
 }
 
 void CpuModel::set_optimizer_state(const float* m, const float* v) {
   check_training("set_optimizer_state");
+  if (sharded()) {
+    for (size_t k = 0; k < shards_.buckets().size(); ++k) {
+      const ShardRange range = shards_.local_range(k);
+      std::copy(m + range.begin, m + range.begin + range.count, adam_m_.begin() + range.local);
+      std::copy(v + range.begin, v + range.begin + range.count, adam_v_.begin() + range.local);
+    }
+    return;
+  }
   std::copy(m, m + adam_m_.size(), adam_m_.begin());
   std::copy(v, v + adam_v_.size(), adam_v_.begin());
 }

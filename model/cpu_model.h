@@ -16,7 +16,13 @@
  * through lnf and the classifier; a decode step runs one position per sequence through the
  * same ops on the (B,1) slices of the buffers, with attention_decode_forward over the cache.
  * CpuModel is the Model of model.h on CpuGpt2<float>: it builds its MemoryPlan, checks it
- * against MemAvailable and only then allocates.
+ * against MemAvailable and only then allocates. Data parallel (model.h), with a host
+ * communicator: the flat gradient is reduced bucket by bucket in place (ZeRO-0 all-reduce,
+ * ZeRO-1 reduce-scatter into this rank's blocks); the last bucket, padded past N, goes through
+ * a staging buffer of its size. The norm's part of a rank is the squares of its blocks (ZeRO-0
+ * too, so both stages give the same norm); AdamW runs per tensor on the whole buffer (ZeRO-0)
+ * or on this rank's blocks with the moments of its shard (ZeRO-1), followed by the in-place
+ * all-gather of the parameters, bucket by bucket. World size 1 runs the single-process code.
  */
 #pragma once
 
@@ -139,9 +145,10 @@ class CpuGpt2 {
 extern template class CpuGpt2<float>;
 extern template class CpuGpt2<double>;
 
-/// The CPU model's plan (fp32): parameters, gradients, AdamW m and v, every CpuBuffer, the
-/// token buffers. Validates the options first (gpt2::Error for a bad config, gpt2::UsageError
-/// for a bad B, T or precision).
+/// The CPU model's plan (fp32): parameters, gradients, AdamW m and v (ZeRO-1: this rank's
+/// shard), every CpuBuffer, the token buffers, and the staging buffer of a padded last bucket
+/// (data parallel). Validates the options first (gpt2::Error for a bad config,
+/// gpt2::UsageError for a bad B, T, precision or ZeRO stage).
 MemoryPlan plan_cpu_model_memory(const ModelOptions& options);
 
 /// Throws gpt2::Error when plan.total() > available_bytes, naming the largest buffer, the bytes
@@ -171,6 +178,7 @@ class CpuModel final : public Model {
   void decode_step(const int* next_tokens, float* logits) override;
   int generation_length() const override;
 
+  void reduce_gradients() override;
   float grad_norm() override;
   void adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_scale) override;
 
@@ -182,14 +190,33 @@ class CpuModel final : public Model {
 
   /// The underlying reference model (tests, tools).
   CpuGpt2<float>& gpt2() { return *gpt2_; }
+  /// The buckets and this rank's shard (data parallel; world size 1: one rank owns all).
+  const ShardPlan& shard_plan() const { return shards_; }
 
  private:
   ModelOptions options_;
   MemoryPlan plan_;
   void check_training(const char* call) const;
+  /// Throws unless reduce_gradients() ran since the last gradient change (world size > 1).
+  void check_reduced(const char* call) const;
+  bool data_parallel() const { return comm_ != nullptr && comm_->world_size() > 1; }
+  bool sharded() const { return data_parallel() && options_.zero_stage == 1; }
+  /// AdamW on the flat elements [begin, begin + count) with moments m, v (count floats each).
+  void adamw_range(size_t begin, size_t count, float* m, float* v, const cpu::AdamWHyper& hyper,
+                   int step, float grad_scale);
+  /// The collective of bucket k on flat (ZeRO-0 all-reduce, ZeRO-1 reduce-scatter, all-gather),
+  /// through staging_ when the bucket runs past N.
+  enum class BucketOp { kAllReduce, kReduceScatter, kAllGather };
+  void bucket_collective(BucketOp op, size_t k, float* flat) const;
+  /// full (N floats) from every rank's local shard (ZeRO-1 optimizer state), bucket by bucket.
+  void gather_shards(const float* local, float* full) const;
 
   std::unique_ptr<CpuGpt2<float>> gpt2_;
-  std::vector<float> adam_m_, adam_v_;
+  std::vector<float> adam_m_, adam_v_;  // N floats each, or this rank's shard (ZeRO-1)
+  Communicator* comm_ = nullptr;
+  ShardPlan shards_;
+  mutable std::vector<float> staging_;  // the padded last bucket (data parallel)
+  bool grads_reduced_ = false;
 };
 
 }  // namespace gpt2

@@ -165,6 +165,9 @@ void validate_cuda_options(const ModelOptions& options) {
     GPT2_USAGE_FAIL("sequence length must be in [1, maxT=", config.max_seq_len, "] (got ",
                     options.seq_len, ")");
   (void)attention_config(options);  // the attention kernel can run this model
+  if (options.world_size() > 1)
+    GPT2_USAGE_FAIL("multi-GPU training is not available yet: the CUDA model trains on one GPU "
+                    "(world size ", options.world_size(), " asked for)");
   if (config.channels % 8 != 0)
     GPT2_USAGE_FAIL("the CUDA backend needs the channel count to be a multiple of 8 (got ",
                     config.channels, ")");
@@ -228,6 +231,8 @@ class CudaModel final : public CudaModelBase {
   void decode_step(const int* next_tokens, float* logits) override;
   int generation_length() const override { return gen_length_; }
 
+  /// One GPU (world size 1, checked at construction): nothing to reduce.
+  void reduce_gradients() override { check_training("reduce_gradients"); }
   float grad_norm() override;
   void adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_scale) override;
 

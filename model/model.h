@@ -4,9 +4,17 @@
  *
  * A Model owns parameters (with fp32 master copies), gradients, AdamW moments and the
  * activations for micro-batches of shape (B, T) fixed at construction. The trainer drives it:
- *   zero_grad(); for each micro-batch: forward_backward(); grad_norm(); adamw_step().
+ *   zero_grad(); for each micro-batch: forward_backward(); reduce_gradients(); grad_norm();
+ *   adamw_step().
  * Parameters cross the interface as fp32 in ParameterLayout order (checkpoints, tests).
  * Losses are the mean over the B*T positions of the micro-batch.
+ * Data parallel (ModelOptions::comm with world size > 1): every rank holds a replica of the
+ * parameters and runs the same calls in the same order on its own micro-batches; the calls
+ * marked "collective" below communicate, so every rank must make them. The gradients are
+ * reduced in the fixed buckets of dist/shard_plan.h. ZeRO-0: all-reduce of each bucket, every
+ * rank updates every parameter. ZeRO-1: reduce-scatter of each bucket, each rank keeps the AdamW
+ * moments of its shard only and updates its shard, then the parameters are all-gathered. A
+ * world size of 1 is the single-process model whatever the stage.
  */
 #pragma once
 
@@ -14,6 +22,8 @@
 #include <memory>
 #include <string>
 
+#include "dist/communicator.h"
+#include "dist/shard_plan.h"
 #include "kernels/common/attention_kind.h"
 #include "kernels/cpu/adamw.h"
 #include "model/config.h"
@@ -40,6 +50,15 @@ struct ModelOptions {
   /// backward workspace are planned or allocated; forward_backward, grad_norm, adamw_step and
   /// the optimizer-state calls throw gpt2::Error, zero_grad does nothing.
   bool training = true;
+  /// Data parallelism (training): the job's communicator (nullptr: one process; it must
+  /// outlive the model and use host memory for the CPU backend), the ZeRO stage (0 or 1) and
+  /// the bucket size of the gradient reductions (dist/shard_plan.h). The CUDA backend takes
+  /// world size 1 only, for now.
+  Communicator* comm = nullptr;
+  int zero_stage = 0;
+  size_t bucket_elements = kDefaultBucketElements;
+
+  int world_size() const { return comm != nullptr ? comm->world_size() : 1; }
 };
 
 class Model {
@@ -98,13 +117,25 @@ class Model {
   /// Tokens per sequence so far: 0 after start_generation, -1 without a session.
   virtual int generation_length() const = 0;
 
-  /// Global L2 norm of the accumulated parameter gradients.
+  /// Collective. Sums the gradients accumulated by every rank (each rank's loss_scale carries
+  /// 1/world_size besides 1/grad_accum_steps, so the sum is the gradient of the global batch's
+  /// mean loss). ZeRO-1: only this rank's shard holds the sum afterwards. Once per step, after
+  /// the last forward_backward and before grad_norm and adamw_step, which throw without it when
+  /// the world size is above 1. World size 1: nothing.
+  virtual void reduce_gradients() = 0;
+  /// Global L2 norm of the accumulated parameter gradients. Collective with several ranks: the
+  /// norm of the summed gradient, each rank's part (the squares of its shard, in double) added
+  /// in rank order, so every rank gets the same bits.
   virtual float grad_norm() = 0;
   /// AdamW on every tensor (weight decay on the 2-D weights only); grads scaled by grad_scale
-  /// first (clipping). step is 1-based.
+  /// first (clipping). step is 1-based. ZeRO-1: collective (this rank's shard, then the
+  /// all-gather of the parameters).
   virtual void adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_scale) = 0;
 
+  /// The whole AdamW m and v (ParameterLayout::total floats each). ZeRO-1: collective; the
+  /// shards are all-gathered and every rank receives the whole state.
   virtual void get_optimizer_state(float* m, float* v) const = 0;
+  /// From the whole m and v, which every rank passes; ZeRO-1 keeps its shard.
   virtual void set_optimizer_state(const float* m, const float* v) = 0;
 
   /// The plan this model allocated by.

@@ -31,6 +31,8 @@ std::string to_json_line(const StepMetrics& m) {
   line["precision"] = m.precision;
   line["micro_batches"] = m.micro_batches;
   if (m.skipped) line["skipped"] = true;
+  if (m.world_size > 1) line["world_size"] = m.world_size;
+  if (m.comm_ms) line["comm_ms"] = *m.comm_ms;
   return dump_json(line);
 }
 
@@ -78,12 +80,14 @@ std::string format_duration(double seconds) {
 }
 
 std::string format_step_line(const StepMetrics& m, int total_steps, double eta_seconds) {
-  char buf[256];
+  char comm[64] = "";
+  if (m.comm_ms) std::snprintf(comm, sizeof comm, " (comm %.1f ms)", *m.comm_ms);
+  char buf[320];
   std::snprintf(buf, sizeof buf,
-                "step %*d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | peak %s",
+                "step %*d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms%s | %.0f tok/s | peak %s%s",
                 static_cast<int>(std::to_string(total_steps).size()), m.step, total_steps,
-                m.loss, m.lr, m.grad_norm, m.ms, m.tokens_per_s,
-                format_bytes(m.peak_mem_bytes).c_str());
+                m.loss, m.lr, m.grad_norm, m.ms, comm, m.tokens_per_s,
+                format_bytes(m.peak_mem_bytes).c_str(), m.world_size > 1 ? " per rank" : "");
   std::string line = buf;
   if (eta_seconds >= 0.0) line += " | eta " + format_duration(eta_seconds);
   if (m.val_loss) {

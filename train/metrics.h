@@ -6,7 +6,9 @@
  *   {"step":3,"loss":10.2,"lr":0.0006,"grad_norm":1.5,"ms":120,"tokens_per_s":2133,
  *    "peak_mem_bytes":123456,"attn":"flash","device":"cpu","precision":"fp32","micro_batches":1}
  * plus "val_loss" on the steps that measured it and "skipped":true on a step whose update was
- * skipped (--on-nonfinite skip-step). Lines are written through base/json.h: floats
+ * skipped (--on-nonfinite skip-step). A data-parallel run (several ranks) adds "world_size" and
+ * "comm_ms" (the step's time in collectives, the largest over the ranks); its tokens_per_s is
+ * the job's (every rank's tokens) and peak_mem_bytes the largest rank's. Lines are written through base/json.h: floats
  * as their shortest round-trip decimal (a float read back is bit-identical, which the resume
  * tests rely on), non-finite values as null, so every line is valid JSON.
  */
@@ -37,6 +39,8 @@ struct StepMetrics {
   std::string precision;
   int micro_batches = 1;
   bool skipped = false;  // the update was not applied (non-finite loss or gradient norm)
+  int world_size = 1;
+  std::optional<double> comm_ms;  // data parallel: time in collectives, largest over the ranks
 };
 
 /// One metrics.jsonl line, without the trailing newline.
@@ -61,7 +65,8 @@ class MetricsFile {
   int fd_ = -1;
 };
 
-/// The console line of a step; eta_seconds < 0 omits the ETA.
+/// The console line of a step; eta_seconds < 0 omits the ETA. Data parallel: "| 120.0 ms (comm
+/// 12.3 ms) |" and the peak memory "per rank".
 std::string format_step_line(const StepMetrics& metrics, int total_steps, double eta_seconds);
 
 /// "1h02m", "3m05s", "12s".

@@ -56,6 +56,8 @@ cxxopts::Options make_options() {
       ("on-nonfinite", "a step with a non-finite loss or gradient norm: stop (exit 1) or "
        "skip-step (skip its update; stop after 10 in a row)", s()->default_value("stop"))
       ("seed", "seed of initialization, data order and sampling", s()->default_value("1337"))
+      ("zero", "data parallel (several ranks): 0 all-reduces the gradients, 1 also shards the "
+       "AdamW state across the ranks (ZeRO-1) (default: 1 with several ranks)", s())
       ("h,help", "print this help");
   return options;
 }
@@ -240,11 +242,27 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   cli.seed = static_cast<uint64_t>(parse_integer("seed", text("seed"), 0,
                                                  std::numeric_limits<int64_t>::max(),
                                                  "a non-negative integer"));
+  if (given("zero")) {
+    const std::string zero = text("zero");
+    if (zero != "0" && zero != "1") GPT2_USAGE_FAIL("--zero must be 0 or 1 (got '", zero, "')");
+    cli.zero_stage = zero == "1" ? 1 : 0;
+  }
   return cli;
 }
 
-TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailability& devices) {
+TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailability& devices,
+                                 const JobRanks& ranks) {
   TrainConfig config;
+  GPT2_CHECK(ranks.world_size >= 1 && ranks.rank >= 0 && ranks.rank < ranks.world_size,
+             "rank ", ranks.rank, " of world size ", ranks.world_size);
+  config.rank = ranks.rank;
+  config.world_size = ranks.world_size;
+  const auto refuse_cuda_ranks = [&](const char* how) {
+    GPT2_USAGE_FAIL("--device cuda", how, ": multi-GPU training is not available yet (this job "
+                    "has ", config.world_size, " ranks); run one process, or --device cpu for "
+                    "data-parallel training on the CPU");
+  };
+  if (cli.device == "cuda" && config.world_size > 1) refuse_cuda_ranks("");
   if (cli.device == "cuda") {
     if (!devices.cuda) GPT2_FAIL("--device cuda: no usable CUDA device: ", devices.why_not);
     config.device = DeviceKind::kCuda;
@@ -254,6 +272,8 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
     config.device = devices.cuda ? DeviceKind::kCuda : DeviceKind::kCpu;
   }
   const bool on_cuda = config.device == DeviceKind::kCuda;
+  if (on_cuda && config.world_size > 1) refuse_cuda_ranks(" (chosen by --device auto)");
+  config.zero_stage = cli.zero_stage.value_or(config.world_size > 1 ? 1 : 0);
 
   config.precision = cli.precision.value_or(on_cuda ? Precision::kBf16 : Precision::kFp32);
   if (!on_cuda && config.precision == Precision::kBf16)

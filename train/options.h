@@ -10,7 +10,9 @@
  *                         device-dependent defaults (model, precision, B, T), reads the model
  *                         config (preset, checkpoint header, or a Hugging Face directory's
  *                         config.json with its safetensors header) and checks what needs it:
- *                         T <= the model's context, total batch a multiple of B*T*world.
+ *                         T <= the model's context, total batch a multiple of B*T*world, the
+ *                         ZeRO stage (default 1 with several ranks), no CUDA with several
+ *                         ranks (multi-GPU training is not available yet: exit 2).
  * Bad values throw gpt2::UsageError (exit 2) with a one-line message naming the option and
  * the value. `--device cuda` without a usable GPU and unreadable checkpoint files throw
  * gpt2::Error (exit 1): the command line is fine, the machine or the file is not.
@@ -77,6 +79,7 @@ struct CommandLine {
   bool resume = false;
   NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;
   uint64_t seed = 1337;
+  std::optional<int> zero_stage;  // 0 | 1
   bool help = false;
 };
 
@@ -95,8 +98,9 @@ struct TrainConfig {
   Precision precision = Precision::kFp32;
   int batch_size = 0;  // B per micro-batch
   int seq_len = 0;     // T
-  int rank = 0;        // data-parallel rank and world size: 0 and 1 until multi-GPU lands
+  int rank = 0;        // data-parallel rank and world size, from the launcher
   int world_size = 1;
+  int zero_stage = 0;  // 0: gradients all-reduced; 1: and the AdamW state sharded
   int64_t total_batch_size = 0;  // tokens per optimizer step, all ranks
   int grad_accum_steps = 1;      // total_batch_size / (B * T * world_size)
   int steps = 0;
@@ -128,8 +132,15 @@ CommandLine parse_command_line(const std::vector<std::string>& args);
 /// The --help text.
 std::string usage_text();
 
+/// This process's place in its job (from dist/communicator.h's job communicator).
+struct JobRanks {
+  int rank = 0;
+  int world_size = 1;
+};
+
 /// Throws gpt2::UsageError for bad combinations, gpt2::Error for an unusable device or file.
-TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailability& devices);
+TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailability& devices,
+                                 const JobRanks& ranks = {});
 
 /// Numbers of the command line (gpt2-train and gpt2-generate): each throws gpt2::UsageError
 /// naming --option and the text, "must be <expectation>" or "out of range: at most N".

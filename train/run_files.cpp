@@ -230,11 +230,19 @@ void check_resume_compatible(const TrainConfig& config, const ResumePoint& point
       GPT2_FAIL(point.state_path, ": cannot resume: it was written with ", what, " ", saved,
                 ", this run has ", what, " ", now);
   };
+  // First, as the total batch's default follows it: the data order (windows dealt in groups
+  // of B*world) and the AdamW state's sharding depend on the world size.
+  if (point.state.world_size != config.world_size)
+    GPT2_FAIL(point.state_path, ": cannot resume: it was written by a job of world size ",
+              point.state.world_size, " and this job has world size ", config.world_size,
+              ": the data order (windows dealt to ranks in groups of B*world) would not "
+              "continue. Resume with ", point.state.world_size, " rank(s) (mpirun -np ",
+              point.state.world_size, "), or start a new run from the model with --model ",
+              point.model_path, " (AdamW moments, step and data position start afresh)");
   expect("--batch-size", point.state.batch_size, config.batch_size);
   expect("--seq-len", point.state.seq_len, config.seq_len);
   expect("--total-batch-size", point.state.total_batch_size, config.total_batch_size);
   expect("--seed", point.state.seed, static_cast<int64_t>(config.seed));
-  expect("world size", point.state.world_size, config.world_size);
   const auto num_params = static_cast<int64_t>(ParameterLayout::for_config(config.model_config).total);
   expect("parameter count", point.state.num_parameters, num_params);
   GPT2_CHECK(static_cast<int64_t>(point.model.params.size()) == num_params);

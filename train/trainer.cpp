@@ -1,5 +1,9 @@
 #include "train/trainer.h"
 
+#include <fcntl.h>
+#include <omp.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -18,6 +22,8 @@
 #include "base/rng.h"
 #include "data/dataloader.h"
 #include "data/tokenizer.h"
+#include "dist/communicator.h"
+#include "dist/shard_plan.h"
 #include "model/checkpoint.h"
 #include "model/hf_checkpoint.h"
 #include "model/memory_plan.h"
@@ -41,8 +47,10 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-ModelOptions model_options(const TrainConfig& config) {
+ModelOptions model_options(const TrainConfig& config, Communicator& comm) {
   ModelOptions options;
+  options.comm = &comm;
+  options.zero_stage = config.zero_stage;
   options.config = config.model_config;
   options.batch_size = config.batch_size;
   options.seq_len = config.seq_len;
@@ -116,6 +124,16 @@ void print_configuration(const TrainConfig& c, const DataLoader& train, const Da
   std::printf("  %-18s %s\n", "precision", to_string(c.precision));
   std::printf("  %-18s B=%d T=%d world=%d\n", "micro-batch", c.batch_size, c.seq_len,
               c.world_size);
+  if (c.world_size > 1) {
+    const ShardPlan shards(num_params, c.world_size, c.rank, kDefaultBucketElements);
+    std::printf("  %-18s %d ranks, ZeRO-%d: gradients %s in %zu bucket(s) of up to %zu floats, "
+                "%s\n",
+                "data parallel", c.world_size, c.zero_stage,
+                c.zero_stage == 1 ? "reduce-scattered" : "all-reduced", shards.buckets().size(),
+                shards.max_bucket_size(),
+                c.zero_stage == 1 ? "AdamW state sharded, parameters all-gathered"
+                                  : "AdamW state on every rank");
+  }
   std::printf("  %-18s %lld tokens = %d grad accumulation step(s) x B*T*world\n", "total batch",
               static_cast<long long>(c.total_batch_size), c.grad_accum_steps);
   std::printf("  %-18s %d\n", "steps", c.steps);
@@ -147,17 +165,18 @@ void print_configuration(const TrainConfig& c, const DataLoader& train, const Da
   std::fflush(stdout);
 }
 
-// Mean loss over the first `batches` validation batches, always from the loader's start so
-// that every evaluation sees the same tokens.
+// Mean loss over the first `batches` validation batches of every rank (each rank its own
+// windows), always from the loader's start so that every evaluation sees the same tokens.
 float validation_loss(Model& model, DataLoader& loader, int batches, std::vector<int>& inputs,
-                      std::vector<int>& targets) {
+                      std::vector<int>& targets, Communicator& comm) {
   loader.reset();
   double sum = 0.0;
   for (int i = 0; i < batches; ++i) {
     loader.next_batch(inputs.data(), targets.data());
     sum += model.evaluate(inputs.data(), targets.data());
   }
-  return static_cast<float>(sum / batches);
+  if (comm.world_size() > 1) sum = sum_in_rank_order(comm, sum);
+  return static_cast<float>(sum / (batches * comm.world_size()));
 }
 
 // A checkpoint is only written when every value in it is finite: a NaN in a saved file would
@@ -176,12 +195,13 @@ void check_finite(const std::vector<float>& values, const char* what, const Mode
             "; the previous checkpoint is kept");
 }
 
+// Collective (the optimizer state of a ZeRO-1 run is gathered from every rank): every rank
+// calls it, rank 0 writes the pair.
 void write_checkpoint(const TrainConfig& config, Model& model, int step,
                       const DataLoader& train_loader, const Rng& sample_rng) {
   const size_t num_params = ParameterLayout::for_config(config.model_config).total;
   std::vector<float> params(num_params);
   model.get_parameters(params.data());
-  check_finite(params, "parameter", config.model_config, step);
 
   TrainingState state;
   state.step = step;
@@ -196,6 +216,8 @@ void write_checkpoint(const TrainConfig& config, Model& model, int step,
   state.adam_m.resize(num_params);
   state.adam_v.resize(num_params);
   model.get_optimizer_state(state.adam_m.data(), state.adam_v.data());
+  if (config.rank != 0) return;
+  check_finite(params, "parameter", config.model_config, step);
   check_finite(state.adam_m, "AdamW m of", config.model_config, step);
   check_finite(state.adam_v, "AdamW v of", config.model_config, step);
   const std::string model_path = model_checkpoint_path(config.out_dir, step);
@@ -211,6 +233,8 @@ void write_checkpoint(const TrainConfig& config, Model& model, int step,
 
 struct RunTotals {
   ThroughputStats throughput;
+  std::vector<double> comm_seconds;  // data parallel: per step, the largest rank's
+  size_t peak_mem_bytes = 0;         // data parallel: the largest rank's, at the last step
   int skipped_steps = 0;  // updates skipped for a non-finite loss or gradient norm
   std::optional<float> last_loss;
   std::optional<float> last_val_loss;
@@ -219,7 +243,8 @@ struct RunTotals {
 void report_summary(const TrainConfig& config, const Model& model, const MemoryPlan& plan,
                     const RunTotals& totals) {
   const double tokens_per_s = totals.throughput.mean_tokens_per_s();
-  const size_t peak = model.peak_memory_bytes();
+  const size_t peak = std::max(model.peak_memory_bytes(), totals.peak_mem_bytes);
+  const int world = config.world_size;
   const double flops_per_token = training_flops_per_token(config.model_config, config.seq_len);
   const bool on_cuda = config.device == DeviceKind::kCuda;
   // 0: no known peak for the device (or a CPU run): MFU is not reported.
@@ -228,11 +253,33 @@ void report_summary(const TrainConfig& config, const Model& model, const MemoryP
   const double mfu = peak_throughput > 0 ? tokens_per_s * flops_per_token / peak_throughput : 0.0;
   const int excluded = totals.throughput.warmup_steps_excluded();
 
+  // The step times after warm-up, and the part of them in collectives (data parallel).
+  double comm_ms = 0.0, step_ms = 0.0;
+  if (world > 1) {
+    int counted = 0;
+    for (size_t i = static_cast<size_t>(excluded); i < totals.comm_seconds.size(); ++i, ++counted)
+      comm_ms += totals.comm_seconds[i] * 1e3;
+    if (counted > 0) comm_ms /= counted;
+    step_ms = totals.throughput.mean_step_seconds() * 1e3;
+  }
+
   std::printf("summary\n");
-  std::printf("  %-18s %.0f tokens/s (mean over %d step(s); the first %d excluded as warm-up)\n",
-              "throughput", tokens_per_s, totals.throughput.steps() - excluded, excluded);
-  std::printf("  %-18s %s measured (%s planned)\n", "peak memory", format_bytes(peak).c_str(),
-              format_bytes(plan.total()).c_str());
+  if (world > 1) {
+    std::printf("  %-18s %.0f tokens/s for the job of %d ranks, %.0f per rank (mean over %d "
+                "step(s); the first %d excluded as warm-up)\n",
+                "throughput", tokens_per_s, world, tokens_per_s / world,
+                totals.throughput.steps() - excluded, excluded);
+    std::printf("  %-18s %.1f ms per step in collectives, %.1f%% of the step (the largest "
+                "rank's)\n",
+                "communication", comm_ms, step_ms > 0 ? 100.0 * comm_ms / step_ms : 0.0);
+    std::printf("  %-18s %s measured per rank, the largest (%s planned per rank)\n",
+                "peak memory", format_bytes(peak).c_str(), format_bytes(plan.total()).c_str());
+  } else {
+    std::printf("  %-18s %.0f tokens/s (mean over %d step(s); the first %d excluded as warm-up)\n",
+                "throughput", tokens_per_s, totals.throughput.steps() - excluded, excluded);
+    std::printf("  %-18s %s measured (%s planned)\n", "peak memory", format_bytes(peak).c_str(),
+                format_bytes(plan.total()).c_str());
+  }
   if (totals.last_loss) std::printf("  %-18s %.6f\n", "final train loss", *totals.last_loss);
   if (totals.last_val_loss) std::printf("  %-18s %.6f\n", "final val loss", *totals.last_val_loss);
   if (totals.skipped_steps > 0)
@@ -251,6 +298,12 @@ void report_summary(const TrainConfig& config, const Model& model, const MemoryP
   summary["steps"] = totals.throughput.steps();
   summary["warmup_steps_excluded"] = excluded;
   summary["tokens_per_s"] = tokens_per_s;
+  summary["world_size"] = world;
+  if (world > 1) {
+    summary["tokens_per_s_per_rank"] = tokens_per_s / world;
+    summary["zero_stage"] = config.zero_stage;
+    summary["comm_ms_per_step"] = comm_ms;
+  }
   summary["peak_mem_bytes"] = peak;
   summary["planned_mem_bytes"] = plan.total();
   if (totals.last_loss) summary["final_train_loss"] = json_float(*totals.last_loss);
@@ -279,10 +332,23 @@ void report_summary(const TrainConfig& config, const Model& model, const MemoryP
 }  // namespace
 
 int run_training(const TrainConfig& config) {
+  SingleProcessCommunicator single;
+  return run_training(config, single);
+}
+
+int run_training(const TrainConfig& config, Communicator& comm) {
+  GPT2_CHECK(comm.world_size() == config.world_size && comm.rank() == config.rank, "rank ",
+             config.rank, " of ", config.world_size, " configured, the communicator has rank ",
+             comm.rank(), " of ", comm.world_size());
+  // Rank 0 owns --out (lock, metrics, summary, checkpoints) and the resume point; every rank
+  // reads its own windows of the data.
+  const bool root = config.rank == 0;
+  const bool data_parallel = config.world_size > 1;
+
   // One run per --out: an existing folder is locked before anything in it is read, a new one
   // right after it is created (two runs racing to create it meet there).
   std::optional<RunDirLock> out_lock;
-  if (std::filesystem::is_directory(config.out_dir)) {
+  if (root && std::filesystem::is_directory(config.out_dir)) {
     out_lock.emplace(config.out_dir);
     for (const std::string& name : remove_stale_temporaries(config.out_dir))
       std::printf("out: removed %s, a temporary file whose writer is no longer running\n",
@@ -294,7 +360,7 @@ int run_training(const TrainConfig& config) {
   // the shards (headers here, the first shard's tokens by the prefetch below) and the resume
   // point.
   std::optional<Gpt2Tokenizer> tokenizer;
-  if (config.sample_every > 0) tokenizer.emplace(Gpt2Tokenizer::from_default_files());
+  if (root && config.sample_every > 0) tokenizer.emplace(Gpt2Tokenizer::from_default_files());
   DataLoader train_loader(loader_options(config, config.train_pattern, /*shuffle=*/true));
   std::unique_ptr<DataLoader> val_loader;
   if (config.val_every > 0)
@@ -303,7 +369,7 @@ int run_training(const TrainConfig& config) {
   Rng sample_rng(config.seed ^ kSampleStreamSalt);
   int first_step = 1;
   std::optional<ResumePoint> resume_point;
-  if (config.resume) {
+  if (root && config.resume) {
     ResumeSearch search = find_resume_point(config.out_dir);
     for (const std::string& note : search.notes) std::printf("resume: %s\n", note.c_str());
     resume_point = std::move(search.point);
@@ -317,14 +383,28 @@ int run_training(const TrainConfig& config) {
     if (!resume_point)
       std::printf("resume: no complete checkpoint in %s; starting from scratch\n",
                   config.out_dir.c_str());
+    if (resume_point) check_resume_compatible(config, *resume_point);
   }
+  // Every rank continues from rank 0's resume point: its step and the loader position (the
+  // same on every rank: it counts groups of B*world windows). The sampling RNG is rank 0's.
+  int64_t resume_header[5] = {0, 0, 0, 0, 0};  // present, step, epoch, shard, batch cursor
   if (resume_point) {
-    check_resume_compatible(config, *resume_point);
-    train_loader.set_position(resume_point->state.loader);
-    sample_rng.set_state(resume_point->state.sample_rng);
-    first_step = static_cast<int>(resume_point->step) + 1;
-    std::printf("resume: continuing from %s at step %d\n", resume_point->model_path.c_str(),
-                first_step);
+    const LoaderPosition& position = resume_point->state.loader;
+    resume_header[0] = 1;
+    resume_header[1] = resume_point->step;
+    resume_header[2] = position.epoch;
+    resume_header[3] = position.shard_cursor;
+    resume_header[4] = position.batch_cursor;
+  }
+  if (data_parallel) comm.broadcast(resume_header, sizeof resume_header, 0);
+  const bool resuming = resume_header[0] != 0;
+  if (resuming) {
+    train_loader.set_position(LoaderPosition{resume_header[2], resume_header[3], resume_header[4]});
+    if (resume_point) sample_rng.set_state(resume_point->state.sample_rng);
+    first_step = static_cast<int>(resume_header[1]) + 1;
+    if (resume_point)
+      std::printf("resume: continuing from %s at step %d\n", resume_point->model_path.c_str(),
+                  first_step);
     if (first_step > config.steps) {
       std::printf("resume: the checkpoint is at step %d and --steps is %d: nothing to train\n",
                   first_step - 1, config.steps);
@@ -358,9 +438,11 @@ int run_training(const TrainConfig& config) {
 
   // The plan is printed before anything is allocated: when it does not fit, the backend's
   // constructor refuses (naming the buffer) right after it, with the plan on the screen.
-  const ModelOptions options = model_options(config);
-  const MemoryPlan plan = run_memory_plan(config, options, resume_point.has_value());
-  std::printf("%s\n", plan.to_string("memory plan (before allocation)").c_str());
+  const ModelOptions options = model_options(config, comm);
+  const MemoryPlan plan = run_memory_plan(config, options, resuming);
+  std::printf("%s\n", plan.to_string(data_parallel ? "memory plan (before allocation, per rank)"
+                                                   : "memory plan (before allocation)")
+                          .c_str());
   std::fflush(stdout);
   std::unique_ptr<Model> model = config.device == DeviceKind::kCuda ? make_cuda_model(options)
                                                                     : make_cpu_model(options);
@@ -368,50 +450,78 @@ int run_training(const TrainConfig& config) {
               model->attention_kernel().c_str());
   std::fflush(stdout);
 
+  // The starting parameters come from rank 0 (resume point, checkpoint, Hugging Face directory
+  // or initialization) and are broadcast, so every replica starts from the same bits; so do
+  // the AdamW moments of a resume point, of which each rank keeps what it needs.
   const size_t num_params = ParameterLayout::for_config(config.model_config).total;
-  if (resume_point) {
-    model->set_parameters(resume_point->model.params.data());
-    model->set_optimizer_state(resume_point->state.adam_m.data(),
-                               resume_point->state.adam_v.data());
-    // The model holds them now; swapping with empty vectors releases the host copies.
-    std::vector<float>().swap(resume_point->model.params);
-    std::vector<float>().swap(resume_point->state.adam_m);
-    std::vector<float>().swap(resume_point->state.adam_v);
-  } else if (config.model_source == ModelSource::kLlmcFile) {
-    ModelCheckpoint checkpoint = read_model_checkpoint(config.model_path);
-    GPT2_CHECK(checkpoint.params.size() == num_params);
-    model->set_parameters(checkpoint.params.data());
-  } else if (config.model_source == ModelSource::kHfDirectory) {
-    HfModel hf = read_hf_model(config.model_path);
-    if (hf.config != config.model_config)
-      GPT2_FAIL(config.model_path, ": the model changed while the run started (now ",
-                hf.config.describe(), ")");
-    model->set_parameters(hf.params.data());
-  } else {
-    std::vector<float> params(num_params);
-    init_parameters(params.data(), config.model_config, config.seed);
+  {
+    std::vector<float> params;
+    if (resume_point) {
+      params.swap(resume_point->model.params);
+    } else if (!root) {
+      params.resize(num_params);  // filled by the broadcast
+    } else if (config.model_source == ModelSource::kLlmcFile) {
+      ModelCheckpoint checkpoint = read_model_checkpoint(config.model_path);
+      GPT2_CHECK(checkpoint.params.size() == num_params);
+      params.swap(checkpoint.params);
+    } else if (config.model_source == ModelSource::kHfDirectory) {
+      HfModel hf = read_hf_model(config.model_path);
+      if (hf.config != config.model_config)
+        GPT2_FAIL(config.model_path, ": the model changed while the run started (now ",
+                  hf.config.describe(), ")");
+      params.swap(hf.params);
+    } else {
+      params.resize(num_params);
+      init_parameters(params.data(), config.model_config, config.seed);
+    }
+    if (data_parallel) {
+      params.resize(num_params);
+      comm.broadcast(params.data(), num_params * sizeof(float), 0);
+    }
     model->set_parameters(params.data());
   }
-
-  make_directories(config.out_dir);
-  if (!out_lock) out_lock.emplace(config.out_dir);
-  const std::string metrics_file = metrics_path(config.out_dir);
-  if (resume_point) {
-    truncate_metrics(metrics_file, resume_point->step);
-  } else {
-    AtomicFileWriter fresh(metrics_file);  // an earlier run's lines must not survive
-    fresh.commit();
+  if (resuming) {
+    // The model holds them now; the host copies go when this scope ends.
+    std::vector<float> m, v;
+    if (resume_point) {
+      m.swap(resume_point->state.adam_m);
+      v.swap(resume_point->state.adam_v);
+    }
+    if (data_parallel) {
+      m.resize(num_params);
+      v.resize(num_params);
+      comm.broadcast(m.data(), num_params * sizeof(float), 0);
+      comm.broadcast(v.data(), num_params * sizeof(float), 0);
+    }
+    model->set_optimizer_state(m.data(), v.data());
   }
-  MetricsFile metrics(metrics_file);
+
+  std::optional<MetricsFile> metrics;
+  if (root) {
+    make_directories(config.out_dir);
+    if (!out_lock) out_lock.emplace(config.out_dir);
+    const std::string metrics_file = metrics_path(config.out_dir);
+    if (resume_point) {
+      truncate_metrics(metrics_file, resume_point->step);
+    } else {
+      AtomicFileWriter fresh(metrics_file);  // an earlier run's lines must not survive
+      fresh.commit();
+    }
+    metrics.emplace(metrics_file);
+  }
 
   const int64_t tokens_per_step = config.total_batch_size;  // all ranks
-  const float loss_scale = 1.0f / static_cast<float>(config.grad_accum_steps);
+  // Each rank's gradient is of its own micro-batches' mean loss; the sum over the ranks
+  // (reduce_gradients) is then the gradient of the global batch's mean loss.
+  const int micro_batches_per_step = config.grad_accum_steps * config.world_size;
+  const float loss_scale = 1.0f / static_cast<float>(micro_batches_per_step);
   RunTotals totals;
   int skipped_in_a_row = 0;  // consecutive steps without an update (--on-nonfinite skip-step)
   const StopSignals stop_signals;  // from here on SIGTERM/SIGINT stop the run between steps
 
   for (int step = first_step; step <= config.steps; ++step) {
     const Clock::time_point start = Clock::now();
+    const double comm_start = comm.stats().seconds;
     model->zero_grad();
     double loss_sum = 0.0;
     for (int micro = 0; micro < config.grad_accum_steps; ++micro) {
@@ -419,10 +529,13 @@ int run_training(const TrainConfig& config) {
       batch_pending = false;
       loss_sum += model->forward_backward(inputs.data(), targets.data(), loss_scale);
     }
-    const float loss = static_cast<float>(loss_sum / config.grad_accum_steps);
+    model->reduce_gradients();
+    if (data_parallel) loss_sum = sum_in_rank_order(comm, loss_sum);
+    const float loss = static_cast<float>(loss_sum / micro_batches_per_step);
     const float norm = model->grad_norm();
     // A non-finite loss or norm means the update would write NaN or inf into the parameters:
-    // it is never applied (stop ends the run below, after the step's metrics line).
+    // it is never applied (stop ends the run below, after the step's metrics line). Both are
+    // the same on every rank, and so is this decision.
     const bool finite = std::isfinite(loss) && std::isfinite(norm);
     cpu::AdamWHyper hyper;
     hyper.lr = config.lr_schedule.at(step - 1);
@@ -437,6 +550,7 @@ int run_training(const TrainConfig& config) {
       ++totals.skipped_steps;
     }
     const double seconds = seconds_since(start);
+    const double comm_seconds = comm.stats().seconds - comm_start;
     totals.throughput.add_step(seconds, tokens_per_step);
 
     StepMetrics metrics_row;
@@ -451,27 +565,43 @@ int run_training(const TrainConfig& config) {
     metrics_row.precision = to_string(config.precision);
     metrics_row.micro_batches = config.grad_accum_steps;
     metrics_row.skipped = !finite;
+    metrics_row.world_size = config.world_size;
     totals.last_loss = loss;
 
     const bool last_step = step == config.steps;
     const bool stopping = !finite && (config.on_nonfinite == NonFinitePolicy::kStop ||
                                       skipped_in_a_row >= kMaxConsecutiveSkippedSteps);
     if (val_loader && !stopping && (step % config.val_every == 0 || last_step)) {
-      metrics_row.val_loss = validation_loss(*model, *val_loader, val_batches, inputs, targets);
+      metrics_row.val_loss =
+          validation_loss(*model, *val_loader, val_batches, inputs, targets, comm);
       totals.last_val_loss = metrics_row.val_loss;
     }
     metrics_row.peak_mem_bytes = model->peak_memory_bytes();
+    // Data parallel: the ranks agree on whether a signal asks them to stop (each may have
+    // received it between other steps; all must stop after the same one), and the line shows
+    // the largest rank's memory and time in collectives.
+    int agreed_signal = 0;
+    if (data_parallel) {
+      double shared[3] = {static_cast<double>(StopSignals::received()),
+                          static_cast<double>(metrics_row.peak_mem_bytes), comm_seconds};
+      comm.all_reduce(shared, 3, ReduceOp::kMax);
+      agreed_signal = static_cast<int>(shared[0]);
+      metrics_row.peak_mem_bytes = static_cast<size_t>(shared[1]);
+      metrics_row.comm_ms = shared[2] * 1e3;
+      totals.comm_seconds.push_back(shared[2]);
+      totals.peak_mem_bytes = metrics_row.peak_mem_bytes;
+    }
 
     const double eta = totals.throughput.mean_step_seconds() * (config.steps - step);
     std::printf("%s\n", format_step_line(metrics_row, config.steps, eta).c_str());
-    if (config.sample_every > 0 && !stopping && step % config.sample_every == 0) {
+    if (root && config.sample_every > 0 && !stopping && step % config.sample_every == 0) {
       const std::vector<int> sample =
           generate_training_sample(*model, config.sample_tokens, sample_rng);
       std::printf("sample at step %d:\n%s\n---\n", step, tokenizer->decode(sample).c_str());
     }
     std::fflush(stdout);
 
-    metrics.append_line(to_json_line(metrics_row), step);
+    if (metrics) metrics->append_line(to_json_line(metrics_row), step);
 
     if (stopping) {
       const std::string what = str_cat("the loss is ", loss, " and the gradient norm is ", norm);
@@ -488,10 +618,11 @@ int run_training(const TrainConfig& config) {
         checkpointing && (step % config.checkpoint_every == 0 || last_step);
     if (checkpoint_step) write_checkpoint(config, *model, step, train_loader, sample_rng);
 
-    if (const int signal_number = StopSignals::received()) {
+    const int signal_number = data_parallel ? agreed_signal : StopSignals::received();
+    if (signal_number != 0) {
       if (checkpointing && !checkpoint_step)
         write_checkpoint(config, *model, step, train_loader, sample_rng);
-      if (last_step) report_summary(config, *model, plan, totals);
+      if (last_step && root) report_summary(config, *model, plan, totals);
       if (checkpointing) {
         std::printf("stopped by %s after step %d of %d: saved %s and %s; --resume continues "
                     "from there\n",
@@ -507,15 +638,51 @@ int run_training(const TrainConfig& config) {
       return 128 + signal_number;
     }
   }
-  report_summary(config, *model, plan, totals);
+  if (root) report_summary(config, *model, plan, totals);
   return 0;
 }
+
+namespace {
+
+// Ranks other than 0 print nothing on stdout (rank 0 speaks for the job); their stderr stays,
+// so a rank that fails says why.
+void quiet_unless_root(const Communicator& comm) {
+  if (comm.rank() == 0) return;
+  std::fflush(stdout);
+  const int null_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (null_fd < 0) return;
+  ::dup2(null_fd, STDOUT_FILENO);
+  ::close(null_fd);
+}
+
+// Ranks on one node share its cores: unless OMP_NUM_THREADS says otherwise, a rank that the
+// launcher bound to some of the cores uses those, and an unbound one its share of them all.
+void share_cores(const Communicator& comm) {
+  if (std::getenv("OMP_NUM_THREADS") != nullptr || comm.local_size() <= 1) return;
+  const int available = omp_get_num_procs();  // the cores this process may run on
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  const int threads =
+      available < online ? available : std::max(1, available / comm.local_size());
+  omp_set_num_threads(threads);
+}
+
+}  // namespace
 
 int train_main(int argc, char** argv) {
   // A write past the file size limit (ulimit -f) then fails with EFBIG and is reported like
   // a full disk, instead of SIGXFSZ killing the process without a word.
   std::signal(SIGXFSZ, SIG_IGN);
+  std::unique_ptr<Communicator> comm;
+  int exit_code = 0;
+  std::string failure;
   try {
+    // A plain run gets the single-process communicator (no MPI call); a rank of a job started
+    // by mpirun or srun the MPI one.
+    comm = make_job_communicator();
+    if (comm->world_size() > 1) {
+      quiet_unless_root(*comm);
+      share_cores(*comm);
+    }
     std::vector<std::string> args(argv + (argc > 0 ? 1 : 0), argv + argc);
     const CommandLine cli = parse_command_line(args);
     if (cli.help) {
@@ -524,16 +691,25 @@ int train_main(int argc, char** argv) {
     }
     // Probing initializes the CUDA runtime: not worth it when the CPU is asked for by name.
     const DeviceAvailability devices = cli.device == "cpu" ? DeviceAvailability{} : probe_devices();
-    return run_training(resolve_train_config(cli, devices));
+    const JobRanks ranks{comm->rank(), comm->world_size()};
+    return run_training(resolve_train_config(cli, devices, ranks), *comm);
   } catch (const UsageError& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "gpt2-train: error: %s\n", e.what());
-    return 2;
+    exit_code = 2;
+    failure = e.what();
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "gpt2-train: error: %s\n", e.what());
-    return 1;
+    exit_code = 1;
+    failure = e.what();
   }
+  std::fflush(stdout);
+  if (comm == nullptr || comm->world_size() == 1) {
+    std::fprintf(stderr, "gpt2-train: error: %s\n", failure.c_str());
+    return exit_code;
+  }
+  // The other ranks may be waiting for this one in a collective: the job ends here, all of it.
+  std::fprintf(stderr, "gpt2-train: rank %d of %d: error: %s\n", comm->rank(),
+               comm->world_size(), failure.c_str());
+  comm->abort(exit_code);
+  return exit_code;  // not reached (abort does not return; GCC does not see through the call)
 }
 
 }  // namespace gpt2

@@ -20,9 +20,24 @@
  *   metrics line of step N), and the removal of checkpoints beyond --keep-checkpoints. After a
  *   step during which SIGTERM or SIGINT arrived: a checkpoint of that step (when checkpointing
  *   is on and the step did not write one anyway), a line saying what was saved, and the return.
+ *
+ * Data parallel (a job of several ranks, started by mpirun or srun: dist/communicator.h): every
+ * rank runs the same loop on its own windows of the data (the loader deals them by rank) with
+ * the same collectives in the same order. Rank 0 alone prints (the other ranks' stdout goes to
+ * /dev/null; their errors still reach stderr), locks and writes --out (metrics, summary,
+ * checkpoints), reads the resume point and samples; the starting parameters (and a resume
+ * point's AdamW moments and position) are broadcast from it. Each rank's loss_scale is
+ * 1/(grad_accum_steps * world); the model sums the gradients over the ranks, the loss and the
+ * validation loss are summed in rank order, so every rank takes the same decisions (clipping,
+ * a non-finite step). After each step the ranks agree (a max all-reduce) on a received signal,
+ * so all stop after the same step, and on the largest memory and time in collectives, which the
+ * step line shows. A checkpoint is collective (ZeRO-1 gathers the AdamW state to every rank)
+ * and rank 0 writes it whole: the files are those of a single-process run. A rank that fails
+ * prints its error and calls the communicator's abort(), which ends every rank of the job.
  */
 #pragma once
 
+#include "dist/communicator.h"
 #include "train/options.h"
 
 namespace gpt2 {
@@ -30,7 +45,9 @@ namespace gpt2 {
 int train_main(int argc, char** argv);
 
 /// Returns the exit code: 0, or 128 + the signal when SIGTERM or SIGINT stopped the run between
-/// two steps (train/signals.h). Throws gpt2::Error / gpt2::UsageError.
+/// two steps (train/signals.h). Throws gpt2::Error / gpt2::UsageError. comm: the job's
+/// communicator (its rank and world size are config's); without it, one process.
+int run_training(const TrainConfig& config, Communicator& comm);
 int run_training(const TrainConfig& config);
 
 }  // namespace gpt2

@@ -150,6 +150,7 @@ class ScriptedModel final : public Model {
   void zero_grad() override { fail(); }
   float forward_backward(const int*, const int*, float) override { fail(); }
   float evaluate(const int*, const int*) override { fail(); }
+  void reduce_gradients() override { fail(); }
   float grad_norm() override { fail(); }
   void adamw_step(const cpu::AdamWHyper&, int, float) override { fail(); }
   void get_optimizer_state(float*, float*) const override { fail(); }

@@ -89,6 +89,21 @@ TEST(Metrics, StepLineShowsTheFigures) {
   EXPECT_EQ(format_duration(59.4), "59s");
 }
 
+TEST(Metrics, DataParallelStepsShowTheirCommunicationAndPeakPerRank) {
+  StepMetrics m = example_metrics();
+  EXPECT_EQ(parse_json(to_json_line(m), "line").count("world_size"), 0u);
+  EXPECT_EQ(parse_json(to_json_line(m), "line").count("comm_ms"), 0u);
+  EXPECT_EQ(format_step_line(m, 50, 1.0).find("comm"), std::string::npos);
+  m.world_size = 8;
+  m.comm_ms = 12.34;
+  const Json object = parse_json(to_json_line(m), "line");
+  EXPECT_EQ(object.at("world_size"), 8);
+  EXPECT_EQ(object.at("comm_ms").get<double>(), 12.34);
+  const std::string line = format_step_line(m, 50, 1.0);
+  for (const char* part : {"123.5 ms (comm 12.3 ms) | 2074 tok/s", "peak 5.00 GiB per rank"})
+    EXPECT_NE(line.find(part), std::string::npos) << part << " in " << line;
+}
+
 TEST(Metrics, ThroughputExcludesUpToThreeWarmupSteps) {
   ThroughputStats one;
   one.add_step(2.0, 100);

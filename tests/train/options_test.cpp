@@ -100,6 +100,60 @@ TEST(TrainOptions, GradientAccumulationFromTotalBatch) {
   EXPECT_NE(message.find("64"), std::string::npos) << message;
 }
 
+TEST(TrainOptions, DataParallelRanksZeroStageAndTotalBatch) {
+  const JobRanks two{1, 2};
+  const TrainConfig single = resolve({}, no_gpu());
+  EXPECT_EQ(single.world_size, 1);
+  EXPECT_EQ(single.zero_stage, 0);
+  const TrainConfig c = resolve_train_config(
+      parse_command_line({"--batch-size", "2", "--seq-len", "32"}), no_gpu(), two);
+  EXPECT_EQ(c.rank, 1);
+  EXPECT_EQ(c.world_size, 2);
+  EXPECT_EQ(c.zero_stage, 1);  // the default with several ranks
+  EXPECT_EQ(c.total_batch_size, 2 * 32 * 2);
+  EXPECT_EQ(c.grad_accum_steps, 1);
+  const TrainConfig zero0 = resolve_train_config(
+      parse_command_line({"--zero", "0", "--total-batch-size", "512", "--batch-size", "2",
+                          "--seq-len", "32"}),
+      no_gpu(), two);
+  EXPECT_EQ(zero0.zero_stage, 0);
+  EXPECT_EQ(zero0.grad_accum_steps, 4);
+  for (const char* bad : {"2", "-1", "one", ""})
+    EXPECT_THROW(parse_command_line({"--zero", bad}), UsageError) << bad;
+  try {
+    resolve_train_config(parse_command_line({"--total-batch-size", "256", "--batch-size", "4",
+                                             "--seq-len", "64"}),
+                         no_gpu(), two);
+    ADD_FAILURE() << "no UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("B*T*world = 4*64*2 = 512"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(TrainOptions, CudaWithSeveralRanksIsRefusedAsUsage) {
+  const JobRanks two{0, 2};
+  for (const DeviceAvailability& devices : {no_gpu(), with_gpu()}) {
+    try {
+      resolve_train_config(parse_command_line({"--device", "cuda"}), devices, two);
+      ADD_FAILURE() << "no UsageError";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("--device cuda: multi-GPU training is not available "
+                                           "yet (this job has 2 ranks)"),
+                std::string::npos) << e.what();
+    }
+  }
+  try {
+    resolve_train_config(parse_command_line({}), with_gpu(), two);  // auto picks cuda
+    ADD_FAILURE() << "no UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("(chosen by --device auto)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(resolve_train_config(parse_command_line({}), no_gpu(), two).device,
+            DeviceKind::kCpu);
+}
+
 TEST(TrainOptions, SeqLenBeyondContextNamesBothNumbers) {
   const std::string message = usage_message({"--max-seq-len", "128", "--seq-len", "256"});
   EXPECT_NE(message.find("--seq-len 256"), std::string::npos) << message;

@@ -1,0 +1,134 @@
+/**
+ * @file communicator.h
+ * @brief The collectives of data-parallel training over the ranks of one job, and the job's
+ *        communicator from the launcher.
+ *
+ * A job is world_size() processes (ranks) started together by a launcher (mpirun, or Slurm's
+ * srun through PMI/PMIx); local_rank() / local_size() number the ranks of one node (a GPU
+ * rank uses device local_rank()). Three backends, one contract:
+ *   - SingleProcessCommunicator: world size 1, no launcher, no MPI call; every collective is
+ *     the identity (a copy where send and receive differ).
+ *   - MpiCommunicator (dist/mpi_communicator.h, --device cpu): host memory, OpenMPI.
+ *   - NcclCommunicator (dist/nccl_communicator.h, --device cuda): device memory, NCCL; the
+ *     unique id is broadcast over a host communicator (MPI), the device is local_rank().
+ * Every rank calls the same collectives in the same order with the same counts (a rank that
+ * calls another collective, or none, leaves the others waiting: abort() is what a failing
+ * rank calls instead). Counts are elements. Results are identical on every rank.
+ * In place: all_reduce works in place; reduce_scatter_sum may receive into its own block of the
+ * send buffer (recv == send + rank * recv_count; the other blocks of send are then unspecified
+ * afterwards) and all_gather may send from its own block of the receive buffer
+ * (send == recv + rank * send_count), as NCCL defines them.
+ * Completion: host backends return when the collective is complete on this rank; NCCL enqueues
+ * on its stream and returns, synchronize() waits.
+ * Determinism: for a fixed world size, count and backend, a collective adds in a fixed order
+ * (the library's algorithm is chosen by world size and count), so repeated runs give the same
+ * bits; sum_in_rank_order() adds per-rank scalars in rank order whatever the library does.
+ * Every call is counted in stats(): calls, bytes this rank sends, and the wall time spent in
+ * the call (host backends: including the wait for the slowest rank).
+ */
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace gpt2 {
+
+enum class ReduceOp { kSum, kMax };
+
+/// Where a communicator's buffers live.
+enum class MemorySpace { kHost, kDevice };
+
+struct CommStats {
+  int64_t calls = 0;
+  int64_t bytes = 0;      // payload sent by this rank
+  double seconds = 0.0;   // wall time inside the collectives
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual const char* backend() const = 0;  // "single" | "mpi" | "nccl"
+  virtual MemorySpace memory_space() const = 0;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual int local_rank() const = 0;  // rank among this node's ranks
+  virtual int local_size() const = 0;  // ranks on this node
+
+  /// data (count) becomes op over every rank's data, element by element.
+  virtual void all_reduce(float* data, size_t count, ReduceOp op) = 0;
+  virtual void all_reduce(double* data, size_t count, ReduceOp op) = 0;
+  /// send (world_size * recv_count) summed over the ranks; recv (recv_count) gets block rank().
+  virtual void reduce_scatter_sum(const float* send, float* recv, size_t recv_count) = 0;
+  /// recv (world_size * send_count) gets every rank's send (send_count) in rank order.
+  virtual void all_gather(const float* send, float* recv, size_t send_count) = 0;
+  /// root's bytes to every rank.
+  virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+  /// Waits for the collectives issued so far (NCCL); host backends have nothing to wait for.
+  virtual void synchronize() {}
+
+  /// Ends every process of the job, this one with exit code `code`, so that no rank is left
+  /// waiting in a collective for a rank that failed. Flushes stdout and stderr first. Does not
+  /// return.
+  [[noreturn]] virtual void abort(int code) = 0;
+
+  const CommStats& stats() const { return stats_; }
+
+ protected:
+  /// Counts one call that sent `bytes` and took `seconds`.
+  void record(size_t bytes, double seconds) {
+    ++stats_.calls;
+    stats_.bytes += static_cast<int64_t>(bytes);
+    stats_.seconds += seconds;
+  }
+
+ private:
+  CommStats stats_;
+};
+
+/// World size 1: no launcher, no library; collectives copy or do nothing.
+class SingleProcessCommunicator final : public Communicator {
+ public:
+  const char* backend() const override { return "single"; }
+  MemorySpace memory_space() const override { return MemorySpace::kHost; }
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  int local_rank() const override { return 0; }
+  int local_size() const override { return 1; }
+  void all_reduce(float* data, size_t count, ReduceOp op) override;
+  void all_reduce(double* data, size_t count, ReduceOp op) override;
+  void reduce_scatter_sum(const float* send, float* recv, size_t recv_count) override;
+  void all_gather(const float* send, float* recv, size_t send_count) override;
+  void broadcast(void* data, size_t bytes, int root) override;
+  void barrier() override { record(0, 0.0); }
+  [[noreturn]] void abort(int code) override;
+};
+
+/// The sum over the ranks of every rank's `value`, added in rank order (rank 0 first), so it
+/// is the same on every rank and the same for any library algorithm: the values are gathered
+/// exactly (an all-reduce of one slot per rank, the other slots zero: x + 0 is exact) and
+/// summed here. Host communicators only.
+double sum_in_rank_order(Communicator& comm, double value);
+
+/// How this process was started, from the launcher's environment.
+struct LaunchInfo {
+  bool launched = false;  // started as a rank of a job by an MPI launcher
+  std::string launcher;   // "mpirun" (OMPI_COMM_WORLD_SIZE), "PMIx" (PMIX_RANK), "PMI" (PMI_RANK)
+  int world_size = 1;     // from the environment when it says (OpenMPI, PMI); else 0 (unknown)
+};
+LaunchInfo detect_launch();
+
+/// The communicator of this process's job: an MpiCommunicator (MPI initialized here) when
+/// detect_launch() says a launcher started it, else a SingleProcessCommunicator (no MPI call at
+/// all, so a plain run behaves as if MPI did not exist). Throws gpt2::Error when launched with
+/// several ranks by a build without MPI, or as one of several tasks of a Slurm step that has no
+/// PMI (srun without --mpi=pmix).
+std::unique_ptr<Communicator> make_job_communicator();
+
+/// True when this build has the MPI backend.
+bool mpi_backend_available();
+
+}  // namespace gpt2
