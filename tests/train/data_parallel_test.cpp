@@ -40,6 +40,7 @@ namespace gpt2 {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::BackgroundProcess;
 using testing::CommandResult;
 using testing::embedded_train_data;
 using testing::embedded_val_data;
@@ -339,84 +340,6 @@ TEST(DataParallel, CudaWithSeveralRanksIsRefused) {
 // ---------------------------------------------------------------------------------------------
 // Failures
 
-// mpirun in the background, in its own process group (so that the test can end the whole job),
-// its stdout and stderr merged into one pipe.
-class BackgroundJob {
- public:
-  explicit BackgroundJob(const std::vector<std::string>& argv) {
-    int fds[2];
-    if (pipe(fds) != 0) return;
-    pid_ = fork();
-    if (pid_ == 0) {
-      setpgid(0, 0);
-      dup2(fds[1], STDOUT_FILENO);
-      dup2(fds[1], STDERR_FILENO);
-      close(fds[0]);
-      close(fds[1]);
-      std::vector<char*> args;
-      for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-    setpgid(pid_, pid_);
-    close(fds[1]);
-    fd_ = fds[0];
-  }
-  ~BackgroundJob() {
-    if (pid_ > 0 && !reaped_) {
-      kill(-pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (fd_ >= 0) close(fd_);
-  }
-  BackgroundJob(const BackgroundJob&) = delete;
-  BackgroundJob& operator=(const BackgroundJob&) = delete;
-
-  pid_t pid() const { return pid_; }
-  const std::string& output() const { return output_; }
-
-  bool wait_for(const std::string& marker, int timeout_s) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-    while (output_.find(marker) == std::string::npos) {
-      if (std::chrono::steady_clock::now() > deadline || !read_some(200)) return false;
-    }
-    return true;
-  }
-
-  /// The exit code (-signal when killed by one), or nullopt when the job had not ended after
-  /// timeout_s seconds (it is then killed, all of it).
-  std::optional<int> finish(int timeout_s) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-    int status = 0;
-    while (waitpid(pid_, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) return std::nullopt;
-      read_some(200);
-    }
-    reaped_ = true;
-    while (read_some(200)) {
-    }
-    kill(-pid_, SIGKILL);  // anything of the job that outlived mpirun
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-  }
-
- private:
-  bool read_some(int timeout_ms) {
-    pollfd p{fd_, POLLIN, 0};
-    if (poll(&p, 1, timeout_ms) <= 0) return timeout_ms >= 0 && !reaped_;
-    char buf[4096];
-    const ssize_t n = read(fd_, buf, sizeof buf);
-    if (n <= 0) return false;
-    output_.append(buf, static_cast<size_t>(n));
-    return true;
-  }
-
-  pid_t pid_ = -1;
-  int fd_ = -1;
-  bool reaped_ = false;
-  std::string output_;
-};
-
 // The pid of the child of `parent` whose environment has OMPI_COMM_WORLD_RANK=rank, or -1.
 pid_t rank_pid(pid_t parent, int rank) {
   const std::string wanted = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
@@ -454,7 +377,7 @@ TEST(DataParallel, ARankKilledMidRunEndsTheJob) {
   GPT2_REQUIRE_MPIRUN(launcher);
   const std::string dir = scratch_dir();
   std::vector<std::string> args = run_args(dir + "/out", 100000, 2, {"--val-every", "0"});
-  BackgroundJob job(job_argv(launcher, 2, args));
+  BackgroundProcess job(job_argv(launcher, 2, args));
   ASSERT_TRUE(job.wait_for(" 2/100000 |", 120)) << job.output();
   const pid_t victim = rank_pid(job.pid(), 1);
   ASSERT_GT(victim, 0) << "rank 1 not found among mpirun's children";
@@ -475,7 +398,7 @@ TEST(DataParallel, ASignalToOneRankStopsEveryRankAfterTheSameStep) {
   GPT2_REQUIRE_MPIRUN(launcher);
   const std::string dir = scratch_dir();
   const std::string out = dir + "/out";
-  BackgroundJob job(job_argv(launcher, 2, run_args(out, 100000, 2,
+  BackgroundProcess job(job_argv(launcher, 2, run_args(out, 100000, 2,
                                                    {"--val-every", "0", "--checkpoint-every",
                                                     "100000", "--lr-schedule", "constant"})));
   ASSERT_TRUE(job.wait_for(" 2/100000 |", 120)) << job.output();
@@ -503,7 +426,7 @@ TEST(DataParallel, ARankThatFailsMidRunEndsTheJob) {
   // Rank 0 cannot write the checkpoint of step 5 (13 MB past a 2 MiB file size limit, set on
   // it once it trains: MPI's own shared-memory files are made at its start) while rank 1 goes
   // on to step 6's collectives: rank 0's error must end rank 1 too.
-  BackgroundJob job(job_argv(launcher, 2, run_args(dir + "/out", 1000, 2,
+  BackgroundProcess job(job_argv(launcher, 2, run_args(dir + "/out", 1000, 2,
                                                    {"--checkpoint-every", "5", "--val-every", "0"})));
   ASSERT_TRUE(job.wait_for(" 1/1000 |", 120)) << job.output();
   const pid_t rank0 = rank_pid(job.pid(), 0);

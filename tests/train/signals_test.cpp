@@ -18,7 +18,8 @@ namespace gpt2 {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::BackgroundTrainer;
+using testing::BackgroundProcess;
+using testing::trainer_argv;
 using testing::embedded_train_data;
 using testing::read_metrics;
 using testing::run_trainer;
@@ -48,7 +49,7 @@ TEST(Signals, SigtermMidRunLeavesACheckpointThatResumesBitForBit) {
   const std::string dir = scratch_dir();
   const std::string out = dir + "/interrupted";
   // --checkpoint-every beyond the run: the only checkpoint is the one SIGTERM asks for.
-  BackgroundTrainer run(run_args(out, 100000, {"--checkpoint-every", "100000"}));
+  BackgroundProcess run(trainer_argv(run_args(out, 100000, {"--checkpoint-every", "100000"})));
   ASSERT_TRUE(run.wait_for(" 3/100000 |")) << run.output();
   ASSERT_EQ(kill(run.pid(), SIGTERM), 0);
   EXPECT_EQ(run.finish(), 128 + SIGTERM) << run.output();
@@ -85,7 +86,7 @@ TEST(Signals, SigtermMidRunLeavesACheckpointThatResumesBitForBit) {
 
 TEST(Signals, SigintWithoutCheckpointingSaysNothingWasSaved) {
   const std::string out = scratch_dir();
-  BackgroundTrainer run(run_args(out, 100000));
+  BackgroundProcess run(trainer_argv(run_args(out, 100000)));
   ASSERT_TRUE(run.wait_for(" 2/100000 |")) << run.output();
   ASSERT_EQ(kill(run.pid(), SIGINT), 0);
   EXPECT_EQ(run.finish(), 128 + SIGINT) << run.output();

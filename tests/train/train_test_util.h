@@ -4,8 +4,8 @@
  *        reading metrics.jsonl back.
  *
  * run_trainer() runs GPT2_TRAIN_BINARY (a compile definition) through the shell with stdout
- * and stderr merged and returns the exit code and the output; BackgroundTrainer runs it while
- * the test watches its output and sends it signals. Scratch folders are unique per
+ * and stderr merged and returns the exit code and the output; BackgroundProcess runs it (or
+ * mpirun) while the test watches its output and sends it signals. Scratch folders are unique per
  * process and test, so ctest may run the tests in parallel.
  */
 #pragma once
@@ -20,6 +20,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -62,36 +63,40 @@ inline CommandResult run_trainer(const std::vector<std::string>& args,
   return run_command(command);
 }
 
-/// gpt2-train running in the background, its stdout and stderr merged into one pipe.
-class BackgroundTrainer {
+/// A program running in the background in its own process group (so a test can end all of
+/// it: mpirun and its ranks), its stdout and stderr merged into one pipe. argv[0] is the
+/// program's path. The destructor kills the whole group if it has not been waited for.
+class BackgroundProcess {
  public:
-  explicit BackgroundTrainer(const std::vector<std::string>& args) {
+  explicit BackgroundProcess(const std::vector<std::string>& argv) {
     int fds[2];
     if (pipe(fds) != 0) return;
     pid_ = fork();
     if (pid_ == 0) {
+      setpgid(0, 0);
       dup2(fds[1], STDOUT_FILENO);
       dup2(fds[1], STDERR_FILENO);
       close(fds[0]);
       close(fds[1]);
-      std::vector<char*> argv = {const_cast<char*>(GPT2_TRAIN_BINARY)};
-      for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
-      argv.push_back(nullptr);
-      execv(GPT2_TRAIN_BINARY, argv.data());
+      std::vector<char*> args;
+      for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+      args.push_back(nullptr);
+      execv(args[0], args.data());
       _exit(127);
     }
+    setpgid(pid_, pid_);
     close(fds[1]);
     fd_ = fds[0];
   }
-  ~BackgroundTrainer() {
+  ~BackgroundProcess() {
     if (pid_ > 0 && !reaped_) {
-      kill(pid_, SIGKILL);
+      kill(-pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
     }
     if (fd_ >= 0) close(fd_);
   }
-  BackgroundTrainer(const BackgroundTrainer&) = delete;
-  BackgroundTrainer& operator=(const BackgroundTrainer&) = delete;
+  BackgroundProcess(const BackgroundProcess&) = delete;
+  BackgroundProcess& operator=(const BackgroundProcess&) = delete;
 
   pid_t pid() const { return pid_; }
   const std::string& output() const { return output_; }
@@ -101,7 +106,7 @@ class BackgroundTrainer {
   bool wait_for(const std::string& marker, int timeout_s = 120) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
     while (output_.find(marker) == std::string::npos) {
-      if (std::chrono::steady_clock::now() > deadline || !read_some(1000)) return false;
+      if (std::chrono::steady_clock::now() > deadline || !read_some(200)) return false;
     }
     return true;
   }
@@ -114,13 +119,36 @@ class BackgroundTrainer {
     int status = 0;
     waitpid(pid_, &status, 0);
     reaped_ = true;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+    return exit_code(status);
+  }
+
+  /// As finish(), but nullopt when the process had not ended after timeout_s seconds (the
+  /// group is then killed by the destructor); anything of the group that outlived the process
+  /// is killed.
+  std::optional<int> finish(int timeout_s) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    int status = 0;
+    while (waitpid(pid_, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) return std::nullopt;
+      read_some(200);
+    }
+    reaped_ = true;
+    while (read_some(200)) {
+    }
+    kill(-pid_, SIGKILL);
+    return exit_code(status);
   }
 
  private:
+  static int exit_code(int status) {
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  }
+
+  // Appends what is readable; false at the end of the output (or, once the process has been
+  // reaped, when nothing more comes within timeout_ms).
   bool read_some(int timeout_ms) {
     pollfd p{fd_, POLLIN, 0};
-    if (poll(&p, 1, timeout_ms) <= 0) return timeout_ms >= 0;  // timed out: keep going
+    if (poll(&p, 1, timeout_ms) <= 0) return timeout_ms >= 0 && !reaped_;
     char buf[4096];
     const ssize_t n = read(fd_, buf, sizeof buf);
     if (n <= 0) return false;
@@ -133,6 +161,13 @@ class BackgroundTrainer {
   bool reaped_ = false;
   std::string output_;
 };
+
+/// The argv of gpt2-train with the given arguments, for BackgroundProcess.
+inline std::vector<std::string> trainer_argv(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {GPT2_TRAIN_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
 
 /// A fresh, empty folder named after the running test.
 inline std::string scratch_dir(const std::string& tag = "") {
