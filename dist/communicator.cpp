@@ -47,6 +47,12 @@ void SingleProcessCommunicator::all_gather(const float* send, float* recv, size_
   record(send_count * sizeof(float), 0.0);
 }
 
+void SingleProcessCommunicator::all_gather_bytes(const void* send, void* recv,
+                                                 size_t send_bytes) {
+  if (recv != send) std::memmove(recv, send, send_bytes);
+  record(send_bytes, 0.0);
+}
+
 void SingleProcessCommunicator::broadcast(void*, size_t, int root) {
   GPT2_CHECK(root == 0, "root ", root, " of world size 1");
   record(0, 0.0);
@@ -58,7 +64,8 @@ void SingleProcessCommunicator::abort(int code) {
   std::_Exit(code);
 }
 
-double sum_in_rank_order(Communicator& comm, double value) {
+double sum_in_rank_order(Communicator& job, double value) {
+  Communicator& comm = job.host_communicator();
   GPT2_CHECK(comm.memory_space() == MemorySpace::kHost, "sum_in_rank_order on ",
              comm.backend(), " needs a host communicator");
   if (comm.world_size() == 1) return value;
@@ -112,8 +119,17 @@ bool mpi_backend_available() {
 #endif
 }
 
-#ifndef GPT2_HAVE_NCCL
+#ifdef GPT2_HAVE_NCCL
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host) {
+  return std::make_unique<NcclCommunicator>(host);
+}
+#else
 bool nccl_backend_available() { return false; }
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator&) {
+  GPT2_FAIL("this build has no NCCL (CMake found no nccl.h and libnccl beside the CUDA "
+            "toolkit)");
+}
 #endif
 
 std::unique_ptr<Communicator> make_job_communicator() {

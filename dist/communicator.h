@@ -16,8 +16,10 @@
  * rank calls instead). Counts are elements. Results are identical on every rank.
  * In place: all_reduce works in place; reduce_scatter_sum may receive into its own block of the
  * send buffer (recv == send + rank * recv_count; the other blocks of send are then unspecified
- * afterwards) and all_gather may send from its own block of the receive buffer
- * (send == recv + rank * send_count), as NCCL defines them.
+ * afterwards) and all_gather / all_gather_bytes may send from their own block of the receive
+ * buffer (send == recv + rank * send_count), as NCCL defines them.
+ * Streams: a device backend runs its collectives in order on one CUDA stream,
+ * device_stream(); a caller orders them against its own work with events on that stream.
  * Completion: host backends return when the collective is complete on this rank; NCCL enqueues
  * on its stream and returns, synchronize() waits.
  * Determinism: for a fixed world size, count and backend, a collective adds in a fixed order
@@ -32,6 +34,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+
+struct CUstream_st;  // cudaStream_t, without the CUDA headers
 
 namespace gpt2 {
 
@@ -64,11 +68,19 @@ class Communicator {
   virtual void reduce_scatter_sum(const float* send, float* recv, size_t recv_count) = 0;
   /// recv (world_size * send_count) gets every rank's send (send_count) in rank order.
   virtual void all_gather(const float* send, float* recv, size_t send_count) = 0;
+  /// The same for raw bytes (any element type: bf16 parameters): recv (world_size *
+  /// send_bytes) gets every rank's send_bytes in rank order.
+  virtual void all_gather_bytes(const void* send, void* recv, size_t send_bytes) = 0;
   /// root's bytes to every rank.
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
   /// Waits for the collectives issued so far (NCCL); host backends have nothing to wait for.
   virtual void synchronize() {}
+  /// Device backends: the CUDA stream the collectives are enqueued on; host backends: nullptr.
+  virtual CUstream_st* device_stream() const { return nullptr; }
+  /// The job's communicator over host memory: this one for host backends, the one that handed
+  /// out the NCCL id for NCCL. Host-side scalars (sum_in_rank_order) go through it.
+  virtual Communicator& host_communicator() { return *this; }
 
   /// Ends every process of the job, this one with exit code `code`, so that no rank is left
   /// waiting in a collective for a rank that failed. Flushes stdout and stderr first. Does not
@@ -102,6 +114,7 @@ class SingleProcessCommunicator final : public Communicator {
   void all_reduce(double* data, size_t count, ReduceOp op) override;
   void reduce_scatter_sum(const float* send, float* recv, size_t recv_count) override;
   void all_gather(const float* send, float* recv, size_t send_count) override;
+  void all_gather_bytes(const void* send, void* recv, size_t send_bytes) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override { record(0, 0.0); }
   [[noreturn]] void abort(int code) override;
@@ -110,7 +123,7 @@ class SingleProcessCommunicator final : public Communicator {
 /// The sum over the ranks of every rank's `value`, added in rank order (rank 0 first), so it
 /// is the same on every rank and the same for any library algorithm: the values are gathered
 /// exactly (an all-reduce of one slot per rank, the other slots zero: x + 0 is exact) and
-/// summed here. Host communicators only.
+/// summed here. A device communicator adds through its host_communicator().
 double sum_in_rank_order(Communicator& comm, double value);
 
 /// How this process was started, from the launcher's environment.
@@ -130,5 +143,10 @@ std::unique_ptr<Communicator> make_job_communicator();
 
 /// True when this build has the MPI backend.
 bool mpi_backend_available();
+
+/// An NcclCommunicator (dist/nccl_communicator.h) over the job's host communicator `host`,
+/// which must outlive it: collective over the job's ranks, and it selects this rank's GPU.
+/// Throws gpt2::Error in a build without NCCL.
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host);
 
 }  // namespace gpt2

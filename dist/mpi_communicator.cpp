@@ -114,16 +114,34 @@ void MpiCommunicator::reduce_scatter_sum(const float* send, float* recv, size_t 
   record(recv_count * world_size_ * sizeof(float), seconds_since(start));
 }
 
+namespace {
+
+// MPI_Allgather of n elements of `type` (size `element_bytes`), in place when send is this
+// rank's block of recv.
+void all_gather_elements(MPI_Comm comm, int rank, const void* send, void* recv, int n,
+                         MPI_Datatype type, size_t element_bytes) {
+  const char* own = static_cast<const char*>(recv) + static_cast<size_t>(rank) * n * element_bytes;
+  if (send == own) {
+    GPT2_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, n, type, comm));
+  } else {
+    GPT2_MPI_CHECK(MPI_Allgather(send, n, type, recv, n, type, comm));
+  }
+}
+
+}  // namespace
+
 void MpiCommunicator::all_gather(const float* send, float* recv, size_t send_count) {
   const Clock::time_point start = Clock::now();
-  const int n = checked_count(send_count, "all_gather");
-  if (send == recv + static_cast<size_t>(rank_) * send_count) {
-    GPT2_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, n, MPI_FLOAT,
-                                 handles_->world));
-  } else {
-    GPT2_MPI_CHECK(MPI_Allgather(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, handles_->world));
-  }
+  all_gather_elements(handles_->world, rank_, send, recv, checked_count(send_count, "all_gather"),
+                      MPI_FLOAT, sizeof(float));
   record(send_count * sizeof(float), seconds_since(start));
+}
+
+void MpiCommunicator::all_gather_bytes(const void* send, void* recv, size_t send_bytes) {
+  const Clock::time_point start = Clock::now();
+  all_gather_elements(handles_->world, rank_, send, recv,
+                      checked_count(send_bytes, "all_gather_bytes"), MPI_BYTE, 1);
+  record(send_bytes, seconds_since(start));
 }
 
 void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {

@@ -39,6 +39,7 @@ class MpiCommunicator final : public Communicator {
   void all_reduce(double* data, size_t count, ReduceOp op) override;
   void reduce_scatter_sum(const float* send, float* recv, size_t recv_count) override;
   void all_gather(const float* send, float* recv, size_t send_count) override;
+  void all_gather_bytes(const void* send, void* recv, size_t send_bytes) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override;
   [[noreturn]] void abort(int code) override;

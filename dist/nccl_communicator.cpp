@@ -81,6 +81,12 @@ void NcclCommunicator::all_gather(const float* send, float* recv, size_t send_co
   record(send_count * sizeof(float), seconds_since(start));
 }
 
+void NcclCommunicator::all_gather_bytes(const void* send, void* recv, size_t send_bytes) {
+  const Clock::time_point start = Clock::now();
+  GPT2_NCCL_CHECK(ncclAllGather(send, recv, send_bytes, ncclUint8, comm_, stream_));
+  record(send_bytes, seconds_since(start));
+}
+
 void NcclCommunicator::broadcast(void* data, size_t bytes, int root) {
   const Clock::time_point start = Clock::now();
   GPT2_CHECK(root >= 0 && root < world_size(), "root ", root, " of world size ", world_size());

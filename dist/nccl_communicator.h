@@ -4,8 +4,8 @@
  *        across GPUs.
  *
  * Built when CMake finds NCCL beside the CUDA toolkit (nccl_backend_available()); the trainer
- * does not use it yet: the CUDA model trains on one GPU, and a job of several ranks with
- * --device cuda is refused.
+ * makes one for a --device cuda job of several ranks (or --comm nccl at world size 1), and the
+ * CUDA model reduces its gradients through it (model/cuda_data_parallel.h).
  * Construction, on every rank of a job together: the CUDA device is set to host.local_rank(),
  * or to 0 when the launcher made only one GPU visible to each task (a node with fewer visible
  * GPUs than ranks is refused otherwise), rank 0 creates the NCCL unique id,
@@ -49,11 +49,14 @@ class NcclCommunicator final : public Communicator {
   int local_size() const override { return host_.local_size(); }
   int device() const { return device_; }
   CUstream_st* stream() const { return stream_; }
+  CUstream_st* device_stream() const override { return stream_; }
+  Communicator& host_communicator() override { return host_; }
 
   void all_reduce(float* data, size_t count, ReduceOp op) override;
   void all_reduce(double* data, size_t count, ReduceOp op) override;
   void reduce_scatter_sum(const float* send, float* recv, size_t recv_count) override;
   void all_gather(const float* send, float* recv, size_t send_count) override;
+  void all_gather_bytes(const void* send, void* recv, size_t send_bytes) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override;
   void synchronize() override;

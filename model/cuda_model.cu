@@ -20,6 +20,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -39,6 +41,7 @@
 #include "kernels/gpu/layernorm.cuh"
 #include "kernels/gpu/matmul.cuh"
 #include "kernels/gpu/residual.cuh"
+#include "model/cuda_data_parallel.h"
 #include "model/parameters.h"
 
 namespace gpt2 {
@@ -48,7 +51,7 @@ using bf16 = __nv_bfloat16;
 
 // Every device buffer of the model, in allocation (and plan) order.
 enum GpuBuffer : int {
-  kParams, kMaster, kGrads, kAdamM, kAdamV,
+  kParams, kMaster, kGrads, kAdamM, kAdamV, kReducedGrads, kReduceStaging,
   kEncoded, kLn1, kLn1Mean, kLn1Rstd, kQkv, kLn2, kLn2Mean, kLn2Rstd, kFch, kFchGelu,
   kResidual2, kResidual3, kLnf, kLnfMean, kLnfRstd, kLogits, kLosses,
   kAtty, kAttSaved, kAttWorkspace,
@@ -63,6 +66,35 @@ struct GpuBufferSpec {
   std::string name;
   size_t bytes = 0;
 };
+
+/// How a training model's parameters are spread over the ranks of a device communicator
+/// (model/cuda_data_parallel.h); `active` false: the plain single-GPU model.
+struct DataParallelShape {
+  bool active = false;
+  bool sharded = false;  // ZeRO-1
+  ShardPlan plan;
+  size_t padded = 0;  // elements of the parameter and gradient buffers (the last bucket's tail)
+  size_t local = 0;   // elements of the optimizer state (master weights, m, v) on this rank
+};
+
+bool uses_device_collectives(const ModelOptions& options) {
+  return options.training && options.comm != nullptr &&
+         options.comm->memory_space() == MemorySpace::kDevice;
+}
+
+DataParallelShape data_parallel_shape(const ModelOptions& options) {
+  const size_t num_params = ParameterLayout::for_config(options.config).total;
+  DataParallelShape shape;
+  shape.padded = shape.local = num_params;
+  if (!uses_device_collectives(options)) return shape;
+  shape.active = true;
+  shape.sharded = options.zero_stage == 1;
+  shape.plan = ShardPlan(num_params, options.comm->world_size(), options.comm->rank(),
+                         options.bucket_elements);
+  shape.padded = shape.plan.padded_elements();
+  if (shape.sharded) shape.local = shape.plan.local_elements();
+  return shape;
+}
 
 /// The attention of a model at its full (B, T); the kernel is chosen here, once.
 gpu::AttentionConfig attention_config(const ModelOptions& options) {
@@ -92,17 +124,27 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   const size_t max_oc = std::max<size_t>(4 * C, 3 * C);
   const size_t matmul_scratch =
       static_cast<size_t>(gpu::matmul_backward_scratch_floats(Bi, Ti, static_cast<int>(max_oc)));
+  const DataParallelShape dp = data_parallel_shape(options);
+  const std::string shard =
+      dp.sharded ? str_cat(", ZeRO-1 shard: ", dp.local, " of ", num_params) : std::string();
 
   std::vector<GpuBufferSpec> s(kNumGpuBuffers);
   auto set = [&s](GpuBuffer id, const char* group, std::string name, size_t bytes) {
     s[id] = {group, std::move(name), bytes};
   };
   const char* dtype = bf16_storage ? "bf16" : "fp32";
-  set(kParams, "parameters", str_cat("parameters (", dtype, ")"), num_params * x);
-  set(kMaster, "parameters", "master parameters (fp32)", bf16_storage ? num_params * f : 0);
-  set(kGrads, "gradients", str_cat("gradients (", dtype, ")"), num_params * x);
-  set(kAdamM, "optimizer", "AdamW m (fp32)", num_params * f);
-  set(kAdamV, "optimizer", "AdamW v (fp32)", num_params * f);
+  set(kParams, "parameters", str_cat("parameters (", dtype, ")"), dp.padded * x);
+  set(kMaster, "parameters", str_cat("master parameters (fp32", shard, ")"),
+      bf16_storage ? dp.local * f : 0);
+  set(kGrads, "gradients", str_cat("gradients (", dtype, ")"), dp.padded * x);
+  set(kAdamM, "optimizer", str_cat("AdamW m (fp32", shard, ")"), dp.local * f);
+  set(kAdamV, "optimizer", str_cat("AdamW v (fp32", shard, ")"), dp.local * f);
+  // Data parallel: the gradients summed over the ranks, in fp32 (fp32 ZeRO-0 sums the gradient
+  // buffer in place), and for ZeRO-1 the one bucket a reduction or a gather passes through.
+  const size_t reduced = !dp.active ? 0 : dp.sharded ? dp.local : bf16_storage ? dp.padded : 0;
+  set(kReducedGrads, "gradients", str_cat("reduced gradients (fp32", shard, ")"), reduced * f);
+  set(kReduceStaging, "workspace", "data-parallel staging bucket (fp32)",
+      dp.sharded ? dp.plan.max_bucket_size() * f : 0);
   set(kEncoded, "activations", "encoded (B,T,C)", BT * C * x);
   set(kLn1, "activations", "ln1 (L,B,T,C)", L * BT * C * x);
   set(kLn1Mean, "activations", "ln1 mean (L,B,T) fp32", L * BT * f);
@@ -165,9 +207,11 @@ void validate_cuda_options(const ModelOptions& options) {
     GPT2_USAGE_FAIL("sequence length must be in [1, maxT=", config.max_seq_len, "] (got ",
                     options.seq_len, ")");
   (void)attention_config(options);  // the attention kernel can run this model
-  if (options.world_size() > 1)
-    GPT2_USAGE_FAIL("multi-GPU training is not available yet: the CUDA model trains on one GPU "
-                    "(world size ", options.world_size(), " asked for)");
+  if (options.zero_stage != 0 && options.zero_stage != 1)
+    GPT2_USAGE_FAIL("ZeRO stage must be 0 or 1 (got ", options.zero_stage, ")");
+  if (options.training && options.world_size() > 1 && !uses_device_collectives(options))
+    GPT2_FAIL("the CUDA model needs a device communicator (NCCL) to train with ",
+              options.world_size(), " ranks, not ", options.comm->backend());
   if (config.channels % 8 != 0)
     GPT2_USAGE_FAIL("the CUDA backend needs the channel count to be a multiple of 8 (got ",
                     config.channels, ")");
@@ -231,14 +275,15 @@ class CudaModel final : public CudaModelBase {
   void decode_step(const int* next_tokens, float* logits) override;
   int generation_length() const override { return gen_length_; }
 
-  /// One GPU (world size 1, checked at construction): nothing to reduce.
-  void reduce_gradients() override { check_training("reduce_gradients"); }
+  void expect_last_micro_batch() override;
+  void reduce_gradients() override;
   float grad_norm() override;
   void adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_scale) override;
 
   void get_optimizer_state(float* m, float* v) const override;
   void set_optimizer_state(const float* m, const float* v) override;
 
+  std::optional<CommunicationTime> last_step_communication() const override;
   const MemoryPlan& memory_plan() const override { return plan_; }
   size_t peak_memory_bytes() const override { return peak_used_bytes_; }
 
@@ -265,6 +310,12 @@ class CudaModel final : public CudaModelBase {
   void backward(float loss_scale);
   float mean_loss(int B, int T) const;
   void sample_memory();
+  /// Data parallel: throws unless reduce_gradients ran since the step's gradients began.
+  void check_reduced(const char* call) const;
+  /// Data parallel: this rank's fp32 state (master weights, m or v) from the whole host copy.
+  void upload_local(GpuBuffer id, const float* full);
+  /// The fp32 weights: the parameters themselves (fp32), else the master copy.
+  GpuBuffer master_buffer() const { return std::is_same_v<T_, float> ? kParams : kMaster; }
 
   ModelOptions options_;
   ModelConfig config_;
@@ -280,6 +331,10 @@ class CudaModel final : public CudaModelBase {
   // Generation session (recomputed, no cache): the tokens so far (gen_B_, gen_length_).
   std::vector<int> gen_tokens_;
   int gen_B_ = 0, gen_max_len_ = 0, gen_length_ = -1;
+  // Data parallel over a device communicator (nullptr: the plain single-GPU path).
+  std::unique_ptr<CudaDataParallel<T_>> dp_;
+  std::vector<UpdateSegment> segments_;  // this rank's AdamW ranges
+  bool grads_reduced_ = false;
 };
 
 template <typename T_>
@@ -295,6 +350,23 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
   ctx_ = std::make_unique<gpu::Context>();
   allocate_all(gpu_buffer_specs(options));
   inputs_host_.assign(static_cast<size_t>(options.batch_size) * options.seq_len, 0);
+  DataParallelShape shape = data_parallel_shape(options);
+  if (shape.active) {
+    segments_ = update_segments(shape.plan, layout_, shape.sharded);
+    dp_ = std::make_unique<CudaDataParallel<T_>>(*options.comm, options.zero_stage,
+                                                 std::move(shape.plan), layout_,
+                                                 config_.num_layers, ctx_->stream());
+    typename CudaDataParallel<T_>::Buffers dp_buffers;
+    dp_buffers.params = buf<T_>(kParams);
+    dp_buffers.grads = buf<T_>(kGrads);
+    dp_buffers.reduced =
+        buffers_[kReducedGrads] != nullptr ? buf<float>(kReducedGrads) : buf<float>(kGrads);
+    dp_buffers.staging = buf<float>(kReduceStaging);
+    dp_->set_buffers(dp_buffers);
+    // The padding past N of the parameters is gathered, never read; zero it once.
+    GPT2_CUDA_CHECK(cudaMemsetAsync(buffers_[kParams], 0, plan_.items[kParams].bytes,
+                                    ctx_->stream()));
+  }
   for (GpuBuffer id : {kGrads, kAdamM, kAdamV})
     if (buffers_[id] != nullptr)  // absent in an inference-only model
       GPT2_CUDA_CHECK(cudaMemsetAsync(buffers_[id], 0, plan_.items[id].bytes, ctx_->stream()));
@@ -376,9 +448,33 @@ void CudaModel<T_>::sample_memory() {
 }
 
 template <typename T_>
+void CudaModel<T_>::upload_local(GpuBuffer id, const float* full) {
+  GPT2_CHECK(dp_ && dp_->sharded());
+  ctx_->synchronize();
+  const ShardPlan& plan = dp_->plan();
+  for (size_t k = 0; k < plan.buckets().size(); ++k) {
+    const ShardRange range = plan.local_range(k);
+    if (range.count > 0)
+      GPT2_CUDA_CHECK(cudaMemcpy(buf<float>(id) + range.local, full + range.begin,
+                                 range.count * sizeof(float), cudaMemcpyHostToDevice));
+  }
+}
+
+template <typename T_>
 void CudaModel<T_>::set_parameters(const float* params) {
   const size_t n = layout_.total;
   cudaStream_t stream = ctx_->stream();
+  if (std::is_same_v<T_, bf16> && dp_ && dp_->sharded()) {
+    // This rank keeps the master weights of its shard only: the bf16 copy of all of them is
+    // rounded here (round to nearest even, as the device rounds).
+    std::vector<uint16_t> rounded(n);
+    for (size_t i = 0; i < n; ++i) rounded[i] = float_to_bf16_bits(params[i]);
+    ctx_->synchronize();
+    GPT2_CUDA_CHECK(cudaMemcpy(buffers_[kParams], rounded.data(), n * sizeof(uint16_t),
+                               cudaMemcpyHostToDevice));
+    upload_local(kMaster, params);
+    return;
+  }
   if constexpr (std::is_same_v<T_, float>) {
     GPT2_CUDA_CHECK(cudaMemcpy(buffers_[kParams], params, n * sizeof(float), cudaMemcpyHostToDevice));
   } else {
@@ -391,7 +487,11 @@ void CudaModel<T_>::set_parameters(const float* params) {
 template <typename T_>
 void CudaModel<T_>::get_parameters(float* params) const {
   const size_t n = layout_.total;
-  const GpuBuffer source = std::is_same_v<T_, float> ? kParams : kMaster;
+  const GpuBuffer source = master_buffer();
+  if (std::is_same_v<T_, bf16> && dp_ && dp_->sharded()) {
+    dp_->gather_to_host(buf<float>(kMaster), params);  // collective
+    return;
+  }
   ctx_->synchronize();
   GPT2_CUDA_CHECK(cudaMemcpy(params, buffers_[source], n * sizeof(float), cudaMemcpyDeviceToHost));
 }
@@ -429,6 +529,36 @@ template <typename T_>
 void CudaModel<T_>::zero_grad() {
   if (buffers_[kGrads] == nullptr) return;  // inference only: no gradients to zero
   GPT2_CUDA_CHECK(cudaMemsetAsync(buffers_[kGrads], 0, plan_.items[kGrads].bytes, ctx_->stream()));
+  if (dp_) dp_->begin_step();
+  grads_reduced_ = false;
+}
+
+template <typename T_>
+void CudaModel<T_>::expect_last_micro_batch() {
+  check_training("expect_last_micro_batch");
+  if (dp_ && options_.overlap_communication) dp_->arm();
+}
+
+template <typename T_>
+void CudaModel<T_>::check_reduced(const char* call) const {
+  if (dp_ && !grads_reduced_)
+    GPT2_FAIL(call, " before reduce_gradients(): the data-parallel gradients are summed over the "
+              "ranks first");
+}
+
+template <typename T_>
+void CudaModel<T_>::reduce_gradients() {
+  check_training("reduce_gradients");
+  if (dp_) dp_->finish_reduction();
+  grads_reduced_ = true;
+}
+
+template <typename T_>
+std::optional<Model::CommunicationTime> CudaModel<T_>::last_step_communication() const {
+  if (!dp_) return std::nullopt;
+  ctx_->synchronize();
+  const DataParallelTiming timing = dp_->step_timing();
+  return CommunicationTime{timing.collective_ms, timing.exposed_ms};
 }
 
 template <typename T_>
@@ -532,6 +662,7 @@ void CudaModel<T_>::backward(float loss_scale) {
   gpu::layernorm_backward(dresidual, grad(kLnfw), grad(kLnfb), act(kDLnf),
                           act(kResidual3) + (L - 1) * BT * Cs, param(kLnfw), buf<float>(kLnfMean),
                           buf<float>(kLnfRstd), B, T, C, ln_scratch, stream);
+  if (dp_) dp_->backward_point(0);  // lnf done (model/cuda_data_parallel.h's points)
 
   T_* dfch_gelu = act(kDFchGelu);
   T_* dfch = act(kDFch);
@@ -571,9 +702,11 @@ void CudaModel<T_>::backward(float loss_scale) {
     gpu::layernorm_backward(dresidual, grad(kLn1w) + l * Cs, grad(kLn1b) + l * Cs, dln1, residual,
                             param(kLn1w) + l * Cs, buf<float>(kLn1Mean) + l * BT,
                             buf<float>(kLn1Rstd) + l * BT, B, T, C, ln_scratch, stream);
+    if (dp_) dp_->backward_point(L - l);  // layer l done
   }
   gpu::encoder_backward(grad(kWte), grad(kWpe), dresidual, buf<int>(kInputs), B, T, C,
                         inputs_host_.data(), buf<int>(kEncoderScratch), stream);
+  if (dp_) dp_->backward_point(L + 1);  // wte and wpe done
 }
 
 template <typename T_>
@@ -592,6 +725,9 @@ template <typename T_>
 float CudaModel<T_>::forward_backward(const int* inputs, const int* targets, float loss_scale) {
   check_training("forward_backward");
   GPT2_CHECK(targets != nullptr);
+  if (dp_ && (dp_->launched_any() || grads_reduced_))
+    GPT2_FAIL("forward_backward after the step's gradients began their reduction (the last "
+              "micro-batch came before it): call zero_grad to start the next step");
   const int B = options_.batch_size, T = options_.seq_len;
   gen_length_ = -1;  // ends a generation session (model.h)
   upload_tokens(inputs, targets, B, T);
@@ -681,6 +817,16 @@ void CudaModel<T_>::generation_forward(float* logits) {
 template <typename T_>
 float CudaModel<T_>::grad_norm() {
   check_training("grad_norm");
+  if (dp_) {
+    // The summed gradient: ZeRO-1, each rank's shards, added over the ranks in rank order;
+    // ZeRO-0, all of it on every rank (the same bits everywhere).
+    check_reduced("grad_norm");
+    const double squared = gpu::global_norm_squared_to_host(
+        dp_->reduced(), static_cast<int64_t>(dp_->reduced_count()), buf<float>(kNormPartials),
+        buf<double>(kNormResult), ctx_->stream());
+    return static_cast<float>(
+        std::sqrt(dp_->sharded() ? sum_in_rank_order(dp_->comm(), squared) : squared));
+  }
   const double squared = gpu::global_norm_squared_to_host(
       buf<T_>(kGrads), static_cast<int64_t>(layout_.total), buf<float>(kNormPartials),
       buf<double>(kNormResult), ctx_->stream());
@@ -691,6 +837,26 @@ template <typename T_>
 void CudaModel<T_>::adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_scale) {
   check_training("adamw_step");
   GPT2_CHECK(step >= 1, "AdamW steps are 1-based (got ", step, ")");
+  if (dp_) {
+    check_reduced("adamw_step");
+    // This rank's segments (ZeRO-0: every tensor) from the fp32 reduced gradients; the
+    // optimizer state is indexed locally, the parameters by their flat offset.
+    for (const UpdateSegment& segment : segments_) {
+      cpu::AdamWHyper tensor_hyper = hyper;
+      if (!ParameterLayout::decays(segment.tensor)) tensor_hyper.weight_decay = 0.0f;
+      float* master = std::is_same_v<T_, bf16> ? buf<float>(kMaster) + segment.local : nullptr;
+      gpu::adamw_update<T_, float>(buf<T_>(kParams) + segment.flat, master,
+                                   dp_->reduced() + segment.local,
+                                   buf<float>(kAdamM) + segment.local,
+                                   buf<float>(kAdamV) + segment.local,
+                                   static_cast<int64_t>(segment.count), tensor_hyper, step,
+                                   grad_scale, ctx_->stream());
+    }
+    if (dp_->sharded()) dp_->all_gather_parameters();
+    ctx_->synchronize();
+    sample_memory();
+    return;
+  }
   for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
     cpu::AdamWHyper tensor_hyper = hyper;
     if (!ParameterLayout::decays(tensor)) tensor_hyper.weight_decay = 0.0f;
@@ -708,6 +874,11 @@ void CudaModel<T_>::adamw_step(const cpu::AdamWHyper& hyper, int step, float gra
 template <typename T_>
 void CudaModel<T_>::get_optimizer_state(float* m, float* v) const {
   check_training("get_optimizer_state");
+  if (dp_ && dp_->sharded()) {  // collective
+    dp_->gather_to_host(buf<float>(kAdamM), m);
+    dp_->gather_to_host(buf<float>(kAdamV), v);
+    return;
+  }
   const size_t bytes = layout_.total * sizeof(float);
   ctx_->synchronize();
   GPT2_CUDA_CHECK(cudaMemcpy(m, buffers_[kAdamM], bytes, cudaMemcpyDeviceToHost));
@@ -717,6 +888,11 @@ void CudaModel<T_>::get_optimizer_state(float* m, float* v) const {
 template <typename T_>
 void CudaModel<T_>::set_optimizer_state(const float* m, const float* v) {
   check_training("set_optimizer_state");
+  if (dp_ && dp_->sharded()) {
+    upload_local(kAdamM, m);
+    upload_local(kAdamV, v);
+    return;
+  }
   const size_t bytes = layout_.total * sizeof(float);
   ctx_->synchronize();
   GPT2_CUDA_CHECK(cudaMemcpy(buffers_[kAdamM], m, bytes, cudaMemcpyHostToDevice));
@@ -738,6 +914,19 @@ MemoryPlan plan_cuda_model_memory(const ModelOptions& options) {
 }
 
 bool cuda_backend_available(std::string* why_not) { return gpu::gpu_available(why_not); }
+
+void select_gpu_of_local_rank(int local_rank) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  if (count == 1) {
+    GPT2_CUDA_CHECK(cudaSetDevice(0));
+  } else if (local_rank < count) {
+    GPT2_CUDA_CHECK(cudaSetDevice(local_rank));
+  }
+}
 
 std::unique_ptr<Model> make_cuda_model(const ModelOptions& options) {
   std::string why;

@@ -64,6 +64,8 @@ bool cuda_backend_available(std::string* why_not) {
   return false;
 }
 
+void select_gpu_of_local_rank(int) {}
+
 #endif  // GPT2_WITH_CUDA_BACKEND
 
 }  // namespace gpt2

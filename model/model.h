@@ -13,13 +13,16 @@
  * marked "collective" below communicate, so every rank must make them. The gradients are
  * reduced in the fixed buckets of dist/shard_plan.h. ZeRO-0: all-reduce of each bucket, every
  * rank updates every parameter. ZeRO-1: reduce-scatter of each bucket, each rank keeps the AdamW
- * moments of its shard only and updates its shard, then the parameters are all-gathered. A
- * world size of 1 is the single-process model whatever the stage.
+ * moments of its shard only (the CUDA backend its fp32 master weights too) and updates its
+ * shard, then the parameters are all-gathered. A world size of 1 is the single-process model
+ * whatever the stage, except that a CUDA model given a device communicator (NCCL) runs the
+ * data-parallel path at world size 1 too: the same losses, through the collectives.
  */
 #pragma once
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "dist/communicator.h"
@@ -51,12 +54,17 @@ struct ModelOptions {
   /// the optimizer-state calls throw gpt2::Error, zero_grad does nothing.
   bool training = true;
   /// Data parallelism (training): the job's communicator (nullptr: one process; it must
-  /// outlive the model and use host memory for the CPU backend), the ZeRO stage (0 or 1) and
-  /// the bucket size of the gradient reductions (dist/shard_plan.h). The CUDA backend takes
-  /// world size 1 only, for now.
+  /// outlive the model), the ZeRO stage (0 or 1) and the bucket size of the gradient
+  /// reductions (dist/shard_plan.h). The CPU backend takes a host communicator. The CUDA
+  /// backend takes a device one (NCCL), with which it runs the data-parallel path at any world
+  /// size, 1 included (model/cuda_data_parallel.h); a host communicator of world size 1 is the
+  /// plain single-GPU path.
   Communicator* comm = nullptr;
   int zero_stage = 0;
   size_t bucket_elements = kDefaultBucketElements;
+  /// CUDA data parallel: start reducing gradient buckets during the last micro-batch's
+  /// backward (see expect_last_micro_batch) instead of after it.
+  bool overlap_communication = true;
 
   int world_size() const { return comm != nullptr ? comm->world_size() : 1; }
 };
@@ -72,6 +80,8 @@ class Model {
   virtual std::string attention_kernel() const = 0;
 
   /// fp32 parameters in ParameterLayout order (ParameterLayout::total floats).
+  /// Data parallel: every rank passes the same parameters to set_parameters; get_parameters is
+  /// collective (a CUDA model under ZeRO-1 gathers its sharded fp32 master weights).
   virtual void set_parameters(const float* params) = 0;
   virtual void get_parameters(float* params) const = 0;
 
@@ -117,6 +127,13 @@ class Model {
   /// Tokens per sequence so far: 0 after start_generation, -1 without a session.
   virtual int generation_length() const = 0;
 
+  /// Says that the next forward_backward is the step's last micro-batch, so that a backend
+  /// that overlaps communication with compute may start reducing gradient buckets while that
+  /// backward runs (reduce_gradients then completes the reductions; another forward_backward
+  /// before it throws gpt2::Error). Optional: without it every reduction starts in
+  /// reduce_gradients. Not collective. Backends without overlap ignore it.
+  virtual void expect_last_micro_batch() {}
+
   /// Collective. Sums the gradients accumulated by every rank (each rank's loss_scale carries
   /// 1/world_size besides 1/grad_accum_steps, so the sum is the gradient of the global batch's
   /// mean loss). ZeRO-1: only this rank's shard holds the sum afterwards. Once per step, after
@@ -138,6 +155,18 @@ class Model {
   /// From the whole m and v, which every rank passes; ZeRO-1 keeps its shard.
   virtual void set_optimizer_state(const float* m, const float* v) = 0;
 
+  /// Data parallel on a device: the GPU time of the last step's collectives (reductions and
+  /// all-gathers, measured with events on the communication stream) and the part of it the
+  /// compute stream waited for. nullopt where the backend does not measure it (the CPU; a
+  /// plain single-GPU model). Call after adamw_step.
+  struct CommunicationTime {
+    double collective_ms = 0.0;
+    double exposed_ms = 0.0;
+  };
+  virtual std::optional<CommunicationTime> last_step_communication() const {
+    return std::nullopt;
+  }
+
   /// The plan this model allocated by.
   virtual const MemoryPlan& memory_plan() const = 0;
   /// Measured high-water mark of memory on the model's device, in bytes (CPU: process max RSS;
@@ -156,5 +185,11 @@ std::unique_ptr<Model> make_cpu_model(const ModelOptions& options);
 std::unique_ptr<Model> make_cuda_model(const ModelOptions& options);
 /// True when the CUDA backend is compiled in and a CUDA device is visible.
 bool cuda_backend_available(std::string* why_not = nullptr);
+/// Makes the GPU of a rank that is local_rank on its node current for this thread (device
+/// local_rank; device 0 when only one is visible, as with one GPU per task), before anything
+/// touches a GPU, so that the ranks of a node do not all open a context on device 0. Does
+/// nothing without the CUDA backend, or when the node has fewer visible GPUs than that (NCCL's
+/// setup then says so).
+void select_gpu_of_local_rank(int local_rank);
 
 }  // namespace gpt2

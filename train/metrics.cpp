@@ -33,6 +33,7 @@ std::string to_json_line(const StepMetrics& m) {
   if (m.skipped) line["skipped"] = true;
   if (m.world_size > 1) line["world_size"] = m.world_size;
   if (m.comm_ms) line["comm_ms"] = *m.comm_ms;
+  if (m.comm_exposed_ms) line["comm_exposed_ms"] = *m.comm_exposed_ms;
   return dump_json(line);
 }
 
@@ -81,7 +82,12 @@ std::string format_duration(double seconds) {
 
 std::string format_step_line(const StepMetrics& m, int total_steps, double eta_seconds) {
   char comm[64] = "";
-  if (m.comm_ms) std::snprintf(comm, sizeof comm, " (comm %.1f ms)", *m.comm_ms);
+  if (m.comm_ms && m.comm_exposed_ms) {
+    std::snprintf(comm, sizeof comm, " (comm %.1f ms, %.1f exposed)", *m.comm_ms,
+                  *m.comm_exposed_ms);
+  } else if (m.comm_ms) {
+    std::snprintf(comm, sizeof comm, " (comm %.1f ms)", *m.comm_ms);
+  }
   char buf[320];
   std::snprintf(buf, sizeof buf,
                 "step %*d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms%s | %.0f tok/s | peak %s%s",

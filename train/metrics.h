@@ -7,8 +7,10 @@
  *    "peak_mem_bytes":123456,"attn":"flash","device":"cpu","precision":"fp32","micro_batches":1}
  * plus "val_loss" on the steps that measured it and "skipped":true on a step whose update was
  * skipped (--on-nonfinite skip-step). A data-parallel run (several ranks) adds "world_size" and
- * "comm_ms" (the step's time in collectives, the largest over the ranks); its tokens_per_s is
- * the job's (every rank's tokens) and peak_mem_bytes the largest rank's. Lines are written through base/json.h: floats
+ * "comm_ms" (the step's time in collectives, the largest over the ranks: MPI's wall time, or
+ * the GPU time of the NCCL collectives); its tokens_per_s is the job's (every rank's tokens)
+ * and peak_mem_bytes the largest rank's. A run through NCCL (any world size) adds "comm_ms" and
+ * "comm_exposed_ms", the part of it the computation waited for. Lines are written through base/json.h: floats
  * as their shortest round-trip decimal (a float read back is bit-identical, which the resume
  * tests rely on), non-finite values as null, so every line is valid JSON.
  */
@@ -41,6 +43,8 @@ struct StepMetrics {
   bool skipped = false;  // the update was not applied (non-finite loss or gradient norm)
   int world_size = 1;
   std::optional<double> comm_ms;  // data parallel: time in collectives, largest over the ranks
+  /// NCCL: the part of comm_ms the compute stream waited for (not hidden behind the backward).
+  std::optional<double> comm_exposed_ms;
 };
 
 /// One metrics.jsonl line, without the trailing newline.

@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "base/file_io.h"
 #include "data/paths.h"
+#include "dist/nccl_communicator.h"
 #include "model/checkpoint.h"
 #include "model/hf_checkpoint.h"
 
@@ -58,6 +59,10 @@ cxxopts::Options make_options() {
       ("seed", "seed of initialization, data order and sampling", s()->default_value("1337"))
       ("zero", "data parallel (several ranks): 0 all-reduces the gradients, 1 also shards the "
        "AdamW state across the ranks (ZeRO-1) (default: 1 with several ranks)", s())
+      ("comm", "collectives of a --device cuda job: auto (NCCL with several ranks) | nccl "
+       "(NCCL at world size 1 too: the data-parallel path on one GPU)", s()->default_value("auto"))
+      ("overlap-comm", "--device cuda with NCCL: reduce gradient buckets during the last "
+       "micro-batch's backward (1) or after it (0)", s()->default_value("1"))
       ("h,help", "print this help");
   return options;
 }
@@ -247,6 +252,13 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     if (zero != "0" && zero != "1") GPT2_USAGE_FAIL("--zero must be 0 or 1 (got '", zero, "')");
     cli.zero_stage = zero == "1" ? 1 : 0;
   }
+  cli.comm = text("comm");
+  if (cli.comm != "auto" && cli.comm != "nccl")
+    GPT2_USAGE_FAIL("--comm must be auto or nccl (got '", cli.comm, "')");
+  const std::string overlap = text("overlap-comm");
+  if (overlap != "0" && overlap != "1")
+    GPT2_USAGE_FAIL("--overlap-comm must be 0 or 1 (got '", overlap, "')");
+  cli.overlap_comm = overlap == "1";
   return cli;
 }
 
@@ -257,12 +269,6 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
              "rank ", ranks.rank, " of world size ", ranks.world_size);
   config.rank = ranks.rank;
   config.world_size = ranks.world_size;
-  const auto refuse_cuda_ranks = [&](const char* how) {
-    GPT2_USAGE_FAIL("--device cuda", how, ": multi-GPU training is not available yet (this job "
-                    "has ", config.world_size, " ranks); run one process, or --device cpu for "
-                    "data-parallel training on the CPU");
-  };
-  if (cli.device == "cuda" && config.world_size > 1) refuse_cuda_ranks("");
   if (cli.device == "cuda") {
     if (!devices.cuda) GPT2_FAIL("--device cuda: no usable CUDA device: ", devices.why_not);
     config.device = DeviceKind::kCuda;
@@ -272,7 +278,15 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
     config.device = devices.cuda ? DeviceKind::kCuda : DeviceKind::kCpu;
   }
   const bool on_cuda = config.device == DeviceKind::kCuda;
-  if (on_cuda && config.world_size > 1) refuse_cuda_ranks(" (chosen by --device auto)");
+  if (cli.comm == "nccl" && !on_cuda)
+    GPT2_USAGE_FAIL("--comm nccl needs --device cuda (the CPU's ranks communicate through MPI)");
+  config.nccl = on_cuda && (config.world_size > 1 || cli.comm == "nccl");
+  if (config.nccl && !nccl_backend_available())
+    GPT2_FAIL("--device cuda", config.world_size > 1 ? str_cat(" with ", config.world_size,
+                                                               " ranks") : std::string(),
+              " needs NCCL, and this build has none (CMake found no nccl.h and libnccl beside "
+              "the CUDA toolkit); install NCCL and reconfigure, or use --device cpu");
+  config.overlap_comm = cli.overlap_comm;
   config.zero_stage = cli.zero_stage.value_or(config.world_size > 1 ? 1 : 0);
 
   config.precision = cli.precision.value_or(on_cuda ? Precision::kBf16 : Precision::kFp32);

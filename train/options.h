@@ -80,6 +80,8 @@ struct CommandLine {
   NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;
   uint64_t seed = 1337;
   std::optional<int> zero_stage;  // 0 | 1
+  std::string comm = "auto";      // auto | nccl
+  bool overlap_comm = true;
   bool help = false;
 };
 
@@ -101,6 +103,10 @@ struct TrainConfig {
   int rank = 0;        // data-parallel rank and world size, from the launcher
   int world_size = 1;
   int zero_stage = 0;  // 0: gradients all-reduced; 1: and the AdamW state sharded
+  /// --device cuda: the gradients go through NCCL (always with several ranks; at world size 1
+  /// with --comm nccl), reduced during the last micro-batch's backward when overlap_comm.
+  bool nccl = false;
+  bool overlap_comm = true;
   int64_t total_batch_size = 0;  // tokens per optimizer step, all ranks
   int grad_accum_steps = 1;      // total_batch_size / (B * T * world_size)
   int steps = 0;

@@ -47,10 +47,12 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// comm: the job's host communicator, or the NCCL one over it (config.nccl).
 ModelOptions model_options(const TrainConfig& config, Communicator& comm) {
   ModelOptions options;
   options.comm = &comm;
   options.zero_stage = config.zero_stage;
+  options.overlap_communication = config.overlap_comm;
   options.config = config.model_config;
   options.batch_size = config.batch_size;
   options.seq_len = config.seq_len;
@@ -124,15 +126,22 @@ void print_configuration(const TrainConfig& c, const DataLoader& train, const Da
   std::printf("  %-18s %s\n", "precision", to_string(c.precision));
   std::printf("  %-18s B=%d T=%d world=%d\n", "micro-batch", c.batch_size, c.seq_len,
               c.world_size);
-  if (c.world_size > 1) {
+  if (c.world_size > 1 || c.nccl) {
     const ShardPlan shards(num_params, c.world_size, c.rank, kDefaultBucketElements);
-    std::printf("  %-18s %d ranks, ZeRO-%d: gradients %s in %zu bucket(s) of up to %zu floats, "
-                "%s\n",
-                "data parallel", c.world_size, c.zero_stage,
+    std::printf("  %-18s %d rank(s) over %s, ZeRO-%d: gradients %s in %zu bucket(s) of up to "
+                "%zu floats, %s",
+                "data parallel", c.world_size, c.nccl ? "NCCL" : "MPI", c.zero_stage,
                 c.zero_stage == 1 ? "reduce-scattered" : "all-reduced", shards.buckets().size(),
                 shards.max_bucket_size(),
-                c.zero_stage == 1 ? "AdamW state sharded, parameters all-gathered"
+                c.zero_stage == 1 ? (c.device == DeviceKind::kCuda
+                                         ? "AdamW state and master weights sharded, parameters "
+                                           "all-gathered"
+                                         : "AdamW state sharded, parameters all-gathered")
                                   : "AdamW state on every rank");
+    if (c.nccl)
+      std::printf(", %s", c.overlap_comm ? "reductions overlapped with the last backward"
+                                         : "reductions after the backward");
+    std::printf("\n");
   }
   std::printf("  %-18s %lld tokens = %d grad accumulation step(s) x B*T*world\n", "total batch",
               static_cast<long long>(c.total_batch_size), c.grad_accum_steps);
@@ -234,6 +243,7 @@ void write_checkpoint(const TrainConfig& config, Model& model, int step,
 struct RunTotals {
   ThroughputStats throughput;
   std::vector<double> comm_seconds;  // data parallel: per step, the largest rank's
+  std::vector<double> comm_exposed_seconds;  // NCCL: per step, the largest rank's
   size_t peak_mem_bytes = 0;         // data parallel: the largest rank's, at the last step
   int skipped_steps = 0;  // updates skipped for a non-finite loss or gradient norm
   std::optional<float> last_loss;
@@ -253,15 +263,19 @@ void report_summary(const TrainConfig& config, const Model& model, const MemoryP
   const double mfu = peak_throughput > 0 ? tokens_per_s * flops_per_token / peak_throughput : 0.0;
   const int excluded = totals.throughput.warmup_steps_excluded();
 
-  // The step times after warm-up, and the part of them in collectives (data parallel).
-  double comm_ms = 0.0, step_ms = 0.0;
-  if (world > 1) {
+  // The step times after warm-up, and the part of them in collectives (data parallel, NCCL).
+  const auto mean_after_warmup_ms = [excluded](const std::vector<double>& seconds) {
+    double sum = 0.0;
     int counted = 0;
-    for (size_t i = static_cast<size_t>(excluded); i < totals.comm_seconds.size(); ++i, ++counted)
-      comm_ms += totals.comm_seconds[i] * 1e3;
-    if (counted > 0) comm_ms /= counted;
-    step_ms = totals.throughput.mean_step_seconds() * 1e3;
-  }
+    for (size_t i = static_cast<size_t>(excluded); i < seconds.size(); ++i, ++counted)
+      sum += seconds[i] * 1e3;
+    return counted > 0 ? sum / counted : 0.0;
+  };
+  const bool measured_comm = !totals.comm_seconds.empty();
+  const bool measured_exposed = !totals.comm_exposed_seconds.empty();
+  const double comm_ms = mean_after_warmup_ms(totals.comm_seconds);
+  const double exposed_ms = mean_after_warmup_ms(totals.comm_exposed_seconds);
+  const double step_ms = totals.throughput.mean_step_seconds() * 1e3;
 
   std::printf("summary\n");
   if (world > 1) {
@@ -269,9 +283,6 @@ void report_summary(const TrainConfig& config, const Model& model, const MemoryP
                 "step(s); the first %d excluded as warm-up)\n",
                 "throughput", tokens_per_s, world, tokens_per_s / world,
                 totals.throughput.steps() - excluded, excluded);
-    std::printf("  %-18s %.1f ms per step in collectives, %.1f%% of the step (the largest "
-                "rank's)\n",
-                "communication", comm_ms, step_ms > 0 ? 100.0 * comm_ms / step_ms : 0.0);
     std::printf("  %-18s %s measured per rank, the largest (%s planned per rank)\n",
                 "peak memory", format_bytes(peak).c_str(), format_bytes(plan.total()).c_str());
   } else {
@@ -279,6 +290,13 @@ void report_summary(const TrainConfig& config, const Model& model, const MemoryP
                 "throughput", tokens_per_s, totals.throughput.steps() - excluded, excluded);
     std::printf("  %-18s %s measured (%s planned)\n", "peak memory", format_bytes(peak).c_str(),
                 format_bytes(plan.total()).c_str());
+  }
+  if (measured_comm) {
+    std::printf("  %-18s %.1f ms per step in collectives, %.1f%% of the step", "communication",
+                comm_ms, step_ms > 0 ? 100.0 * comm_ms / step_ms : 0.0);
+    if (measured_exposed)
+      std::printf("; %.1f ms of it exposed (the computation waited)", exposed_ms);
+    std::printf(world > 1 ? " (the largest rank's)\n" : "\n");
   }
   if (totals.last_loss) std::printf("  %-18s %.6f\n", "final train loss", *totals.last_loss);
   if (totals.last_val_loss) std::printf("  %-18s %.6f\n", "final val loss", *totals.last_val_loss);
@@ -302,8 +320,13 @@ void report_summary(const TrainConfig& config, const Model& model, const MemoryP
   if (world > 1) {
     summary["tokens_per_s_per_rank"] = tokens_per_s / world;
     summary["zero_stage"] = config.zero_stage;
-    summary["comm_ms_per_step"] = comm_ms;
   }
+  if (config.nccl) {
+    summary["comm_backend"] = "nccl";
+    summary["overlap_comm"] = config.overlap_comm;
+  }
+  if (measured_comm) summary["comm_ms_per_step"] = comm_ms;
+  if (measured_exposed) summary["comm_exposed_ms_per_step"] = exposed_ms;
   summary["peak_mem_bytes"] = peak;
   summary["planned_mem_bytes"] = plan.total();
   if (totals.last_loss) summary["final_train_loss"] = json_float(*totals.last_loss);
@@ -438,7 +461,11 @@ int run_training(const TrainConfig& config, Communicator& comm) {
 
   // The plan is printed before anything is allocated: when it does not fit, the backend's
   // constructor refuses (naming the buffer) right after it, with the plan on the screen.
-  const ModelOptions options = model_options(config, comm);
+  // --device cuda with several ranks (or --comm nccl): the model's collectives go through NCCL,
+  // its id handed out over the job's communicator; this also picks the rank's GPU.
+  std::unique_ptr<Communicator> nccl;
+  if (config.nccl) nccl = make_nccl_communicator(comm);
+  const ModelOptions options = model_options(config, nccl ? *nccl : comm);
   const MemoryPlan plan = run_memory_plan(config, options, resuming);
   std::printf("%s\n", plan.to_string(data_parallel ? "memory plan (before allocation, per rank)"
                                                    : "memory plan (before allocation)")
@@ -527,6 +554,7 @@ int run_training(const TrainConfig& config, Communicator& comm) {
     for (int micro = 0; micro < config.grad_accum_steps; ++micro) {
       if (!batch_pending) train_loader.next_batch(inputs.data(), targets.data());
       batch_pending = false;
+      if (micro + 1 == config.grad_accum_steps) model->expect_last_micro_batch();
       loss_sum += model->forward_backward(inputs.data(), targets.data(), loss_scale);
     }
     model->reduce_gradients();
@@ -550,7 +578,10 @@ int run_training(const TrainConfig& config, Communicator& comm) {
       ++totals.skipped_steps;
     }
     const double seconds = seconds_since(start);
-    const double comm_seconds = comm.stats().seconds - comm_start;
+    // NCCL: the GPU time of the collectives, measured by the model; MPI: the wall time in them.
+    const std::optional<Model::CommunicationTime> device_comm = model->last_step_communication();
+    const double comm_seconds =
+        device_comm ? device_comm->collective_ms * 1e-3 : comm.stats().seconds - comm_start;
     totals.throughput.add_step(seconds, tokens_per_step);
 
     StepMetrics metrics_row;
@@ -581,15 +612,26 @@ int run_training(const TrainConfig& config, Communicator& comm) {
     // received it between other steps; all must stop after the same one), and the line shows
     // the largest rank's memory and time in collectives.
     int agreed_signal = 0;
+    const double exposed_seconds = device_comm ? device_comm->exposed_ms * 1e-3 : 0.0;
     if (data_parallel) {
-      double shared[3] = {static_cast<double>(StopSignals::received()),
-                          static_cast<double>(metrics_row.peak_mem_bytes), comm_seconds};
-      comm.all_reduce(shared, 3, ReduceOp::kMax);
+      double shared[4] = {static_cast<double>(StopSignals::received()),
+                          static_cast<double>(metrics_row.peak_mem_bytes), comm_seconds,
+                          exposed_seconds};
+      comm.all_reduce(shared, 4, ReduceOp::kMax);
       agreed_signal = static_cast<int>(shared[0]);
       metrics_row.peak_mem_bytes = static_cast<size_t>(shared[1]);
       metrics_row.comm_ms = shared[2] * 1e3;
       totals.comm_seconds.push_back(shared[2]);
+      if (device_comm) {
+        metrics_row.comm_exposed_ms = shared[3] * 1e3;
+        totals.comm_exposed_seconds.push_back(shared[3]);
+      }
       totals.peak_mem_bytes = metrics_row.peak_mem_bytes;
+    } else if (device_comm) {  // NCCL at world size 1
+      metrics_row.comm_ms = comm_seconds * 1e3;
+      metrics_row.comm_exposed_ms = exposed_seconds * 1e3;
+      totals.comm_seconds.push_back(comm_seconds);
+      totals.comm_exposed_seconds.push_back(exposed_seconds);
     }
 
     const double eta = totals.throughput.mean_step_seconds() * (config.steps - step);
@@ -690,6 +732,7 @@ int train_main(int argc, char** argv) {
       return 0;
     }
     // Probing initializes the CUDA runtime: not worth it when the CPU is asked for by name.
+    if (comm->local_size() > 1 && cli.device != "cpu") select_gpu_of_local_rank(comm->local_rank());
     const DeviceAvailability devices = cli.device == "cpu" ? DeviceAvailability{} : probe_devices();
     const JobRanks ranks{comm->rank(), comm->world_size()};
     return run_training(resolve_train_config(cli, devices, ranks), *comm);

@@ -24,8 +24,8 @@ struct AdamWStep {
   float grad_scale;
 };
 
-template <typename T_>
-__global__ void adamw_kernel(T_* params, float* master, const T_* grads, float* m, float* v,
+template <typename T_, typename G_>
+__global__ void adamw_kernel(T_* params, float* master, const G_* grads, float* m, float* v,
                              int64_t N, AdamWStep s) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < N;
@@ -46,8 +46,8 @@ __global__ void adamw_kernel(T_* params, float* master, const T_* grads, float* 
 
 }  // namespace
 
-template <typename T_>
-void adamw_update(T_* params, float* master, const T_* grads, float* m, float* v, int64_t N,
+template <typename T_, typename G_>
+void adamw_update(T_* params, float* master, const G_* grads, float* m, float* v, int64_t N,
                   const cpu::AdamWHyper& hyper, int t, float grad_scale, cudaStream_t stream) {
   GPT2_CHECK(N >= 0, "N = ", N);
   GPT2_CHECK(t >= 1, "AdamW step t = ", t, " (1-based)");
@@ -73,10 +73,14 @@ void adamw_update(T_* params, float* master, const T_* grads, float* m, float* v
   GPT2_CUDA_CHECK_LAUNCH();
 }
 
-template void adamw_update<float>(float*, float*, const float*, float*, float*, int64_t,
-                                  const cpu::AdamWHyper&, int, float, cudaStream_t);
-template void adamw_update<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, float*,
-                                          float*, int64_t, const cpu::AdamWHyper&, int, float,
-                                          cudaStream_t);
+template void adamw_update<float, float>(float*, float*, const float*, float*, float*, int64_t,
+                                         const cpu::AdamWHyper&, int, float, cudaStream_t);
+template void adamw_update<__nv_bfloat16, __nv_bfloat16>(__nv_bfloat16*, float*,
+                                                         const __nv_bfloat16*, float*, float*,
+                                                         int64_t, const cpu::AdamWHyper&, int,
+                                                         float, cudaStream_t);
+template void adamw_update<__nv_bfloat16, float>(__nv_bfloat16*, float*, const float*, float*,
+                                                 float*, int64_t, const cpu::AdamWHyper&, int,
+                                                 float, cudaStream_t);
 
 }  // namespace gpt2::gpu

@@ -8,7 +8,8 @@
  * N elements; m, v fp32, updated in place. All math in fp32.
  *   T_ = float: master must be nullptr; params are the fp32 weights, updated directly.
  *   T_ = __nv_bfloat16: master holds the fp32 weights; p is read from and written to master,
- *     then params = master rounded to bf16 (round-to-nearest-even). Grads are T_.
+ *     then params = master rounded to bf16 (round-to-nearest-even).
+ * Grads are G_: the parameters' type, or fp32 (the reduced gradient shard of data parallel).
  * Parallel scheme: one thread per element (grid-stride); elementwise, deterministic.
  */
 #pragma once
@@ -22,8 +23,8 @@
 
 namespace gpt2::gpu {
 
-template <typename T_>
-void adamw_update(T_* params, float* master, const T_* grads, float* m, float* v, int64_t N,
+template <typename T_, typename G_ = T_>
+void adamw_update(T_* params, float* master, const G_* grads, float* m, float* v, int64_t N,
                   const cpu::AdamWHyper& hyper, int t, float grad_scale, cudaStream_t stream);
 
 }  // namespace gpt2::gpu

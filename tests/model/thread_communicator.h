@@ -94,6 +94,16 @@ class ThreadCommunicator final : public Communicator {
     record(send_count * sizeof(float), 0.0);
   }
 
+  void all_gather_bytes(const void* send, void* recv, size_t send_bytes) override {
+    std::vector<char> result(send_bytes * world_size());
+    exchange(send, [&] {
+      for (int r = 0; r < world_size(); ++r)
+        std::memcpy(result.data() + r * send_bytes, board_.posted(r), send_bytes);
+    });
+    std::memcpy(recv, result.data(), result.size());
+    record(send_bytes, 0.0);
+  }
+
   void broadcast(void* data, size_t bytes, int root) override {
     std::vector<char> result(bytes);
     exchange(data, [&] { std::memcpy(result.data(), board_.posted(root), bytes); });

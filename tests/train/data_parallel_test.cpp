@@ -3,7 +3,8 @@
 // (the loader deals the same windows: groups of B*world = 4) with ZeRO 0 and 1, with gradient
 // accumulation and with clipping active (the norm is the global one); ZeRO 0 and 1 write the
 // same bits; a checkpoint of 2 ranks resumes on 2 ranks bit for bit, and is refused on another
-// world size; a job of one rank is the plain run; --device cuda with 2 ranks is refused; SIGTERM
+// world size; a job of one rank is the plain run; --device cuda with 2 ranks and no GPU fails
+// clearly; SIGTERM
 // to one rank stops both after the same step, with a checkpoint; a rank that dies, or fails,
 // ends the whole job within a bounded time. d1 at B*T = 64 per rank.
 #include <fcntl.h>
@@ -33,6 +34,7 @@
 #include "base/json.h"
 #include "dist/communicator.h"
 #include "model/checkpoint.h"
+#include "model/model.h"
 #include "train/run_files.h"
 #include "train_test_util.h"
 
@@ -184,7 +186,7 @@ TEST(DataParallel, TwoRanksTrainLikeOneWithZero0AndZero1) {
   const std::string& log = zero1.output;
   EXPECT_EQ(count(log, "gpt2-train configuration"), 1u) << log;
   EXPECT_EQ(count(log, "checkpoint: "), 1u) << log;
-  EXPECT_NE(log.find("data parallel      2 ranks, ZeRO-1: gradients reduce-scattered"),
+  EXPECT_NE(log.find("data parallel      2 rank(s) over MPI, ZeRO-1: gradients reduce-scattered"),
             std::string::npos) << log;
   EXPECT_NE(log.find("memory plan (before allocation, per rank)"), std::string::npos) << log;
   EXPECT_NE(log.find("AdamW m (fp32, ZeRO-1 shard, "), std::string::npos) << log;
@@ -325,14 +327,16 @@ TEST(DataParallel, AJobOfOneRankIsThePlainRun) {
   fs::remove_all(dir);
 }
 
-TEST(DataParallel, CudaWithSeveralRanksIsRefused) {
+// With a GPU the job would train through NCCL (tests/gpu/test_cuda_data_parallel.cpp and
+// tools/multi_gpu_check.sh cover that); without one, both ranks stop with the device's reason.
+TEST(DataParallel, CudaWithSeveralRanksWithoutAGpuFailsClearly) {
   GPT2_REQUIRE_MPIRUN(launcher);
+  if (cuda_backend_available()) GTEST_SKIP() << "a GPU is visible: this is the no-GPU case";
   const std::string dir = scratch_dir();
   const auto result = run_job(launcher, 2, {"--device", "cuda", "--out", dir + "/out"});
-  EXPECT_EQ(result.exit_code, 2) << result.output;
-  EXPECT_NE(result.output.find("--device cuda: multi-GPU training is not available yet (this "
-                               "job has 2 ranks)"),
-            std::string::npos) << result.output;
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find("--device cuda: no usable CUDA device"), std::string::npos)
+      << result.output;
   EXPECT_FALSE(fs::exists(dir + "/out"));
   fs::remove_all(dir);
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "dist/nccl_communicator.h"
 #include "model/checkpoint.h"
 #include "model/hf_checkpoint.h"
 #include "model/parameters.h"
@@ -131,27 +132,55 @@ TEST(TrainOptions, DataParallelRanksZeroStageAndTotalBatch) {
   }
 }
 
-TEST(TrainOptions, CudaWithSeveralRanksIsRefusedAsUsage) {
+TEST(TrainOptions, CudaWithSeveralRanksGoesThroughNccl) {
   const JobRanks two{0, 2};
-  for (const DeviceAvailability& devices : {no_gpu(), with_gpu()}) {
-    try {
-      resolve_train_config(parse_command_line({"--device", "cuda"}), devices, two);
-      ADD_FAILURE() << "no UsageError";
-    } catch (const UsageError& e) {
-      EXPECT_NE(std::string(e.what()).find("--device cuda: multi-GPU training is not available "
-                                           "yet (this job has 2 ranks)"),
-                std::string::npos) << e.what();
-    }
-  }
+  // Without a GPU: an unusable device, not a bad command line.
   try {
-    resolve_train_config(parse_command_line({}), with_gpu(), two);  // auto picks cuda
-    ADD_FAILURE() << "no UsageError";
+    resolve_train_config(parse_command_line({"--device", "cuda"}), no_gpu(), two);
+    ADD_FAILURE() << "no Error";
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("(chosen by --device auto)"), std::string::npos)
-        << e.what();
+    ADD_FAILURE() << "a UsageError: " << e.what();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no usable CUDA device"), std::string::npos) << e.what();
   }
   EXPECT_EQ(resolve_train_config(parse_command_line({}), no_gpu(), two).device,
             DeviceKind::kCpu);
+  EXPECT_FALSE(resolve_train_config(parse_command_line({}), no_gpu(), two).nccl);
+  if (nccl_backend_available()) {
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"--device", "cuda"}, std::vector<std::string>{}}) {
+      const TrainConfig config = resolve_train_config(parse_command_line(args), with_gpu(), two);
+      EXPECT_EQ(config.device, DeviceKind::kCuda);
+      EXPECT_TRUE(config.nccl);
+      EXPECT_TRUE(config.overlap_comm);
+      EXPECT_EQ(config.zero_stage, 1);
+    }
+  } else {
+    try {
+      resolve_train_config(parse_command_line({"--device", "cuda"}), with_gpu(), two);
+      ADD_FAILURE() << "no Error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("needs NCCL"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(TrainOptions, CommAndOverlapOptions) {
+  EXPECT_FALSE(resolve_train_config(parse_command_line({"--device", "cuda"}), with_gpu()).nccl);
+  if (nccl_backend_available()) {
+    const TrainConfig one = resolve_train_config(
+        parse_command_line({"--device", "cuda", "--comm", "nccl", "--overlap-comm", "0"}),
+        with_gpu());
+    EXPECT_TRUE(one.nccl);
+    EXPECT_FALSE(one.overlap_comm);
+    EXPECT_EQ(one.zero_stage, 0);
+  }
+  const std::string cpu = usage_message({"--device", "cpu", "--comm", "nccl"});
+  EXPECT_NE(cpu.find("--comm nccl needs --device cuda"), std::string::npos) << cpu;
+  for (const char* bad : {"mpi", "", "NCCL"})
+    EXPECT_THROW(parse_command_line({"--comm", bad}), UsageError) << bad;
+  for (const char* bad : {"2", "yes", ""})
+    EXPECT_THROW(parse_command_line({"--overlap-comm", bad}), UsageError) << bad;
 }
 
 TEST(TrainOptions, SeqLenBeyondContextNamesBothNumbers) {

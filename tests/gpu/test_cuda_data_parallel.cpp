@@ -1,0 +1,306 @@
+// The CUDA model's data parallelism (model/cuda_data_parallel.h) over NCCL:
+// - the bucket bookkeeping (ready points, update segments) against brute force, on the host;
+// - world size 1 through NCCL is the plain single-GPU model bit for bit (fp32 and bf16, ZeRO 0
+//   and 1, reductions overlapped or not, two micro-batches, small buckets so there are many);
+// - the calls out of order are refused;
+// - with 2 GPUs (ranks as threads, NCCL between them): 2 ranks x B=2 give one GPU's B=4 losses,
+//   norms and AdamW first moment in fp32, and both ranks hold the same parameters bit for bit.
+// The GPU tests skip without a GPU or NCCL, the 2-GPU one with fewer than 2 GPUs.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include "base/rng.h"
+#include "dist/communicator.h"
+#include "dist/nccl_communicator.h"
+#include "dist/shard_plan.h"
+#include "gpu/gpu_test_util.h"
+#include "model/cuda_data_parallel.h"
+#include "model/cuda_model.h"
+#include "model/parameters.h"
+#include "model/thread_communicator.h"
+
+namespace gpt2 {
+namespace {
+
+constexpr int kT = 24;
+
+ModelConfig small_config() {
+  ModelConfig config;
+  config.max_seq_len = 32;
+  config.vocab_size = 250;
+  config.padded_vocab_size = 256;
+  config.num_layers = 3;
+  config.num_heads = 2;
+  config.channels = 128;
+  return config;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bookkeeping (host only)
+
+TEST(CudaDataParallelPlan, ReadyPointsAreTheLastBackwardPointOfEachBucket) {
+  const ModelConfig config = small_config();
+  const ParameterLayout layout = ParameterLayout::for_config(config);
+  const int L = config.num_layers;
+  // Element by element: the point after which the backward never writes it again.
+  std::vector<int> element_point(layout.total);
+  for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
+    for (size_t i = 0; i < layout.sizes[tensor]; ++i) {
+      int point = 0;
+      if (tensor == kWte || tensor == kWpe) {
+        point = L + 1;
+      } else if (tensor != kLnfw && tensor != kLnfb) {
+        point = L - static_cast<int>(i / (layout.sizes[tensor] / L));
+      }
+      element_point[layout.offsets[tensor] + i] = point;
+    }
+  }
+  for (const int world : {1, 2, 3}) {
+    const ShardPlan plan(layout.total, world, 0, 1000);
+    const std::vector<int> points = bucket_ready_points(plan, layout, L);
+    ASSERT_EQ(points.size(), plan.buckets().size());
+    for (size_t k = 0; k < points.size(); ++k) {
+      const GradientBucket& bucket = plan.buckets()[k];
+      const int expected = *std::max_element(element_point.begin() + bucket.begin,
+                                             element_point.begin() + bucket.begin + bucket.valid);
+      EXPECT_EQ(points[k], expected) << "world " << world << " bucket " << k;
+    }
+    EXPECT_EQ(points.front(), L + 1);  // wte comes first in the layout
+  }
+}
+
+TEST(CudaDataParallelPlan, UpdateSegmentsCoverEachRanksShardWithinTensors) {
+  const ParameterLayout layout = ParameterLayout::for_config(small_config());
+  const std::vector<UpdateSegment> whole =
+      update_segments(ShardPlan(layout.total, 1, 0, 1000), layout, /*sharded=*/false);
+  ASSERT_EQ(whole.size(), static_cast<size_t>(kNumParamTensors));
+  for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
+    EXPECT_EQ(whole[tensor].flat, layout.offsets[tensor]);
+    EXPECT_EQ(whole[tensor].local, layout.offsets[tensor]);
+    EXPECT_EQ(whole[tensor].count, layout.sizes[tensor]);
+  }
+  for (const int world : {2, 3}) {
+    std::vector<int> owner(layout.total, -1);
+    for (int rank = 0; rank < world; ++rank) {
+      const ShardPlan plan(layout.total, world, rank, 1000);
+      std::vector<bool> local_used(plan.local_elements(), false);
+      for (const UpdateSegment& s : update_segments(plan, layout, /*sharded=*/true)) {
+        ASSERT_GE(s.flat, layout.offsets[s.tensor]);
+        ASSERT_LE(s.flat + s.count, layout.offsets[s.tensor] + layout.sizes[s.tensor]);
+        ASSERT_LE(s.local + s.count, plan.local_elements());
+        for (size_t i = 0; i < s.count; ++i) {
+          EXPECT_EQ(owner[s.flat + i], -1) << "element " << s.flat + i << " updated twice";
+          owner[s.flat + i] = rank;
+          EXPECT_FALSE(local_used[s.local + i]);
+          local_used[s.local + i] = true;
+        }
+      }
+    }
+    EXPECT_EQ(std::count(owner.begin(), owner.end(), -1), 0) << "world " << world;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Training through NCCL
+
+std::vector<int> random_tokens(size_t n, int V, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<int> tokens(n);
+  for (int& t : tokens) t = static_cast<int>(rng.uniform_int(static_cast<uint64_t>(V)));
+  return tokens;
+}
+
+// Rows r, r + world, ... of a (world*B, T) batch, as the loader deals them to rank r.
+std::vector<int> rank_rows(const std::vector<int>& global, int world, int rank, int B) {
+  std::vector<int> rows(static_cast<size_t>(B) * kT);
+  for (int b = 0; b < B; ++b) {
+    const int* row = global.data() + static_cast<size_t>(b * world + rank) * kT;
+    std::copy(row, row + kT, rows.data() + static_cast<size_t>(b) * kT);
+  }
+  return rows;
+}
+
+struct Trained {
+  std::vector<float> losses, norms, params, m, v;
+};
+
+struct RunSpec {
+  Precision precision = Precision::kFp32;
+  int zero_stage = 0;
+  bool overlap = true;
+  int micro_batches = 1;
+  size_t bucket_elements = 4096;
+};
+
+// kSteps steps; each micro-batch of each step is a (world*B, T) batch dealt over the ranks.
+// comm: nullptr for the plain single-GPU model.
+Trained train(Communicator* comm, int world, int rank, int B, const RunSpec& spec) {
+  constexpr int kSteps = 3;
+  ModelOptions options;
+  options.config = small_config();
+  options.batch_size = B;
+  options.seq_len = kT;
+  options.precision = spec.precision;
+  options.comm = comm;
+  options.zero_stage = spec.zero_stage;
+  options.bucket_elements = spec.bucket_elements;
+  options.overlap_communication = spec.overlap;
+  std::unique_ptr<Model> model = make_cuda_model(options);
+  const size_t n = ParameterLayout::for_config(options.config).total;
+  std::vector<float> params(n);
+  init_parameters(params.data(), options.config, 11);
+  model->set_parameters(params.data());
+  cpu::AdamWHyper hyper;
+  hyper.lr = 1e-3f;
+  hyper.weight_decay = 0.1f;
+  const int V = options.config.vocab_size;
+  const float loss_scale = 1.0f / static_cast<float>(world * spec.micro_batches);
+  Trained result;
+  for (int step = 1; step <= kSteps; ++step) {
+    model->zero_grad();
+    double loss = 0.0;
+    for (int micro = 0; micro < spec.micro_batches; ++micro) {
+      const size_t rows = static_cast<size_t>(world) * B * kT;
+      const uint64_t seed = 1000 * step + 10 * micro;
+      const std::vector<int> inputs = random_tokens(rows, V, seed);
+      const std::vector<int> targets = random_tokens(rows, V, seed + 1);
+      if (micro + 1 == spec.micro_batches) model->expect_last_micro_batch();
+      loss += model->forward_backward(rank_rows(inputs, world, rank, B).data(),
+                                      rank_rows(targets, world, rank, B).data(), loss_scale);
+    }
+    model->reduce_gradients();
+    result.losses.push_back(static_cast<float>(loss));
+    const float norm = model->grad_norm();
+    result.norms.push_back(norm);
+    model->adamw_step(hyper, step, norm > 1.0f ? 1.0f / norm : 1.0f);  // clipping active
+  }
+  result.params.resize(n);
+  result.m.resize(n);
+  result.v.resize(n);
+  model->get_parameters(result.params.data());                 // collective (bf16 ZeRO-1)
+  model->get_optimizer_state(result.m.data(), result.v.data());  // collective (ZeRO-1)
+  return result;
+}
+
+#define GPT2_REQUIRE_NCCL()                                                       \
+  do {                                                                            \
+    if (!nccl_backend_available()) GTEST_SKIP() << "this build has no NCCL";      \
+    GPT2_REQUIRE_GPU();                                                           \
+  } while (0)
+
+TEST(CudaDataParallel, WorldOneThroughNcclIsThePlainModelBitForBit) {
+  GPT2_REQUIRE_NCCL();
+#ifdef GPT2_WITH_NCCL
+  for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    RunSpec plain_spec;
+    plain_spec.precision = precision;
+    plain_spec.micro_batches = 2;
+    const Trained plain = train(nullptr, 1, 0, 2, plain_spec);
+    for (const int zero : {0, 1}) {
+      for (const bool overlap : {true, false}) {
+        SCOPED_TRACE(::testing::Message() << to_string(precision) << " ZeRO-" << zero
+                                          << (overlap ? " overlapped" : " after the backward"));
+        RunSpec spec = plain_spec;
+        spec.zero_stage = zero;
+        spec.overlap = overlap;
+        SingleProcessCommunicator host;
+        NcclCommunicator nccl(host);
+        const Trained got = train(&nccl, 1, 0, 2, spec);
+        EXPECT_EQ(got.losses, plain.losses);
+        EXPECT_EQ(got.norms, plain.norms);
+        EXPECT_EQ(got.params, plain.params);
+        EXPECT_EQ(got.m, plain.m);
+        EXPECT_EQ(got.v, plain.v);
+        EXPECT_GT(nccl.stats().calls, 0) << "nothing went through NCCL";
+      }
+    }
+  }
+#endif
+}
+
+TEST(CudaDataParallel, CallsOutOfOrderAreRefused) {
+  GPT2_REQUIRE_NCCL();
+#ifdef GPT2_WITH_NCCL
+  SingleProcessCommunicator host;
+  NcclCommunicator nccl(host);
+  ModelOptions options;
+  options.config = small_config();
+  options.batch_size = 1;
+  options.seq_len = kT;
+  options.comm = &nccl;
+  options.zero_stage = 1;
+  std::unique_ptr<Model> model = make_cuda_model(options);
+  const std::vector<int> tokens = random_tokens(kT, options.config.vocab_size, 5);
+  model->zero_grad();
+  model->expect_last_micro_batch();
+  model->forward_backward(tokens.data(), tokens.data(), 1.0f);
+  EXPECT_THROW(model->grad_norm(), Error);
+  EXPECT_THROW(model->adamw_step(cpu::AdamWHyper{}, 1, 1.0f), Error);
+  EXPECT_THROW(model->forward_backward(tokens.data(), tokens.data(), 1.0f), Error);
+  model->reduce_gradients();
+  EXPECT_TRUE(std::isfinite(model->grad_norm()));
+  model->adamw_step(cpu::AdamWHyper{}, 1, 1.0f);
+  const std::optional<Model::CommunicationTime> timing = model->last_step_communication();
+  ASSERT_TRUE(timing.has_value());
+  EXPECT_GT(timing->collective_ms, 0.0);
+  EXPECT_GE(timing->exposed_ms, 0.0);
+#endif
+}
+
+double max_relative_difference(const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double scale = 0.0, worst = 0.0;
+  for (const float x : want) scale = std::max(scale, std::fabs(double(x)));
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i)
+    worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+  return scale > 0 ? worst / scale : worst;
+}
+
+TEST(CudaDataParallel, TwoGpusGiveOneGpusWholeBatchInFp32) {
+  GPT2_REQUIRE_NCCL();
+#ifdef GPT2_WITH_NCCL
+  int devices = 0;
+  GPT2_CUDA_CHECK(cudaGetDeviceCount(&devices));
+  if (devices < 2) GTEST_SKIP() << "needs 2 GPUs, " << devices << " visible";
+  constexpr int kWorld = 2, kB = 2;
+  RunSpec single_spec;
+  single_spec.micro_batches = 2;
+  GPT2_CUDA_CHECK(cudaSetDevice(0));
+  const Trained single = train(nullptr, 1, 0, kWorld * kB, single_spec);
+  for (const int zero : {0, 1}) {
+    SCOPED_TRACE(::testing::Message() << "ZeRO-" << zero);
+    std::vector<Trained> ranks(kWorld);
+    RunSpec spec = single_spec;
+    spec.zero_stage = zero;
+    testing::run_ranks(kWorld, [&](int rank, Communicator& host) {
+      NcclCommunicator nccl(host);  // device = rank
+      ranks[static_cast<size_t>(rank)] = train(&nccl, kWorld, rank, kB, spec);
+    });
+    for (int rank = 0; rank < kWorld; ++rank) {
+      const Trained& got = ranks[static_cast<size_t>(rank)];
+      EXPECT_EQ(got.params, ranks[0].params) << "rank " << rank << ": replicas differ";
+      EXPECT_EQ(got.m, ranks[0].m) << "rank " << rank;
+      EXPECT_EQ(got.norms, ranks[0].norms) << "rank " << rank;
+    }
+    // Each rank's losses are its own rows' mean: the two ranks' average is the whole batch's.
+    for (size_t step = 0; step < single.losses.size(); ++step) {
+      const double mean = (double(ranks[0].losses[step]) + ranks[1].losses[step]) / kWorld;
+      EXPECT_NEAR(mean, single.losses[step], 1e-5 * single.losses[step]) << "step " << step;
+      EXPECT_NEAR(ranks[0].norms[step], single.norms[step], 1e-5 * single.norms[step]);
+    }
+    // AdamW's first moment is linear in the gradients (the parameters are not compared: AdamW
+    // divides by the RMS of gradients, some of which are as small as their rounding).
+    EXPECT_LE(max_relative_difference(ranks[0].m, single.m), 1e-5);
+  }
+  GPT2_CUDA_CHECK(cudaSetDevice(0));
+#endif
+}
+
+}  // namespace
+}  // namespace gpt2
