@@ -67,13 +67,19 @@ TEST(SingleProcessCommunicator, CollectivesAreTheIdentity) {
   comm.reduce_scatter_sum(data.data(), data.data(), 3);  // in place
   comm.all_gather(data.data(), data.data(), 3);
   EXPECT_EQ(data, (std::vector<float>{1.5f, -2.0f, 3.25f}));
+  const std::vector<unsigned char> bytes = {1, 2, 3, 4, 5};
+  std::vector<unsigned char> gathered(bytes.size(), 0);
+  comm.all_gather_bytes(bytes.data(), gathered.data(), bytes.size());
+  EXPECT_EQ(gathered, bytes);
+  comm.all_gather_bytes(gathered.data(), gathered.data(), gathered.size());  // in place
+  EXPECT_EQ(gathered, bytes);
   int value = 7;
   comm.broadcast(&value, sizeof value, 0);
   EXPECT_EQ(value, 7);
   EXPECT_THROW(comm.broadcast(&value, sizeof value, 1), Error);
   comm.barrier();
   EXPECT_EQ(sum_in_rank_order(comm, 0.3), 0.3);
-  EXPECT_EQ(comm.stats().calls, 8);
+  EXPECT_EQ(comm.stats().calls, 10);
 }
 
 // Environment variables of one test process (ctest runs every TEST in its own).

@@ -59,12 +59,24 @@ TEST(NcclCommunicator, OneRankCollectivesOnDeviceMemory) {
   EXPECT_EQ(host_copy(other, n), values);
   EXPECT_EQ(host_copy(data, n), values);
 
+  // Raw bytes (bf16 parameters): an odd count, out of place and in place.
+  const std::vector<unsigned char> bytes = {9, 8, 7, 6, 5, 4, 3};
+  unsigned char* byte_data = device_copy(bytes);
+  unsigned char* byte_other = device_copy(std::vector<unsigned char>(bytes.size(), 0));
+  comm.all_gather_bytes(byte_data, byte_other, bytes.size());
+  comm.all_gather_bytes(byte_data, byte_data, bytes.size());
+  comm.synchronize();
+  EXPECT_EQ(host_copy(byte_other, bytes.size()), bytes);
+  EXPECT_EQ(host_copy(byte_data, bytes.size()), bytes);
+  GPT2_CUDA_CHECK(cudaFree(byte_data));
+  GPT2_CUDA_CHECK(cudaFree(byte_other));
+
   double* doubles = device_copy(std::vector<double>{0.1, -0.2});
   comm.all_reduce(doubles, 2, ReduceOp::kSum);
   comm.broadcast(doubles, 2 * sizeof(double), 0);
   comm.barrier();
   EXPECT_EQ(host_copy(doubles, 2), (std::vector<double>{0.1, -0.2}));
-  EXPECT_EQ(comm.stats().calls, 11);  // 8 collectives, 3 synchronizations (one by barrier)
+  EXPECT_EQ(comm.stats().calls, 14);  // 10 collectives, 4 synchronizations (one by barrier)
 
   GPT2_CUDA_CHECK(cudaFree(data));
   GPT2_CUDA_CHECK(cudaFree(other));

@@ -83,6 +83,20 @@ void check_collectives(gpt2::Communicator& comm) {
       CHECK_THAT(gathered_in_place[r * block + i] == expected, "in place [", r, ",", i, "]");
     }
 
+  // all_gather_bytes: an odd byte count (3 bf16 values and a half), out of place and in place.
+  constexpr size_t kBytes = 7;
+  std::vector<unsigned char> my_bytes(kBytes), bytes(kBytes * world), bytes_in_place(kBytes * world);
+  for (size_t i = 0; i < kBytes; ++i) my_bytes[i] = static_cast<unsigned char>(16 * rank + i);
+  std::copy(my_bytes.begin(), my_bytes.end(), bytes_in_place.begin() + rank * kBytes);
+  comm.all_gather_bytes(my_bytes.data(), bytes.data(), kBytes);
+  comm.all_gather_bytes(bytes_in_place.data() + rank * kBytes, bytes_in_place.data(), kBytes);
+  for (int r = 0; r < world; ++r)
+    for (size_t i = 0; i < kBytes; ++i) {
+      const auto expected = static_cast<unsigned char>(16 * r + i);
+      CHECK_THAT(bytes[r * kBytes + i] == expected, "all_gather_bytes [", r, ",", i, "]");
+      CHECK_THAT(bytes_in_place[r * kBytes + i] == expected, "in place bytes [", r, ",", i, "]");
+    }
+
   // broadcast from the last rank.
   char text[32] = {};
   if (rank == world - 1) std::snprintf(text, sizeof text, "from rank %d", rank);
@@ -111,7 +125,7 @@ void check_collectives(gpt2::Communicator& comm) {
   CHECK_THAT(got == expected, "sum_in_rank_order ", got, " != ", expected);
 
   comm.barrier();
-  CHECK_THAT(comm.stats().calls == 13, "calls ", comm.stats().calls);
+  CHECK_THAT(comm.stats().calls == 15, "calls ", comm.stats().calls);
   CHECK_THAT(comm.stats().bytes > 0, "bytes ", comm.stats().bytes);
 }
 
