@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""Tables and checks of tools/data_parallel_check.sh's runs (gpt2-train through NCCL).
+
+Reads RUNS/runs.tsv and each run's metrics.jsonl and summary.json, then reports:
+  world1  the plain single-GPU run against --comm nccl: losses the same bits (a failure
+          otherwise), tokens/s and the ratio to the plain run of the same pass;
+  agree   2 GPUs against 1 on the same global batch: the largest loss difference, fp32 (must be
+          <= 1e-5 relative) and bf16 (beside two 1-GPU runs' difference, the run-to-run noise);
+  scale   tokens/s of 2 GPUs over twice one GPU's, collective and exposed time per step and the
+          per-rank peak memory, for each ZeRO stage and overlap setting;
+  long    the long-context runs.
+Writes --markdown and --csv; exits 1 when a check fails or a run has no summary.
+
+  python3 bench/data_parallel_report.py --runs out/data-parallel \\
+      --markdown bench/results/data_parallel.md --csv bench/results/data_parallel.csv
+"""
+import argparse
+import csv
+import datetime
+import json
+import os
+import subprocess
+import sys
+
+from bench_io import write_csv, write_text
+
+
+def read_runs(folder):
+    with open(os.path.join(folder, "runs.tsv")) as f:
+        runs = list(csv.DictReader(f, delimiter="\t"))
+    for run in runs:
+        path = os.path.join(folder, run["name"])
+        run["metrics"], run["summary"] = [], None
+        try:
+            with open(os.path.join(path, "metrics.jsonl")) as f:
+                run["metrics"] = [json.loads(line) for line in f if line.strip()]
+            with open(os.path.join(path, "summary.json")) as f:
+                run["summary"] = json.load(f)
+        except (OSError, ValueError) as e:
+            print(f"{run['name']}: no complete results ({e})")
+    return runs
+
+
+def losses(run):
+    return [m["loss"] for m in run["metrics"]]
+
+
+def max_difference(a, b, relative=False):
+    if not a or len(a) != len(b):
+        return float("inf")
+    worst = 0.0
+    for x, y in zip(a, b):
+        d = abs(x - y)
+        worst = max(worst, d / abs(y) if relative and y else d)
+    return worst
+
+
+def mean_after_warmup(run, key):
+    values = [m[key] for m in run["metrics"] if key in m]
+    skip = run["summary"].get("warmup_steps_excluded", 0) if run["summary"] else 0
+    values = values[skip:]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def gib(n):
+    return n / 2**30
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", required=True, help="tools/data_parallel_check.sh's OUT_DIR")
+    parser.add_argument("--markdown", required=True)
+    parser.add_argument("--csv", required=True)
+    args = parser.parse_args()
+
+    runs = read_runs(args.runs)
+    by_name = {r["name"]: r for r in runs}
+    failures = [f"{r['name']}: no summary" for r in runs if r["summary"] is None]
+    done = [r for r in runs if r["summary"] is not None]
+    device = done[0]["summary"].get("device_name", "?") if done else "?"
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or "?"
+    today = datetime.date.today().isoformat()
+    md = [f"# Data-parallel training through NCCL\n",
+          f"Device: {device} (x{max(int(r['world']) for r in runs) if runs else 1} where 2 "
+          f"ranks ran), {today}, commit {commit}. gpt2-train, bf16 unless marked, "
+          f"NCCL_NVLS_ENABLE=0. Throughput: mean tokens/s over the steps after warm-up; comm: "
+          f"GPU time inside the collectives per step, exposed: the part the computation "
+          f"waited for.\n"]
+    rows = []
+
+    def row(run, **extra):
+        s = run["summary"]
+        r = {"name": run["name"], "group": run["group"], "device": device, "date": today,
+             "commit": commit, "model": run["model"], "seq_len": run["seq_len"],
+             "batch_per_gpu": run["batch_per_gpu"], "world": run["world"], "comm": run["comm"],
+             "zero": run["zero"], "overlap": run["overlap"], "precision": run["precision"],
+             "tokens_per_s": round(s["tokens_per_s"], 1),
+             "comm_ms": round(s.get("comm_ms_per_step", float("nan")), 3),
+             "comm_exposed_ms": round(s.get("comm_exposed_ms_per_step", float("nan")), 3),
+             "peak_mem_gib_per_rank": round(gib(s["peak_mem_bytes"]), 3),
+             "final_loss": s.get("final_train_loss")}
+        r.update(extra)
+        rows.append(r)
+        return r
+
+    # --- world size 1 -------------------------------------------------------------------------
+    world1 = [r for r in done if r["group"] == "world1"]
+    if world1:
+        md.append("## World size 1: the plain path against NCCL\n")
+        md.append("| run | precision | ZeRO | overlap | losses vs plain | tokens/s | vs plain "
+                  "| comm ms | exposed ms | peak GiB |")
+        md.append("|---|---|---|---|---|---|---|---|---|---|")
+        for run in world1:
+            suffix = run["name"].rsplit("-", 1)[-1]
+            plain = by_name.get(f"w1-plain-{suffix}")
+            if plain is None or plain["summary"] is None:
+                continue
+            same = losses(run) == losses(plain)
+            if run is not plain and not same:
+                failures.append(f"{run['name']}: losses differ from {plain['name']} "
+                                f"(max |diff| {max_difference(losses(run), losses(plain)):.3g})")
+            ratio = run["summary"]["tokens_per_s"] / plain["summary"]["tokens_per_s"]
+            r = row(run, same_losses_as_plain=same, ratio_to_plain=round(ratio, 4))
+            md.append(f"| {run['name']} | {run['precision']} | {run['zero']} | {run['overlap']} "
+                      f"| {'same bits' if same else 'DIFFER'} | {r['tokens_per_s']:.0f} "
+                      f"| {ratio:.3f} | {r['comm_ms']} | {r['comm_exposed_ms']} "
+                      f"| {r['peak_mem_gib_per_rank']:.2f} |")
+        md.append("")
+
+    # --- agreement ----------------------------------------------------------------------------
+    def pair(a, b):
+        ra, rb = by_name.get(a), by_name.get(b)
+        return (ra, rb) if ra and rb and ra["summary"] and rb["summary"] else (None, None)
+
+    agree_lines = []
+    one, two = pair("agree-1gpu-fp32", "agree-2gpu-fp32")
+    if one:
+        worst = max_difference(losses(two), losses(one), relative=True)
+        if worst > 1e-5:
+            failures.append(f"fp32: 2 GPUs vs 1, max relative loss difference {worst:.3g} > 1e-5")
+        row(one), row(two, max_loss_difference_vs_1gpu=worst)
+        agree_lines.append(f"| fp32 | {len(losses(one))} | {worst:.3g} (relative) | <= 1e-5 "
+                           f"relative |")
+    one, two = pair("agree-1gpu-bf16", "agree-2gpu-bf16")
+    _, again = pair("agree-1gpu-bf16", "agree-1gpu-bf16-again")
+    if one:
+        worst = max_difference(losses(two), losses(one))
+        noise = max_difference(losses(again), losses(one)) if again else float("nan")
+        row(one), row(two, max_loss_difference_vs_1gpu=worst)
+        if again:
+            row(again, max_loss_difference_vs_1gpu=noise)
+        agree_lines.append(f"| bf16 | {len(losses(one))} | {worst:.3g} | two 1-GPU runs differ "
+                           f"by {noise:.3g} |")
+    if agree_lines:
+        md.append("## 2 GPUs x B=16 against 1 GPU x B=32 (d12, T=1024, same windows)\n")
+        md.append("| precision | steps | max loss difference | reference |")
+        md.append("|---|---|---|---|")
+        md += agree_lines + [""]
+
+    # --- scaling ------------------------------------------------------------------------------
+    scale = [r for r in done if r["group"] == "scale"]
+    if scale:
+        md.append("## Scaling, T=1024, B=16 per GPU\n")
+        md.append("| model | GPUs | ZeRO | overlap | tokens/s | per GPU | efficiency | comm ms "
+                  "| exposed ms | step ms | peak GiB per rank |")
+        md.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        for run in scale:
+            base = by_name.get(f"scale-{run['model']}-1gpu")
+            if base is None or base["summary"] is None:
+                continue
+            world = int(run["world"])
+            tps = run["summary"]["tokens_per_s"]
+            efficiency = tps / (world * base["summary"]["tokens_per_s"])
+            step_ms = mean_after_warmup(run, "ms")
+            r = row(run, efficiency=round(efficiency, 4), step_ms=round(step_ms, 2))
+            md.append(f"| {run['model']} | {world} | {run['zero']} | {run['overlap']} "
+                      f"| {tps:.0f} | {tps / world:.0f} | {100 * efficiency:.1f}% "
+                      f"| {r['comm_ms']} | {r['comm_exposed_ms']} | {step_ms:.1f} "
+                      f"| {r['peak_mem_gib_per_rank']:.2f} |")
+        md.append("")
+
+    # --- long context -------------------------------------------------------------------------
+    long_runs = [r for r in done if r["group"] == "long"]
+    if long_runs:
+        md.append("## Long context: d12, T=65536, B=1 per GPU\n")
+        md.append("| GPUs | tokens/s | comm ms | exposed ms | peak GiB per rank | final loss |")
+        md.append("|---|---|---|---|---|---|")
+        for run in long_runs:
+            r = row(run)
+            md.append(f"| {run['world']} | {r['tokens_per_s']:.0f} | {r['comm_ms']} "
+                      f"| {r['comm_exposed_ms']} | {r['peak_mem_gib_per_rank']:.2f} "
+                      f"| {r['final_loss']:.4f} |")
+        md.append("")
+
+    memcheck = os.path.join(args.runs, "memcheck.log")
+    if os.path.exists(memcheck):
+        with open(memcheck) as f:
+            text = f.read()
+        ok = "ERROR SUMMARY: 0 errors" in text and "FAILED" not in text
+        md.append(f"compute-sanitizer memcheck of CudaDataParallel.TwoGpus*: "
+                  f"{'0 errors' if ok else 'FAILED'}.\n")
+        if not ok:
+            failures.append("memcheck of the 2-GPU test failed")
+
+    if failures:
+        md.append("## Failed checks\n")
+        md += [f"- {f}" for f in failures] + [""]
+    text = "\n".join(md)
+    print(text)
+    write_text(args.markdown, text)
+    if rows:
+        keys = []
+        for r in rows:
+            keys += [k for k in r if k not in keys]
+        write_csv(args.csv, [{k: r.get(k, "") for k in keys} for r in rows])
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
