@@ -76,6 +76,11 @@ class Communicator {
   virtual void barrier() = 0;
   /// Waits for the collectives issued so far (NCCL); host backends have nothing to wait for.
   virtual void synchronize() {}
+  /// Collectives issued between begin_group and end_group may be fused into one launch (NCCL's
+  /// group calls); host backends run each as it comes. Groups do not nest; a device backend
+  /// starts none of a group's collectives before end_group.
+  virtual void begin_group() {}
+  virtual void end_group() {}
   /// Device backends: the CUDA stream the collectives are enqueued on; host backends: nullptr.
   virtual CUstream_st* device_stream() const { return nullptr; }
   /// The job's communicator over host memory: this one for host backends, the one that handed

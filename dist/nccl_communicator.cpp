@@ -100,6 +100,10 @@ void NcclCommunicator::synchronize() {
   record(0, seconds_since(start));
 }
 
+void NcclCommunicator::begin_group() { GPT2_NCCL_CHECK(ncclGroupStart()); }
+
+void NcclCommunicator::end_group() { GPT2_NCCL_CHECK(ncclGroupEnd()); }
+
 void NcclCommunicator::barrier() {
   synchronize();
   host_.barrier();

@@ -60,6 +60,8 @@ class NcclCommunicator final : public Communicator {
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override;
   void synchronize() override;
+  void begin_group() override;
+  void end_group() override;
   [[noreturn]] void abort(int code) override;
 
  private:

@@ -199,12 +199,15 @@ void CudaDataParallel<T_>::all_gather_parameters() {
   GPT2_CHECK(sharded(), "all_gather_parameters is ZeRO-1's");
   wait_for_stream(comm_stream_, compute_, /*timed_on_waiter=*/false);
   const size_t rank = static_cast<size_t>(comm_.rank());
+  // One group: NCCL runs every bucket's gather in one launch.
+  begin_timed(comm_stream_, collective_events_, collective_used_);
+  comm_.begin_group();
   for (const GradientBucket& bucket : plan_.buckets()) {
     T_* data = buffers_.params + bucket.begin;
-    begin_timed(comm_stream_, collective_events_, collective_used_);
     comm_.all_gather_bytes(data + rank * bucket.shard, data, bucket.shard * sizeof(T_));
-    end_timed(comm_stream_, collective_events_, collective_used_);
   }
+  comm_.end_group();
+  end_timed(comm_stream_, collective_events_, collective_used_);
   wait_for_stream(compute_, comm_stream_, /*timed_on_waiter=*/true);
 }
 

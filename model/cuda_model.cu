@@ -51,7 +51,7 @@ using bf16 = __nv_bfloat16;
 
 // Every device buffer of the model, in allocation (and plan) order.
 enum GpuBuffer : int {
-  kParams, kMaster, kGrads, kAdamM, kAdamV, kReducedGrads, kReduceStaging,
+  kParams, kMaster, kGrads, kAdamM, kAdamV, kAdamWSegments, kReducedGrads, kReduceStaging,
   kEncoded, kLn1, kLn1Mean, kLn1Rstd, kQkv, kLn2, kLn2Mean, kLn2Rstd, kFch, kFchGelu,
   kResidual2, kResidual3, kLnf, kLnfMean, kLnfRstd, kLogits, kLosses,
   kAtty, kAttSaved, kAttWorkspace,
@@ -94,6 +94,22 @@ DataParallelShape data_parallel_shape(const ModelOptions& options) {
   shape.padded = shape.plan.padded_elements();
   if (shape.sharded) shape.local = shape.plan.local_elements();
   return shape;
+}
+
+/// What one AdamW launch updates: this rank's segments of the parameters (every tensor whole
+/// without data parallel or with ZeRO-0), each with its tensor's weight decay.
+std::vector<gpu::AdamWSegment> adamw_segments(const DataParallelShape& dp,
+                                              const ParameterLayout& layout) {
+  std::vector<gpu::AdamWSegment> segments;
+  for (const UpdateSegment& segment : update_segments(dp.plan, layout, dp.sharded)) {
+    gpu::AdamWSegment adamw;
+    adamw.param_offset = static_cast<int64_t>(segment.flat);
+    adamw.state_offset = static_cast<int64_t>(segment.local);
+    adamw.count = static_cast<int64_t>(segment.count);
+    adamw.decays = ParameterLayout::decays(segment.tensor);
+    segments.push_back(adamw);
+  }
+  return segments;
 }
 
 /// The attention of a model at its full (B, T); the kernel is chosen here, once.
@@ -139,6 +155,8 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   set(kGrads, "gradients", str_cat("gradients (", dtype, ")"), dp.padded * x);
   set(kAdamM, "optimizer", str_cat("AdamW m (fp32", shard, ")"), dp.local * f);
   set(kAdamV, "optimizer", str_cat("AdamW v (fp32", shard, ")"), dp.local * f);
+  set(kAdamWSegments, "optimizer", "AdamW segment table",
+      gpu::adamw_segment_table_bytes(adamw_segments(dp, ParameterLayout::for_config(cfg)).size()));
   // Data parallel: the gradients summed over the ranks, in fp32 (fp32 ZeRO-0 sums the gradient
   // buffer in place), and for ZeRO-1 the one bucket a reduction or a gather passes through.
   const size_t reduced = !dp.active ? 0 : dp.sharded ? dp.local : bf16_storage ? dp.padded : 0;
@@ -190,7 +208,7 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   if (!options.training) {
     // Inference only: nothing a backward or an optimizer step would use. (The bf16 master
     // copy stays: set_parameters stages the fp32 parameters in it.)
-    for (GpuBuffer id : {kGrads, kAdamM, kAdamV, kDLosses, kDLnf, kDResidual, kDFchGelu, kDFch,
+    for (GpuBuffer id : {kGrads, kAdamM, kAdamV, kAdamWSegments, kDLosses, kDLnf, kDResidual, kDFchGelu, kDFch,
                          kDLn2, kDAtty, kDQkv, kDLn1, kMatmulScratch, kLayernormScratch,
                          kEncoderScratch, kNormPartials, kNormResult})
       s[id].bytes = 0;
@@ -333,7 +351,7 @@ class CudaModel final : public CudaModelBase {
   int gen_B_ = 0, gen_max_len_ = 0, gen_length_ = -1;
   // Data parallel over a device communicator (nullptr: the plain single-GPU path).
   std::unique_ptr<CudaDataParallel<T_>> dp_;
-  std::vector<UpdateSegment> segments_;  // this rank's AdamW ranges
+  gpu::AdamWSegmentTable adamw_table_;  // this rank's AdamW segments, on the device
   bool grads_reduced_ = false;
 };
 
@@ -351,8 +369,10 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
   allocate_all(gpu_buffer_specs(options));
   inputs_host_.assign(static_cast<size_t>(options.batch_size) * options.seq_len, 0);
   DataParallelShape shape = data_parallel_shape(options);
+  if (options.training)
+    adamw_table_ = gpu::upload_adamw_segments(buffers_[kAdamWSegments],
+                                              adamw_segments(shape, layout_), ctx_->stream());
   if (shape.active) {
-    segments_ = update_segments(shape.plan, layout_, shape.sharded);
     dp_ = std::make_unique<CudaDataParallel<T_>>(*options.comm, options.zero_stage,
                                                  std::move(shape.plan), layout_,
                                                  config_.num_layers, ctx_->stream());
@@ -841,32 +861,17 @@ void CudaModel<T_>::adamw_step(const cpu::AdamWHyper& hyper, int step, float gra
     check_reduced("adamw_step");
     // This rank's segments (ZeRO-0: every tensor) from the fp32 reduced gradients; the
     // optimizer state is indexed locally, the parameters by their flat offset.
-    for (const UpdateSegment& segment : segments_) {
-      cpu::AdamWHyper tensor_hyper = hyper;
-      if (!ParameterLayout::decays(segment.tensor)) tensor_hyper.weight_decay = 0.0f;
-      float* master = std::is_same_v<T_, bf16> ? buf<float>(kMaster) + segment.local : nullptr;
-      gpu::adamw_update<T_, float>(buf<T_>(kParams) + segment.flat, master,
-                                   dp_->reduced() + segment.local,
-                                   buf<float>(kAdamM) + segment.local,
-                                   buf<float>(kAdamV) + segment.local,
-                                   static_cast<int64_t>(segment.count), tensor_hyper, step,
-                                   grad_scale, ctx_->stream());
-    }
+    gpu::adamw_update_segments<T_, float>(buf<T_>(kParams), buf<float>(kMaster),
+                                          dp_->reduced(), buf<float>(kAdamM), buf<float>(kAdamV),
+                                          adamw_table_, hyper, step, grad_scale, ctx_->stream());
     if (dp_->sharded()) dp_->all_gather_parameters();
     ctx_->synchronize();
     sample_memory();
     return;
   }
-  for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
-    cpu::AdamWHyper tensor_hyper = hyper;
-    if (!ParameterLayout::decays(tensor)) tensor_hyper.weight_decay = 0.0f;
-    const size_t offset = layout_.offsets[tensor];
-    float* master = std::is_same_v<T_, bf16> ? buf<float>(kMaster) + offset : nullptr;
-    gpu::adamw_update(buf<T_>(kParams) + offset, master, buf<T_>(kGrads) + offset,
-                      buf<float>(kAdamM) + offset, buf<float>(kAdamV) + offset,
-                      static_cast<int64_t>(layout_.sizes[tensor]), tensor_hyper, step, grad_scale,
-                      ctx_->stream());
-  }
+  gpu::adamw_update_segments(buf<T_>(kParams), buf<float>(kMaster), buf<T_>(kGrads),
+                             buf<float>(kAdamM), buf<float>(kAdamV), adamw_table_, hyper, step,
+                             grad_scale, ctx_->stream());
   ctx_->synchronize();
   sample_memory();
 }

@@ -1,6 +1,7 @@
 /**
  * @file adamw.cu
- * @brief AdamW update with optional fp32 master weights; see adamw.cuh.
+ * @brief AdamW update with optional fp32 master weights, per buffer or over a segment table;
+ *        see adamw.cuh.
  */
 #include "kernels/gpu/adamw.cuh"
 
@@ -24,40 +25,76 @@ struct AdamWStep {
   float grad_scale;
 };
 
+/// A segment on the device: AdamWSegment plus where it starts in the concatenation.
+struct SegmentEntry {
+  int64_t param_offset;
+  int64_t state_offset;
+  int64_t begin;  // sum of the counts of the segments before it
+  int64_t count;
+  int64_t decays;  // 0 or 1 (int64 keeps the entry 8-byte aligned without padding)
+};
+
+/// Element i of the state (state_index) and of the parameters (param_index): the one update.
+template <typename T_, typename G_>
+__device__ __forceinline__ void adamw_element(T_* params, float* master, const G_* grads, float* m,
+                                              float* v, int64_t param_index, int64_t state_index,
+                                              float weight_decay, const AdamWStep& s) {
+  const float g = to_float(grads[state_index]) * s.grad_scale;
+  const float m_new = s.beta1 * m[state_index] + (1.0f - s.beta1) * g;
+  const float v_new = s.beta2 * v[state_index] + (1.0f - s.beta2) * g * g;
+  m[state_index] = m_new;
+  v[state_index] = v_new;
+  const float m_hat = m_new / s.bias_correction1;
+  const float v_hat = v_new / s.bias_correction2;
+  float p = master ? master[state_index] : to_float(params[param_index]);
+  p -= s.lr * (m_hat / (sqrtf(v_hat) + s.eps) + weight_decay * p);
+  if (master) master[state_index] = p;
+  params[param_index] = from_float<T_>(p);
+}
+
 template <typename T_, typename G_>
 __global__ void adamw_kernel(T_* params, float* master, const G_* grads, float* m, float* v,
                              int64_t N, AdamWStep s) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < N;
-       i += stride) {
-    const float g = to_float(grads[i]) * s.grad_scale;
-    const float m_new = s.beta1 * m[i] + (1.0f - s.beta1) * g;
-    const float v_new = s.beta2 * v[i] + (1.0f - s.beta2) * g * g;
-    m[i] = m_new;
-    v[i] = v_new;
-    const float m_hat = m_new / s.bias_correction1;
-    const float v_hat = v_new / s.bias_correction2;
-    float p = master ? master[i] : to_float(params[i]);
-    p -= s.lr * (m_hat / (sqrtf(v_hat) + s.eps) + s.weight_decay * p);
-    if (master) master[i] = p;
-    params[i] = from_float<T_>(p);
+       i += stride)
+    adamw_element(params, master, grads, m, v, i, i, s.weight_decay, s);
+}
+
+template <typename T_, typename G_>
+__global__ void adamw_segments_kernel(T_* params, float* master, const G_* grads, float* m,
+                                      float* v, const SegmentEntry* segments, int num_segments,
+                                      int64_t total, AdamWStep s) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= total) return;
+  // The last segment that begins at or before j (segments are in concatenation order).
+  int lo = 0, hi = num_segments - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (segments[mid].begin <= j) lo = mid; else hi = mid - 1;
+  }
+  int k = lo;
+  for (; j < total; j += stride) {
+    while (j >= segments[k].begin + segments[k].count) ++k;  // j only grows
+    const SegmentEntry& e = segments[k];
+    const int64_t within = j - e.begin;
+    adamw_element(params, master, grads, m, v, e.param_offset + within, e.state_offset + within,
+                  e.decays ? s.weight_decay : 0.0f, s);
   }
 }
 
-}  // namespace
-
-template <typename T_, typename G_>
-void adamw_update(T_* params, float* master, const G_* grads, float* m, float* v, int64_t N,
-                  const cpu::AdamWHyper& hyper, int t, float grad_scale, cudaStream_t stream) {
-  GPT2_CHECK(N >= 0, "N = ", N);
-  GPT2_CHECK(t >= 1, "AdamW step t = ", t, " (1-based)");
+template <typename T_>
+void check_master(const float* master) {
   if constexpr (std::is_same_v<T_, float>) {
     GPT2_CHECK(master == nullptr, "fp32 parameters are their own master weights");
   } else {
     GPT2_CHECK(master != nullptr, "bf16 parameters need fp32 master weights");
   }
-  if (N == 0) return;
-  GPT2_CHECK(params != nullptr && grads != nullptr && m != nullptr && v != nullptr);
+}
+
+AdamWStep make_step(const cpu::AdamWHyper& hyper, int t, float grad_scale) {
+  GPT2_CHECK(t >= 1, "AdamW step t = ", t, " (1-based)");
   AdamWStep step{};
   step.lr = hyper.lr;
   step.beta1 = hyper.beta1;
@@ -67,20 +104,82 @@ void adamw_update(T_* params, float* master, const G_* grads, float* m, float* v
   step.bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(hyper.beta1), t));
   step.bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(hyper.beta2), t));
   step.grad_scale = grad_scale;
-  const int64_t blocks = std::min(ceil_div(N, kThreads), kMaxBlocks);
-  adamw_kernel<<<static_cast<unsigned int>(blocks), kThreads, 0, stream>>>(params, master, grads,
-                                                                          m, v, N, step);
+  return step;
+}
+
+unsigned int blocks_for(int64_t n) {
+  return static_cast<unsigned int>(std::min(ceil_div(n, kThreads), kMaxBlocks));
+}
+
+}  // namespace
+
+size_t adamw_segment_table_bytes(size_t num_segments) {
+  return num_segments * sizeof(SegmentEntry);
+}
+
+AdamWSegmentTable upload_adamw_segments(void* device, const std::vector<AdamWSegment>& segments,
+                                        cudaStream_t stream) {
+  GPT2_CHECK(segments.size() <= static_cast<size_t>(INT32_MAX), segments.size(), " segments");
+  std::vector<SegmentEntry> entries;
+  entries.reserve(segments.size());
+  int64_t total = 0;
+  for (const AdamWSegment& segment : segments) {
+    GPT2_CHECK(segment.count >= 0 && segment.param_offset >= 0 && segment.state_offset >= 0,
+               "AdamW segment at ", segment.param_offset, "/", segment.state_offset, " of ",
+               segment.count, " elements");
+    if (segment.count == 0) continue;  // the walk never lands in an empty segment
+    entries.push_back({segment.param_offset, segment.state_offset, total, segment.count,
+                       segment.decays ? 1 : 0});
+    total += segment.count;
+  }
+  AdamWSegmentTable table;
+  table.entries = device;
+  table.num_segments = static_cast<int>(entries.size());
+  table.total = total;
+  if (entries.empty()) return table;
+  GPT2_CHECK(device != nullptr, "no device memory for the AdamW segment table");
+  GPT2_CUDA_CHECK(cudaMemcpyAsync(device, entries.data(), entries.size() * sizeof(SegmentEntry),
+                                  cudaMemcpyHostToDevice, stream));
+  GPT2_CUDA_CHECK(cudaStreamSynchronize(stream));  // `entries` is about to go
+  return table;
+}
+
+template <typename T_, typename G_>
+void adamw_update_segments(T_* params, float* master, const G_* grads, float* m, float* v,
+                           const AdamWSegmentTable& table, const cpu::AdamWHyper& hyper, int t,
+                           float grad_scale, cudaStream_t stream) {
+  check_master<T_>(master);
+  const AdamWStep step = make_step(hyper, t, grad_scale);
+  if (table.total == 0) return;
+  GPT2_CHECK(params != nullptr && grads != nullptr && m != nullptr && v != nullptr &&
+             table.entries != nullptr);
+  adamw_segments_kernel<<<blocks_for(table.total), kThreads, 0, stream>>>(
+      params, master, grads, m, v, static_cast<const SegmentEntry*>(table.entries),
+      table.num_segments, table.total, step);
   GPT2_CUDA_CHECK_LAUNCH();
 }
 
-template void adamw_update<float, float>(float*, float*, const float*, float*, float*, int64_t,
-                                         const cpu::AdamWHyper&, int, float, cudaStream_t);
-template void adamw_update<__nv_bfloat16, __nv_bfloat16>(__nv_bfloat16*, float*,
-                                                         const __nv_bfloat16*, float*, float*,
-                                                         int64_t, const cpu::AdamWHyper&, int,
-                                                         float, cudaStream_t);
-template void adamw_update<__nv_bfloat16, float>(__nv_bfloat16*, float*, const float*, float*,
-                                                 float*, int64_t, const cpu::AdamWHyper&, int,
-                                                 float, cudaStream_t);
+template <typename T_, typename G_>
+void adamw_update(T_* params, float* master, const G_* grads, float* m, float* v, int64_t N,
+                  const cpu::AdamWHyper& hyper, int t, float grad_scale, cudaStream_t stream) {
+  GPT2_CHECK(N >= 0, "N = ", N);
+  check_master<T_>(master);
+  const AdamWStep step = make_step(hyper, t, grad_scale);
+  if (N == 0) return;
+  GPT2_CHECK(params != nullptr && grads != nullptr && m != nullptr && v != nullptr);
+  adamw_kernel<<<blocks_for(N), kThreads, 0, stream>>>(params, master, grads, m, v, N, step);
+  GPT2_CUDA_CHECK_LAUNCH();
+}
+
+#define GPT2_INSTANTIATE_ADAMW(T_, G_)                                                          \
+  template void adamw_update<T_, G_>(T_*, float*, const G_*, float*, float*, int64_t,           \
+                                     const cpu::AdamWHyper&, int, float, cudaStream_t);        \
+  template void adamw_update_segments<T_, G_>(T_*, float*, const G_*, float*, float*,           \
+                                              const AdamWSegmentTable&,                         \
+                                              const cpu::AdamWHyper&, int, float, cudaStream_t);
+GPT2_INSTANTIATE_ADAMW(float, float)
+GPT2_INSTANTIATE_ADAMW(__nv_bfloat16, __nv_bfloat16)
+GPT2_INSTANTIATE_ADAMW(__nv_bfloat16, float)
+#undef GPT2_INSTANTIATE_ADAMW
 
 }  // namespace gpt2::gpu

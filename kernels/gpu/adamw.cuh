@@ -11,10 +11,19 @@
  *     then params = master rounded to bf16 (round-to-nearest-even).
  * Grads are G_: the parameters' type, or fp32 (the reduced gradient shard of data parallel).
  * Parallel scheme: one thread per element (grid-stride); elementwise, deterministic.
+ *
+ * adamw_update_segments is the same update over many runs of elements in one launch (every
+ * tensor of the model, or a data-parallel rank's shard cut at tensor boundaries): segment s
+ * updates params [param_offset, +count) from grads, master, m, v [state_offset, +count), with
+ * weight decay or without. Each element gets exactly the arithmetic of adamw_update, so the
+ * two give the same bits. The table is uploaded once (upload_adamw_segments) into a device
+ * buffer of adamw_segment_table_bytes; threads walk the concatenation of the segments and find
+ * theirs by binary search once, then by stepping forward.
  */
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -22,6 +31,33 @@
 #include "kernels/cpu/adamw.h"
 
 namespace gpt2::gpu {
+
+/// One run of elements that AdamW updates alike (see the file comment).
+struct AdamWSegment {
+  int64_t param_offset = 0;  // first element in params
+  int64_t state_offset = 0;  // first element in grads, master, m and v
+  int64_t count = 0;
+  bool decays = true;  // false: weight_decay is 0 for this segment
+};
+
+/// A segment table on the device, as upload_adamw_segments left it.
+struct AdamWSegmentTable {
+  const void* entries = nullptr;  // device memory of adamw_segment_table_bytes(num_segments)
+  int num_segments = 0;
+  int64_t total = 0;  // elements over every segment
+};
+
+size_t adamw_segment_table_bytes(size_t num_segments);
+
+/// Copies `segments` (count >= 0 each; none may overlap in params or in state) into `device`
+/// (adamw_segment_table_bytes(segments.size()) bytes) and synchronizes `stream`.
+AdamWSegmentTable upload_adamw_segments(void* device, const std::vector<AdamWSegment>& segments,
+                                        cudaStream_t stream);
+
+template <typename T_, typename G_ = T_>
+void adamw_update_segments(T_* params, float* master, const G_* grads, float* m, float* v,
+                           const AdamWSegmentTable& table, const cpu::AdamWHyper& hyper, int t,
+                           float grad_scale, cudaStream_t stream);
 
 template <typename T_, typename G_ = T_>
 void adamw_update(T_* params, float* master, const G_* grads, float* m, float* v, int64_t N,

@@ -264,7 +264,7 @@ TEST_F(TokenizeToolTest, RefusesToOverwriteAnInput) {
 size_t tool_peak_memory(const std::vector<std::string>& args) {
   const pid_t child = fork();
   if (child == 0) {
-    freopen("/dev/null", "w", stdout);
+    if (freopen("/dev/null", "w", stdout) == nullptr) _exit(126);
     std::vector<char*> argv = {const_cast<char*>(GPT2_TOKENIZE_BINARY)};
     for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
     argv.push_back(nullptr);
