@@ -4,8 +4,9 @@
  *
  * norm is recomputed in backward as (x - mean) * rstd from the saved fp32 mean/rstd, with the
  * same expression in the row kernels and the column kernel, so both see the same values.
- * Row kernels (forward, and backward's dinp) come in two forms: packed (16-byte accesses, the row
- * held in registers: one read of each input) when C and the pointers allow, scalar otherwise.
+ * Row kernels come in two forms: packed (16-byte accesses, the row held in registers: one read
+ * of each input; the backward also sums its chunk's parameter-gradient partials in the same pass)
+ * when C and the pointers allow, scalar otherwise (the partials in a column kernel).
  */
 #include "kernels/gpu/layernorm.cuh"
 
@@ -179,57 +180,125 @@ __global__ void layernorm_forward_packed_kernel(T_* out, float* mean, float* rst
   }
 }
 
-template <typename T_>
-__global__ void layernorm_backward_dinp_packed_kernel(T_* dinp, const T_* dout, const T_* inp,
-                                                      const T_* weight, const float* mean,
-                                                      const float* rstd, int64_t rows, int C) {
+/// The packed backward, dinp and the parameter-gradient partials in one pass over dout and inp:
+/// block = chunk of kColumnSumRowsPerChunk rows (the partials' chunk), warp w takes the chunk's
+/// rows w, w + kWarpsPerBlock, ...; lane l holds packs l, l + 32, ... (kPacksPerLane of them)
+/// and sums dout * norm and dout over its rows for its channels; the warps' sums are then added
+/// in warp order in shared memory (2 C floats, dynamic) and written as the chunk's partials.
+/// Without kSumsInPass (wide rows, whose sums would not fit in registers) only dinp.
+template <typename T_, int kPacksPerLane, bool kSumsInPass>
+__global__ void __launch_bounds__(kRowThreads)
+    layernorm_backward_packed_kernel(T_* dinp, float* partial_dweight, float* partial_dbias,
+                                     const T_* dout, const T_* inp, const T_* weight,
+                                     const float* mean, const float* rstd, int64_t rows, int C) {
   constexpr int kPack = Pack16<T_>::kSize;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  extern __shared__ float chunk_sums[];  // [0, C): dweight, [C, 2C): dbias
+  const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
   const int packs = C / kPack;
-  const T_* x = inp + row * C;
-  const T_* g = dout + row * C;
-  const float row_mean = mean[row];
-  const float row_rstd = rstd[row];
-  Pack16<T_> xs[kMaxPacksPerLane];
-  Pack16<T_> gs[kMaxPacksPerLane];
-  float sum_dnorm = 0.0f;
-  float sum_dnorm_norm = 0.0f;
+  const int64_t chunk = blockIdx.x;
+  const int64_t row_begin = chunk * kColumnSumRowsPerChunk;
+  const int64_t row_end = min(row_begin + kColumnSumRowsPerChunk, rows);
+  Pack16<T_> ws[kPacksPerLane];
+  float sum_dweight[kPacksPerLane][kPack] = {};
+  float sum_dbias[kPacksPerLane][kPack] = {};
 #pragma unroll
-  for (int i = 0; i < kMaxPacksPerLane; ++i) {
-    const int p = lane + 32 * i;
-    if (p < packs) {
-      xs[i] = load_pack16(x + p * kPack);
-      gs[i] = load_pack16(g + p * kPack);
-      const Pack16<T_> w = load_pack16(weight + p * kPack);
+  for (int i = 0; i < kPacksPerLane; ++i)
+    if (lane + 32 * i < packs) ws[i] = load_pack16(weight + (lane + 32 * i) * kPack);
+
+  for (int64_t row = row_begin + warp; row < row_end; row += kWarpsPerBlock) {
+    const T_* x = inp + row * C;
+    const T_* g = dout + row * C;
+    const float row_mean = mean[row];
+    const float row_rstd = rstd[row];
+    Pack16<T_> xs[kPacksPerLane];
+    Pack16<T_> gs[kPacksPerLane];
+    float sum_dnorm = 0.0f;
+    float sum_dnorm_norm = 0.0f;
 #pragma unroll
-      for (int j = 0; j < kPack; ++j) {
-        const float norm = (to_float(xs[i].values[j]) - row_mean) * row_rstd;
-        const float dnorm = to_float(gs[i].values[j]) * to_float(w.values[j]);
-        sum_dnorm += dnorm;
-        sum_dnorm_norm += dnorm * norm;
+    for (int i = 0; i < kPacksPerLane; ++i) {
+      const int p = lane + 32 * i;
+      if (p < packs) {
+        xs[i] = load_pack16(x + p * kPack);
+        gs[i] = load_pack16(g + p * kPack);
+#pragma unroll
+        for (int j = 0; j < kPack; ++j) {
+          const float norm = (to_float(xs[i].values[j]) - row_mean) * row_rstd;
+          const float gj = to_float(gs[i].values[j]);
+          const float dnorm = gj * to_float(ws[i].values[j]);
+          sum_dnorm += dnorm;
+          sum_dnorm_norm += dnorm * norm;
+          if constexpr (kSumsInPass) {
+            sum_dweight[i][j] += gj * norm;
+            sum_dbias[i][j] += gj;
+          }
+        }
+      }
+    }
+    const float mean_dnorm = warp_reduce_sum(sum_dnorm) / C;
+    const float mean_dnorm_norm = warp_reduce_sum(sum_dnorm_norm) / C;
+    T_* dx = dinp + row * C;
+#pragma unroll
+    for (int i = 0; i < kPacksPerLane; ++i) {
+      const int p = lane + 32 * i;
+      if (p < packs) {
+        Pack16<T_> d = load_pack16(dx + p * kPack);
+#pragma unroll
+        for (int j = 0; j < kPack; ++j) {
+          const float norm = (to_float(xs[i].values[j]) - row_mean) * row_rstd;
+          const float dnorm = to_float(gs[i].values[j]) * to_float(ws[i].values[j]);
+          const float grad = row_rstd * (dnorm - mean_dnorm - norm * mean_dnorm_norm);
+          d.values[j] = from_float<T_>(to_float(d.values[j]) + grad);
+        }
+        store_pack16(dx + p * kPack, d);
       }
     }
   }
-  const float mean_dnorm = warp_reduce_sum(sum_dnorm) / C;
-  const float mean_dnorm_norm = warp_reduce_sum(sum_dnorm_norm) / C;
-  T_* dx = dinp + row * C;
+
+  if constexpr (kSumsInPass) {
+    for (int w = 0; w < kWarpsPerBlock; ++w) {  // warp order: deterministic
+      if (warp == w) {
 #pragma unroll
-  for (int i = 0; i < kMaxPacksPerLane; ++i) {
-    const int p = lane + 32 * i;
-    if (p < packs) {
-      const Pack16<T_> w = load_pack16(weight + p * kPack);
-      Pack16<T_> d = load_pack16(dx + p * kPack);
+        for (int i = 0; i < kPacksPerLane; ++i) {
+          const int p = lane + 32 * i;
+          if (p < packs) {
 #pragma unroll
-      for (int j = 0; j < kPack; ++j) {
-        const float norm = (to_float(xs[i].values[j]) - row_mean) * row_rstd;
-        const float dnorm = to_float(gs[i].values[j]) * to_float(w.values[j]);
-        const float grad = row_rstd * (dnorm - mean_dnorm - norm * mean_dnorm_norm);
-        d.values[j] = from_float<T_>(to_float(d.values[j]) + grad);
+            for (int j = 0; j < kPack; ++j) {
+              const int c = p * kPack + j;
+              chunk_sums[c] = w == 0 ? sum_dweight[i][j] : chunk_sums[c] + sum_dweight[i][j];
+              chunk_sums[C + c] = w == 0 ? sum_dbias[i][j] : chunk_sums[C + c] + sum_dbias[i][j];
+            }
+          }
+        }
       }
-      store_pack16(dx + p * kPack, d);
+      __syncthreads();
     }
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+      partial_dweight[chunk * C + c] = chunk_sums[c];
+      partial_dbias[chunk * C + c] = chunk_sums[C + c];
+    }
+  }
+}
+
+/// Packs per lane up to which the packed backward sums the parameter gradients in its pass.
+constexpr int kMaxPacksPerLaneWithSums = 5;
+
+template <typename T_, int kPacksPerLane>
+void launch_layernorm_backward_packed(T_* dinp, float* partial_dweight, float* partial_dbias,
+                                      const T_* dout, const T_* inp, const T_* weight,
+                                      const float* mean, const float* rstd, int64_t rows, int C,
+                                      int64_t chunks, cudaStream_t stream) {
+  constexpr bool kSumsInPass = kPacksPerLane <= kMaxPacksPerLaneWithSums;
+  const size_t shared_bytes = kSumsInPass ? 2 * static_cast<size_t>(C) * sizeof(float) : 0;
+  layernorm_backward_packed_kernel<T_, kPacksPerLane, kSumsInPass>
+      <<<static_cast<unsigned int>(chunks), kRowThreads, shared_bytes, stream>>>(
+          dinp, partial_dweight, partial_dbias, dout, inp, weight, mean, rstd, rows, C);
+  GPT2_CUDA_CHECK_LAUNCH();
+  if constexpr (!kSumsInPass) {
+    const dim3 partials_grid(grid_size(C, kColumnSumThreads), static_cast<unsigned int>(chunks));
+    layernorm_backward_partials_kernel<<<partials_grid, kColumnSumThreads, 0, stream>>>(
+        partial_dweight, partial_dbias, dout, inp, mean, rstd, rows, C);
+    GPT2_CUDA_CHECK_LAUNCH();
   }
 }
 
@@ -270,21 +339,37 @@ void layernorm_backward(T_* dinp, T_* dweight, T_* dbias, const T_* dout, const 
   const int64_t chunks = ceil_div(rows, kColumnSumRowsPerChunk);
   GPT2_CHECK(chunks <= 65535, "B*T = ", rows, " exceeds the column-sum grid");
 
+  float* partial_dweight = scratch;
+  float* partial_dbias = scratch + chunks * C;
   if (packed_rows_fit<T_>(C, {dinp, dout, inp, weight})) {
-    layernorm_backward_dinp_packed_kernel<<<grid_size(rows, kWarpsPerBlock), kRowThreads, 0,
-                                            stream>>>(dinp, dout, inp, weight, mean, rstd, rows, C);
+    const int packs_per_lane = static_cast<int>(ceil_div(C / Pack16<T_>::kSize, 32));
+    switch (packs_per_lane) {
+#define GPT2_LAYERNORM_BACKWARD_CASE(N)                                                        \
+  case N:                                                                                      \
+    launch_layernorm_backward_packed<T_, N>(dinp, partial_dweight, partial_dbias, dout, inp,   \
+                                            weight, mean, rstd, rows, C, chunks, stream);      \
+    break;
+      GPT2_LAYERNORM_BACKWARD_CASE(1)
+      GPT2_LAYERNORM_BACKWARD_CASE(2)
+      GPT2_LAYERNORM_BACKWARD_CASE(3)
+      GPT2_LAYERNORM_BACKWARD_CASE(4)
+      GPT2_LAYERNORM_BACKWARD_CASE(5)
+      GPT2_LAYERNORM_BACKWARD_CASE(6)
+      GPT2_LAYERNORM_BACKWARD_CASE(7)
+      GPT2_LAYERNORM_BACKWARD_CASE(8)
+#undef GPT2_LAYERNORM_BACKWARD_CASE
+      default:
+        GPT2_FAIL("layernorm_backward: ", packs_per_lane, " packs per lane");
+    }
   } else {
     layernorm_backward_dinp_kernel<<<grid_size(rows, kWarpsPerBlock), kRowThreads, 0, stream>>>(
         dinp, dout, inp, weight, mean, rstd, rows, C);
+    GPT2_CUDA_CHECK_LAUNCH();
+    const dim3 partials_grid(grid_size(C, kColumnSumThreads), static_cast<unsigned int>(chunks));
+    layernorm_backward_partials_kernel<<<partials_grid, kColumnSumThreads, 0, stream>>>(
+        partial_dweight, partial_dbias, dout, inp, mean, rstd, rows, C);
+    GPT2_CUDA_CHECK_LAUNCH();
   }
-  GPT2_CUDA_CHECK_LAUNCH();
-
-  float* partial_dweight = scratch;
-  float* partial_dbias = scratch + chunks * C;
-  const dim3 partials_grid(grid_size(C, kColumnSumThreads), static_cast<unsigned int>(chunks));
-  layernorm_backward_partials_kernel<<<partials_grid, kColumnSumThreads, 0, stream>>>(
-      partial_dweight, partial_dbias, dout, inp, mean, rstd, rows, C);
-  GPT2_CUDA_CHECK_LAUNCH();
   launch_add_column_partials(dweight, partial_dweight, chunks, C, stream);
   launch_add_column_partials(dbias, partial_dbias, chunks, C, stream);
 }

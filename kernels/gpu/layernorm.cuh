@@ -10,14 +10,17 @@
  *   scratch: layernorm_backward_scratch_floats(B,T,C) floats (per-chunk column sums).
  * T_ = float or __nv_bfloat16; all math in fp32 (mean and variance in two passes over the row),
  * one rounding to T_ per output. Any C >= 1.
- * Parallel scheme: forward and the dinp part of backward use one warp per (b,t) row (8 rows per
- *   block) with warp-shuffle reductions, in one of two forms. Packed, when C is a multiple of
- *   a 16-byte pack (4 fp32 / 8 bf16), C / pack <= 256 and every pointer is 16-byte aligned:
- *   lane l holds packs l, l+32, ... of the row in registers, so x and dout are read once and
- *   every access is 16 bytes. Scalar otherwise: lanes stride over C one element at a time,
- *   re-reading the row for each pass. dweight/dbias: a thread per channel sums a chunk of
- *   kColumnSumRowsPerChunk rows into scratch, then a thread per channel adds the chunk sums in
- *   chunk order. Fixed orders everywhere, no atomics: bitwise deterministic.
+ * Parallel scheme: one warp per (b,t) row with warp-shuffle reductions, in one of two forms.
+ *   Packed, when C is a multiple of a 16-byte pack (4 fp32 / 8 bf16), C / pack <= 256 and
+ *   every pointer is 16-byte aligned: lane l holds packs l, l+32, ... of the row in registers,
+ *   so x and dout are read once and every access is 16 bytes; the backward's block takes a
+ *   chunk of kColumnSumRowsPerChunk rows and also sums dout * norm and dout per channel over
+ *   them (each lane its channels, then the 8 warps in order), so dweight/dbias cost no second
+ *   pass (up to 5 packs per lane, C <= 1280 bf16 / 640 fp32; wider rows take the column
+ *   kernel below). Scalar otherwise: lanes stride over C one element at a time, re-reading the row for
+ *   each pass, and a thread per channel sums a chunk's rows for dweight/dbias. Either way the
+ *   chunk sums land in scratch and a thread per channel adds them in chunk order. Fixed orders
+ *   everywhere, no atomics: bitwise deterministic.
  */
 #pragma once
 
