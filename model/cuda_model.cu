@@ -10,9 +10,16 @@
  * needed later); the probabilities of the classifier are never stored and dlogits overwrite
  * the logits in place. Per-layer activations are (L,B,T,X) buffers whose layer l starts at
  * l*B*T*X for the (B,T) of the current forward, so a shorter forward (sampling) fits inside.
- * Generation has no key/value cache here yet: prefill and every decode step run this forward
- * over the whole (batch, length) token sequences kept on the host, and copy back the last
- * position's logits (model.h's contract, at the cost of a full forward per step).
+ * The forward's per-layer code is one function (block_forward) over a BlockActivations of
+ * pointers, with the attention step passed in; training, prefill and decode all run it.
+ * Generation keeps a key/value cache per layer, (gen_B, NH, max_len, HS) in the storage type,
+ * in buffers a session may overwrite: the key caches in ln1, the value caches in ln2 (each
+ * L*B*T*C elements, the caches' size at max_len = T). Prefill runs the blocks over the prompt,
+ * then copies each layer's keys and values from its kept qkv into the caches (after the
+ * forward, which writes ln1/ln2), and computes lnf + classifier for the B last positions only.
+ * A decode step runs B rows (T = 1) through the same blocks, attention being a cache write and
+ * gpu::attention_decode_forward, its ln1/ln2 rows in the lnf buffer; the embedding of position
+ * pos is wpe + pos*C. Only the decode attention's split-K partials have a plan item of their own.
  * Every buffer is one cudaMalloc named by its memory-plan item (the plan is built first).
  * Everything runs on the Context's stream; methods that return host values synchronize.
  */
