@@ -10,9 +10,16 @@
  * needed later); the probabilities of the classifier are never stored and dlogits overwrite
  * the logits in place. Per-layer activations are (L,B,T,X) buffers whose layer l starts at
  * l*B*T*X for the (B,T) of the current forward, so a shorter forward (sampling) fits inside.
- * Generation has no key/value cache here yet: prefill and every decode step run this forward
- * over the whole (batch, length) token sequences kept on the host, and copy back the last
- * position's logits (model.h's contract, at the cost of a full forward per step).
+ * The forward's per-layer code is one function (block_forward) over a BlockActivations of
+ * pointers, with the attention step passed in; training, prefill and decode all run it.
+ * Generation keeps a key/value cache per layer, (gen_B, NH, max_len, HS) in the storage type,
+ * in buffers a session may overwrite: the key caches in ln1, the value caches in ln2 (each
+ * L*B*T*C elements, the caches' size at max_len = T). Prefill runs the blocks over the prompt,
+ * then copies each layer's keys and values from its kept qkv into the caches (after the
+ * forward, which writes ln1/ln2), and computes lnf + classifier for the B last positions only.
+ * A decode step runs B rows (T = 1) through the same blocks, attention being a cache write and
+ * gpu::attention_decode_forward, its ln1/ln2 rows in the lnf buffer; the embedding of position
+ * pos is wpe + pos*C. Only the decode attention's split-K partials have a plan item of their own.
  * Every buffer is one cudaMalloc named by its memory-plan item (the plan is built first).
  * Everything runs on the Context's stream; methods that return host values synchronize.
  */
@@ -32,6 +39,7 @@
 #include "base/error.h"
 #include "kernels/gpu/adamw.cuh"
 #include "kernels/gpu/attention.cuh"
+#include "kernels/gpu/attention_decode.cuh"
 #include "kernels/gpu/common.cuh"
 #include "kernels/gpu/context.cuh"
 #include "kernels/gpu/crossentropy.cuh"
@@ -54,7 +62,7 @@ enum GpuBuffer : int {
   kParams, kMaster, kGrads, kAdamM, kAdamV, kAdamWSegments, kReducedGrads, kReduceStaging,
   kEncoded, kLn1, kLn1Mean, kLn1Rstd, kQkv, kLn2, kLn2Mean, kLn2Rstd, kFch, kFchGelu,
   kResidual2, kResidual3, kLnf, kLnfMean, kLnfRstd, kLogits, kLosses,
-  kAtty, kAttSaved, kAttWorkspace,
+  kAtty, kAttSaved, kAttWorkspace, kDecodePartials,
   kProj, kDLosses, kDLnf, kDResidual, kDFchGelu, kDFch, kDLn2, kDAtty, kDQkv, kDLn1,
   kMatmulScratch, kLayernormScratch, kEncoderScratch, kNormPartials, kNormResult, kInputs,
   kTargets,
@@ -185,6 +193,11 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
       L * gpu::attention_saved_bytes(attention));
   set(kAttWorkspace, "attention", gpu::attention_workspace_name(attention),
       gpu::attention_workspace_bytes(attention));
+  // Generation's key/value caches live in ln1 and ln2 (see start_generation); only the split-K
+  // partials of decode attention need room of their own: (B,NH,ceil(T/128),HS+2) fp32, about
+  // 1/64 of one (B,T,C) activation.
+  set(kDecodePartials, "attention", "decode attention split partials fp32",
+      static_cast<size_t>(gpu::attention_decode_scratch_floats(Bi, Ci, cfg.num_heads, Ti)) * f);
   set(kProj, "workspace", "attproj / fcproj output (B,T,C)", BT * C * x);
   set(kDLosses, "workspace", "dlosses (B,T) fp32", BT * f);
   set(kDLnf, "workspace", "dlnf (B,T,C)", BT * C * x);
@@ -268,6 +281,27 @@ float host_float(bf16 x) {
 
 // ---------------------------------------------------------------------------------------------
 
+/// What one transformer block reads and writes: rows (B,T) of the model's buffers.
+template <typename T_>
+struct BlockActivations {
+  const T_* residual = nullptr;  // the block's input (B,T,C)
+  T_* ln1 = nullptr;             // (B,T,C)
+  float* ln1_mean = nullptr;     // (B,T)
+  float* ln1_rstd = nullptr;
+  T_* qkv = nullptr;  // (B,T,3C)
+  T_* atty = nullptr;  // (B,T,C), written by the attention step
+  T_* residual2 = nullptr;
+  T_* ln2 = nullptr;
+  float* ln2_mean = nullptr;
+  float* ln2_rstd = nullptr;
+  T_* fch = nullptr;       // (B,T,4C)
+  T_* fch_gelu = nullptr;  // (B,T,4C)
+  T_* residual3 = nullptr;  // the block's output (B,T,C)
+  T_* proj = nullptr;       // attproj / fcproj output (B,T,C), shared
+};
+
+// ---------------------------------------------------------------------------------------------
+
 template <typename T_>
 class CudaModel final : public CudaModelBase {
  public:
@@ -322,9 +356,21 @@ class CudaModel final : public CudaModelBase {
   void check_training(const char* call) const;
   void upload_tokens(const int* inputs, const int* targets, int B, int T);
   void forward(int B, int T, bool with_loss);
-  /// The generation step without a cache: a full forward over gen_tokens_ (gen_B_, gen_length_)
-  /// and the logits (gen_B_, V) of the last position.
-  void generation_forward(float* logits);
+  /// The encoder and the L blocks over the uploaded (B,T) tokens, attention by the model's
+  /// kernel; every layer's activations kept (backward and prefill read them).
+  void forward_blocks(int B, int T);
+  /// Layer l's slices of the per-layer buffers in a forward over BT = B*T rows.
+  BlockActivations<T_> block_activations(int l, size_t BT) const;
+  /// Block l over (B,T) rows: ln1, qkv, attend() (which fills a.atty from a.qkv), attproj,
+  /// residual, ln2, fc + gelu, fcproj, residual.
+  template <typename Attend>
+  void block_forward(int l, const BlockActivations<T_>& a, int B, int T, Attend&& attend);
+  /// Generation's caches of layer l: (gen_B_, NH, gen_max_len_, HS) each.
+  T_* key_cache(int l) const;
+  T_* value_cache(int l) const;
+  /// lnf and the classifier on gen_B_ contiguous rows (gen_B_, C) of the last block's output;
+  /// logits (gen_B_, V) to the host. Synchronizes.
+  void generation_logits(const T_* rows, float* logits);
   void backward(float loss_scale);
   float mean_loss(int B, int T) const;
   void sample_memory();
@@ -346,8 +392,8 @@ class CudaModel final : public CudaModelBase {
   int cur_B_ = 0, cur_T_ = 0;
   bool have_targets_ = false;
   size_t peak_used_bytes_ = 0;
-  // Generation session (recomputed, no cache): the tokens so far (gen_B_, gen_length_).
-  std::vector<int> gen_tokens_;
+  // Generation session: gen_B_ sequences of gen_length_ tokens so far, their keys and values
+  // in the caches (key_cache / value_cache), room for gen_max_len_.
   int gen_B_ = 0, gen_max_len_ = 0, gen_length_ = -1;
   // Data parallel over a device communicator (nullptr: the plain single-GPU path).
   std::unique_ptr<CudaDataParallel<T_>> dp_;
@@ -609,41 +655,8 @@ void CudaModel<T_>::forward(int B, int T, bool with_loss) {
   const int C = config_.channels, L = config_.num_layers;
   const int V = config_.vocab_size, Vp = config_.padded_vocab_size;
   const size_t BT = static_cast<size_t>(B) * T, Cs = C;
-  const gpu::AttentionConfig attention = attention_at(B, T);
 
-  gpu::encoder_forward(act(kEncoded), buf<int>(kInputs), param(kWte), param(kWpe), B, T, C, stream);
-  for (int l = 0; l < L; ++l) {
-    const T_* residual = l == 0 ? act(kEncoded) : act(kResidual3) + (l - 1) * BT * Cs;
-    T_* ln1 = act(kLn1) + l * BT * Cs;
-    float* ln1_mean = buf<float>(kLn1Mean) + l * BT;
-    float* ln1_rstd = buf<float>(kLn1Rstd) + l * BT;
-    T_* qkv = act(kQkv) + l * BT * 3 * Cs;
-    T_* atty = act(kAtty) + l * BT * Cs;
-    T_* residual2 = act(kResidual2) + l * BT * Cs;
-    T_* ln2 = act(kLn2) + l * BT * Cs;
-    float* ln2_mean = buf<float>(kLn2Mean) + l * BT;
-    float* ln2_rstd = buf<float>(kLn2Rstd) + l * BT;
-    T_* fch = act(kFch) + l * BT * 4 * Cs;
-    T_* fch_gelu = act(kFchGelu) + l * BT * 4 * Cs;
-    T_* residual3 = act(kResidual3) + l * BT * Cs;
-    T_* proj = act(kProj);
-
-    gpu::layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, param(kLn1w) + l * Cs,
-                           param(kLn1b) + l * Cs, B, T, C, stream);
-    gpu::matmul_forward(qkv, ln1, param(kQkvw) + l * 3 * Cs * Cs, param(kQkvb) + l * 3 * Cs, B, T,
-                        C, 3 * C, ctx);
-    gpu::attention_forward(attention, attention_tensors(attention, l), ctx);
-    gpu::matmul_forward(proj, atty, param(kAttprojw) + l * Cs * Cs, param(kAttprojb) + l * Cs, B,
-                        T, C, C, ctx);
-    gpu::residual_forward(residual2, residual, proj, static_cast<int64_t>(BT * Cs), stream);
-    gpu::layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, param(kLn2w) + l * Cs,
-                           param(kLn2b) + l * Cs, B, T, C, stream);
-    gpu::matmul_forward_gelu(fch_gelu, fch, ln2, param(kFcw) + l * 4 * Cs * Cs,
-                             param(kFcb) + l * 4 * Cs, B, T, C, 4 * C, ctx);
-    gpu::matmul_forward(proj, fch_gelu, param(kFcprojw) + l * Cs * 4 * Cs,
-                        param(kFcprojb) + l * Cs, B, T, 4 * C, C, ctx);
-    gpu::residual_forward(residual3, residual2, proj, static_cast<int64_t>(BT * Cs), stream);
-  }
+  forward_blocks(B, T);
   gpu::layernorm_forward(act(kLnf), buf<float>(kLnfMean), buf<float>(kLnfRstd),
                          act(kResidual3) + (L - 1) * BT * Cs, param(kLnfw), param(kLnfb), B, T, C,
                          stream);
@@ -652,6 +665,67 @@ void CudaModel<T_>::forward(int B, int T, bool with_loss) {
   if (with_loss)
     gpu::crossentropy_forward(buf<float>(kLosses), act(kLogits), buf<int>(kTargets), B, T, V, Vp,
                               stream);
+}
+
+template <typename T_>
+void CudaModel<T_>::forward_blocks(int B, int T) {
+  const gpu::Context& ctx = *ctx_;
+  const size_t BT = static_cast<size_t>(B) * T;
+  const gpu::AttentionConfig attention = attention_at(B, T);
+  gpu::encoder_forward(act(kEncoded), buf<int>(kInputs), param(kWte), param(kWpe), B, T,
+                       config_.channels, ctx.stream());
+  for (int l = 0; l < config_.num_layers; ++l) {
+    block_forward(l, block_activations(l, BT), B, T, [&] {
+      gpu::attention_forward(attention, attention_tensors(attention, l), ctx);
+    });
+  }
+}
+
+template <typename T_>
+BlockActivations<T_> CudaModel<T_>::block_activations(int l, size_t BT) const {
+  const size_t Cs = config_.channels;
+  BlockActivations<T_> a;
+  a.residual = l == 0 ? act(kEncoded) : act(kResidual3) + (l - 1) * BT * Cs;
+  a.ln1 = act(kLn1) + l * BT * Cs;
+  a.ln1_mean = buf<float>(kLn1Mean) + l * BT;
+  a.ln1_rstd = buf<float>(kLn1Rstd) + l * BT;
+  a.qkv = act(kQkv) + l * BT * 3 * Cs;
+  a.atty = act(kAtty) + l * BT * Cs;
+  a.residual2 = act(kResidual2) + l * BT * Cs;
+  a.ln2 = act(kLn2) + l * BT * Cs;
+  a.ln2_mean = buf<float>(kLn2Mean) + l * BT;
+  a.ln2_rstd = buf<float>(kLn2Rstd) + l * BT;
+  a.fch = act(kFch) + l * BT * 4 * Cs;
+  a.fch_gelu = act(kFchGelu) + l * BT * 4 * Cs;
+  a.residual3 = act(kResidual3) + l * BT * Cs;
+  a.proj = act(kProj);
+  return a;
+}
+
+template <typename T_>
+template <typename Attend>
+void CudaModel<T_>::block_forward(int l, const BlockActivations<T_>& a, int B, int T,
+                                  Attend&& attend) {
+  const gpu::Context& ctx = *ctx_;
+  cudaStream_t stream = ctx.stream();
+  const int C = config_.channels;
+  const size_t Cs = C;
+  const int64_t rows_x_channels = static_cast<int64_t>(B) * T * C;
+  gpu::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.residual, param(kLn1w) + l * Cs,
+                         param(kLn1b) + l * Cs, B, T, C, stream);
+  gpu::matmul_forward(a.qkv, a.ln1, param(kQkvw) + l * 3 * Cs * Cs, param(kQkvb) + l * 3 * Cs, B,
+                      T, C, 3 * C, ctx);
+  attend();
+  gpu::matmul_forward(a.proj, a.atty, param(kAttprojw) + l * Cs * Cs, param(kAttprojb) + l * Cs,
+                      B, T, C, C, ctx);
+  gpu::residual_forward(a.residual2, a.residual, a.proj, rows_x_channels, stream);
+  gpu::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, param(kLn2w) + l * Cs,
+                         param(kLn2b) + l * Cs, B, T, C, stream);
+  gpu::matmul_forward_gelu(a.fch_gelu, a.fch, a.ln2, param(kFcw) + l * 4 * Cs * Cs,
+                           param(kFcb) + l * 4 * Cs, B, T, C, 4 * C, ctx);
+  gpu::matmul_forward(a.proj, a.fch_gelu, param(kFcprojw) + l * Cs * 4 * Cs,
+                      param(kFcprojb) + l * Cs, B, T, 4 * C, C, ctx);
+  gpu::residual_forward(a.residual3, a.residual2, a.proj, rows_x_channels, stream);
 }
 
 template <typename T_>
@@ -776,12 +850,24 @@ void CudaModel<T_>::start_generation(int batch, int max_len) {
              " with buffers for B=", options_.batch_size);
   GPT2_CHECK(max_len >= 1 && max_len <= options_.seq_len, "generation max_len ", max_len,
              " with buffers for T=", options_.seq_len);
-  gen_tokens_.clear();
-  gen_tokens_.reserve(static_cast<size_t>(batch) * max_len);
   gen_B_ = batch;
   gen_max_len_ = max_len;
   gen_length_ = 0;
   have_targets_ = false;  // the session overwrites the activations a backward would need
+}
+
+// The key cache of layer l fills the ln1 buffer's first L*gen_B_*gen_max_len_*C elements (of
+// L*B*T*C) at a pitch of one layer's cache, the value cache the ln2 buffer's. Both are free
+// during a session: prefill writes the caches after its forward (which wrote ln1 and ln2) is
+// done, and decode steps put their ln1 / ln2 rows in the lnf buffer instead.
+template <typename T_>
+T_* CudaModel<T_>::key_cache(int l) const {
+  return act(kLn1) + static_cast<size_t>(l) * gen_B_ * gen_max_len_ * config_.channels;
+}
+
+template <typename T_>
+T_* CudaModel<T_>::value_cache(int l) const {
+  return act(kLn2) + static_cast<size_t>(l) * gen_B_ * gen_max_len_ * config_.channels;
 }
 
 template <typename T_>
@@ -789,9 +875,24 @@ void CudaModel<T_>::prefill(const int* prompts, int length, float* logits) {
   GPT2_CHECK(gen_length_ >= 0, "prefill without a generation session (start_generation)");
   GPT2_CHECK(length >= 1 && length <= gen_max_len_, "prefill of ", length,
              " tokens in a session of max_len ", gen_max_len_);
-  gen_tokens_.assign(prompts, prompts + static_cast<size_t>(gen_B_) * length);
+  cudaStream_t stream = ctx_->stream();
+  const int B = gen_B_, C = config_.channels, L = config_.num_layers, NH = config_.num_heads;
+  const size_t BT = static_cast<size_t>(B) * length, Cs = C;
+  upload_tokens(prompts, nullptr, B, length);  // checks the ids first
+  gen_length_ = -1;  // no valid session should this throw half way
+  forward_blocks(B, length);
+  // Every layer's qkv (L,B,length,3C) is still there: its keys and values into the caches.
+  for (int l = 0; l < L; ++l)
+    gpu::attention_kv_cache_write(key_cache(l), value_cache(l), act(kQkv) + l * BT * 3 * Cs, B,
+                                  length, C, NH, 0, gen_max_len_, stream);
+  // Row length-1 of each sequence in the last block's output, gathered into B rows.
+  T_* last_rows = act(kProj);
+  GPT2_CUDA_CHECK(cudaMemcpy2DAsync(
+      last_rows, Cs * sizeof(T_), act(kResidual3) + (L - 1) * BT * Cs + (length - 1) * Cs,
+      static_cast<size_t>(length) * Cs * sizeof(T_), Cs * sizeof(T_), B, cudaMemcpyDeviceToDevice,
+      stream));
+  generation_logits(last_rows, logits);
   gen_length_ = length;
-  generation_forward(logits);
 }
 
 template <typename T_>
@@ -800,38 +901,47 @@ void CudaModel<T_>::decode_step(const int* next_tokens, float* logits) {
                                                : "decode_step before prefill");
   GPT2_CHECK(gen_length_ < gen_max_len_, "decode_step past max_len: the sequences hold ",
              gen_length_, " of ", gen_max_len_, " tokens");
-  // (B, n) -> (B, n+1): each sequence's new token after its row.
-  const size_t n = static_cast<size_t>(gen_length_);
-  std::vector<int> grown(static_cast<size_t>(gen_B_) * (n + 1));
-  for (size_t b = 0; b < static_cast<size_t>(gen_B_); ++b) {
-    std::copy(gen_tokens_.begin() + b * n, gen_tokens_.begin() + (b + 1) * n,
-              grown.begin() + b * (n + 1));
-    grown[b * (n + 1) + n] = next_tokens[b];
+  const gpu::Context& ctx = *ctx_;
+  cudaStream_t stream = ctx.stream();
+  const int B = gen_B_, C = config_.channels, L = config_.num_layers, NH = config_.num_heads;
+  const int pos = gen_length_;  // of the new tokens
+  const size_t Cs = C;
+  upload_tokens(next_tokens, nullptr, B, 1);  // checks the ids first
+  gen_length_ = -1;  // no valid session should this throw half way
+  // Position pos: wpe's row pos is row 0 of wpe + pos*C.
+  gpu::encoder_forward(act(kEncoded), buf<int>(kInputs), param(kWte), param(kWpe) + pos * Cs, B,
+                       1, C, stream);
+  for (int l = 0; l < L; ++l) {
+    BlockActivations<T_> a = block_activations(l, static_cast<size_t>(B));
+    a.ln1 = a.ln2 = act(kLnf);  // ln1 and ln2 hold the caches
+    block_forward(l, a, B, 1, [&] {
+      gpu::attention_kv_cache_write(key_cache(l), value_cache(l), a.qkv, B, 1, C, NH, pos,
+                                    gen_max_len_, stream);
+      gpu::attention_decode_forward(a.atty, a.qkv, key_cache(l), value_cache(l), B, C, NH,
+                                    pos + 1, gen_max_len_, buf<float>(kDecodePartials), stream);
+    });
   }
-  gen_tokens_.swap(grown);
-  gen_length_ += 1;
-  generation_forward(logits);
+  generation_logits(act(kResidual3) + (L - 1) * static_cast<size_t>(B) * Cs, logits);
+  gen_length_ = pos + 1;
 }
 
 template <typename T_>
-void CudaModel<T_>::generation_forward(float* logits) {
-  const int B = gen_B_, T = gen_length_;
-  const int session_length = gen_length_;
-  gen_length_ = -1;  // no valid session should this throw half way
-  upload_tokens(gen_tokens_.data(), nullptr, B, T);
-  forward(B, T, /*with_loss=*/false);
-  const size_t Vp = config_.padded_vocab_size;
-  const int V = config_.vocab_size;
-  // Row T-1 of each sequence's (T, Vp) logits: B rows at a pitch of T*Vp.
-  std::vector<T_> rows(static_cast<size_t>(B) * Vp);
-  GPT2_CUDA_CHECK(cudaMemcpy2DAsync(rows.data(), Vp * sizeof(T_), act(kLogits) + (T - 1) * Vp,
-                                    static_cast<size_t>(T) * Vp * sizeof(T_), Vp * sizeof(T_), B,
-                                    cudaMemcpyDeviceToHost, ctx_->stream()));
-  ctx_->synchronize();
+void CudaModel<T_>::generation_logits(const T_* rows, float* logits) {
+  const gpu::Context& ctx = *ctx_;
+  const int B = gen_B_, C = config_.channels;
+  const int V = config_.vocab_size, Vp = config_.padded_vocab_size;
+  // (B,1) rows through lnf and the classifier: the logits buffer holds at least batch_size rows.
+  gpu::layernorm_forward(act(kLnf), buf<float>(kLnfMean), buf<float>(kLnfRstd), rows,
+                         param(kLnfw), param(kLnfb), B, 1, C, ctx.stream());
+  gpu::matmul_forward(act(kLogits), act(kLnf), param(kWte), static_cast<const T_*>(nullptr), B, 1,
+                      C, Vp, ctx);
+  std::vector<T_> host(static_cast<size_t>(B) * Vp);
+  GPT2_CUDA_CHECK(cudaMemcpyAsync(host.data(), act(kLogits), host.size() * sizeof(T_),
+                                  cudaMemcpyDeviceToHost, ctx.stream()));
+  ctx.synchronize();
   for (size_t b = 0; b < static_cast<size_t>(B); ++b)
-    for (int v = 0; v < V; ++v) logits[b * V + v] = host_float(rows[b * Vp + v]);
+    for (int v = 0; v < V; ++v) logits[b * V + v] = host_float(host[b * Vp + v]);
   sample_memory();
-  gen_length_ = session_length;
 }
 
 template <typename T_>

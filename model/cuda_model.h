@@ -10,8 +10,8 @@
  * fails names the buffer, the bytes it needed and the bytes free. Peak memory is measured:
  * the device's used memory (cudaMemGetInfo) sampled after allocation and after every call that
  * synchronizes (each forward_backward / evaluate / prefill / decode_step / adamw_step).
- * Generation recomputes: prefill and each decode step are a full forward over the sequences so
- * far (no key/value cache on the GPU yet; that is a follow-up behind the same interface).
+ * Generation keeps a GPU key/value cache (in activation buffers a session overwrites anyway):
+ * prefill is one forward over the prompt, and a decode step costs one position's forward.
  */
 #pragma once
 

@@ -111,10 +111,8 @@ class Model {
   // Parameters, gradients and the optimizer state are never touched, so generation can run
   // between training steps; activations are overwritten (a backward needs a new
   // forward_backward), and forward_backward or evaluate end the session.
-  // Backends: the CPU keeps per-layer key/value caches (cpu_model.h), so a decode step costs
-  // one position's forward. The CUDA backend recomputes: each step is a full forward over the
-  // whole sequences (what sampling did before); the GPU key/value cache is a follow-up and
-  // will change neither this contract nor its callers.
+  // Backends: both keep per-layer key/value caches (cpu_model.h, cuda_model.cu), so a decode
+  // step costs one position's forward.
 
   /// Begins a session (ending any previous one) with room for max_len tokens per sequence.
   virtual void start_generation(int batch, int max_len) = 0;

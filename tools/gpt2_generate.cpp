@@ -4,6 +4,7 @@
 //   gpt2-generate --model MODEL.bin [--prompt TEXT | --prompt-file PATH] [--max-new-tokens N]
 //                 [--temperature X] [--top-k K] [--top-p P] [--greedy] [--seed S]
 //                 [--num-samples B] [--device auto|cuda|cpu] [--precision fp32|bf16]
+//                 [--ignore-eos] [--warmup W] [--repeats R]
 //
 // The prompt is encoded with the GPT-2 tokenizer (no <|endoftext|> is added in front); without
 // --prompt / --prompt-file the text starts from <|endoftext|> alone. The B samples are decoded
@@ -14,11 +15,18 @@
 // character split across tokens is written when complete); with several, each sample whole
 // under a "=== sample i ===" line as soon as it ends. stderr gets the model and settings first
 // and the prefill and decode speeds at the end.
+// Benchmarking: --ignore-eos decodes exactly --max-new-tokens tokens (an <|endoftext|> is
+// printed as text and decoding goes on); --warmup W runs the whole generation W times first,
+// untimed and silent; --repeats R times R runs (fresh random streams each, so every run draws
+// the same tokens; only the first prints) and reports the median prefill time, decode time and
+// end-to-end time (generate() from the prefill to the last token, sampling included), then one
+// "gpt2-generate: timing ..." line of key=value pairs for scripts (bench/hf_generate_bench.py).
 // There is no generation from presets (dN, gpt2, ...): their weights would be a random
 // initialization, whose text is noise; --model must be a file.
 // Exit codes: 0 success; 2 bad command line (unknown or malformed option, empty prompt, a
 // prompt and --max-new-tokens beyond the model's context, a preset name as --model, bf16 on
 // the CPU); 1 anything else (missing or corrupt model or prompt file, no usable GPU, memory).
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -53,6 +61,9 @@ struct GenerateOptions {
   int num_samples = 1;
   std::string device = "auto";
   std::optional<Precision> precision;
+  bool ignore_eos = false;
+  int warmup = 0;
+  int repeats = 1;
 };
 
 cxxopts::Options make_options() {
@@ -74,6 +85,10 @@ cxxopts::Options make_options() {
       ("num-samples", "samples decoded together as one batch", s()->default_value("1"))
       ("device", "auto | cuda | cpu", s()->default_value("auto"))
       ("precision", "fp32 | bf16 (default: bf16 on cuda, fp32 on cpu)", s())
+      ("ignore-eos", "do not stop at <|endoftext|>: always decode --max-new-tokens tokens")
+      ("warmup", "untimed, silent runs of the whole generation before the timed ones",
+       s()->default_value("0"))
+      ("repeats", "timed runs; the median of each time is reported", s()->default_value("1"))
       ("h,help", "print this help");
   return options;
 }
@@ -132,6 +147,9 @@ std::optional<GenerateOptions> parse_generate_command_line(int argc, char** argv
   if (opts.device != "auto" && opts.device != "cuda" && opts.device != "cpu")
     GPT2_USAGE_FAIL("--device must be auto, cuda or cpu (got '", opts.device, "')");
   if (given("precision")) opts.precision = parse_precision(text("precision"));
+  opts.ignore_eos = given("ignore-eos");
+  opts.warmup = parse_count("warmup", text("warmup"));
+  opts.repeats = parse_positive_int("repeats", text("repeats"));
   return opts;
 }
 
@@ -170,6 +188,12 @@ std::string format_rate(int64_t tokens, double seconds) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.1f tokens/s", static_cast<double>(tokens) / seconds);
   return buf;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
 void write_out(const std::string& bytes) {
@@ -240,14 +264,13 @@ int run(const GenerateOptions& opts) {
   GenerationOptions options;
   options.max_new_tokens = opts.max_new_tokens;
   options.sampling = opts.sampling;
-  options.stop_at_end_of_text = true;
-  std::vector<Rng> rngs = sequence_rngs(opts.seed, opts.num_samples);
+  options.stop_at_end_of_text = !opts.ignore_eos;
   const int B = opts.num_samples;
   std::vector<Utf8Stream> streams(static_cast<size_t>(B));
   std::vector<std::string> texts(static_cast<size_t>(B));
   std::vector<int> counts(static_cast<size_t>(B), 0);
   auto on_token = [&](int b, int token) {
-    const bool end = token == Gpt2Tokenizer::kEndOfText;
+    const bool end = !opts.ignore_eos && token == Gpt2Tokenizer::kEndOfText;
     const bool last = end || ++counts[b] == opts.max_new_tokens;
     std::string bytes = end ? "" : streams[b].push(tokenizer.decode_token(token));
     if (last) bytes += streams[b].finish();
@@ -258,19 +281,56 @@ int run(const GenerateOptions& opts) {
     texts[b] += bytes;
     if (last) write_out(str_cat("=== sample ", b, " ===\n", texts[b], "\n"));
   };
+  // Warm-up runs, then the timed ones; each run starts from fresh random streams, so all draw
+  // the same tokens, and only the first timed run prints them.
   GenerationStats stats;
-  generate(*model, prompt, options, rngs, on_token, &stats);
+  std::vector<double> prefill_seconds, decode_seconds, end_to_end_seconds;
+  for (int run = 0; run < opts.warmup + opts.repeats; ++run) {
+    const bool timed = run >= opts.warmup;
+    const bool prints = run == opts.warmup;
+    std::vector<Rng> rngs = sequence_rngs(opts.seed, opts.num_samples);
+    GenerationStats run_stats;
+    const auto start = std::chrono::steady_clock::now();
+    generate(*model, prompt, options, rngs, prints ? TokenCallback(on_token) : TokenCallback(),
+             &run_stats);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!timed) continue;
+    if (prints) stats = run_stats;
+    prefill_seconds.push_back(run_stats.prefill_seconds);
+    decode_seconds.push_back(run_stats.decode_seconds);
+    end_to_end_seconds.push_back(seconds);
+  }
+  stats.prefill_seconds = median(prefill_seconds);
+  stats.decode_seconds = median(decode_seconds);
+  const double end_to_end = median(end_to_end_seconds);
 
   const int64_t prefill_tokens = static_cast<int64_t>(stats.prompt_tokens) * stats.sequences;
   const int64_t decode_tokens = stats.decode_steps * stats.sequences;
+  const std::string runs =
+      opts.repeats == 1 && opts.warmup == 0
+          ? std::string()
+          : str_cat(" (median of ", opts.repeats, " run", opts.repeats == 1 ? "" : "s", " after ",
+                    opts.warmup, " warm-up run", opts.warmup == 1 ? "" : "s", ")");
   std::fprintf(stderr,
                "gpt2-generate: prefill %lld tokens (%d x %d) in %.3f s: %s; decode %lld steps x "
-               "%d in %.3f s: %s; %lld tokens generated\n",
+               "%d in %.3f s: %s; %lld tokens generated; end to end %.3f s%s\n",
                static_cast<long long>(prefill_tokens), stats.prompt_tokens, stats.sequences,
                stats.prefill_seconds, format_rate(prefill_tokens, stats.prefill_seconds).c_str(),
                static_cast<long long>(stats.decode_steps), stats.sequences, stats.decode_seconds,
                format_rate(decode_tokens, stats.decode_seconds).c_str(),
-               static_cast<long long>(stats.generated_tokens));
+               static_cast<long long>(stats.generated_tokens), end_to_end, runs.c_str());
+  std::fprintf(stderr,
+               "gpt2-generate: timing prefill_tokens=%lld prefill_s=%.6f decode_steps=%lld "
+               "decode_tokens=%lld decode_s=%.6f decode_tokens_per_s=%.3f generated_tokens=%lld "
+               "end_to_end_s=%.6f warmup=%d repeats=%d\n",
+               static_cast<long long>(prefill_tokens), stats.prefill_seconds,
+               static_cast<long long>(stats.decode_steps), static_cast<long long>(decode_tokens),
+               stats.decode_seconds,
+               stats.decode_seconds > 0 ? static_cast<double>(decode_tokens) / stats.decode_seconds
+                                        : 0.0,
+               static_cast<long long>(stats.generated_tokens), end_to_end, opts.warmup,
+               opts.repeats);
   return 0;
 }
 

@@ -28,6 +28,8 @@
  *   producer warpgroup feeding two consumer warpgroups (attention_hopper_forward.cu,
  *   attention_hopper_backward.cu); with deterministic = true the dQ additions happen in a fixed
  *   order, so two runs give the same bits.
+ * Generation's one-query-per-sequence attention over a key/value cache is its own op family:
+ * attention_decode.cuh.
  */
 #pragma once
 

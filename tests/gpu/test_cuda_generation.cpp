@@ -1,13 +1,23 @@
-// The CUDA model's generation session (model.h) against the CPU model's, in fp32.
+// The CUDA model's generation session (model.h) through its key/value cache, against full
+// forwards and the CPU model.
 //
-// The CUDA backend recomputes (a full forward over the sequences at every step; the GPU
-// key/value cache is a follow-up), the CPU one decodes through its cache; both must give the
-// same greedy tokens and logits within fp32 summation-order error. A small model (L=2, C=128,
-// NH=2, HS=64, V=250 padded to 256), two sequences with different prompts driven through
-// start_generation / prefill / decode_step, then generate() with greedy sampling; both
-// attention kinds. An inference-only CUDA model (ModelOptions::training false, as
-// gpt2-generate builds) plans no gradients or optimizer state, gives the same logits as a
-// training one in fp32 and bf16, and refuses the training calls. Skips without a GPU.
+// - Cached logits equal the full forward's at every position: B=3 sequences of 301 tokens
+//   (different prompts of 37, then teacher-forced decode steps across the 128-position chunks
+//   of decode attention), head sizes 64 and 128, both attention kinds, fp32 and bf16. The
+//   oracle is the CPU model's fp32 full forward over the whole (B,301) tokens (causal, so
+//   position t's logits are those of a forward over t+1 tokens). fp32: within 1e-4 of the
+//   logits' scale. bf16: the decode's error is at most twice that of the CUDA model's own bf16
+//   full forward at the same positions (a prefill of t+1 tokens, which runs the training
+//   forward's blocks), plus 5e-3 of the scale (FlashAttention's rule, applied to logits).
+// - 64 greedy tokens past the 128-position chunk (a prompt of 71) equal the CPU model's in fp32,
+//   two sequences with different prompts, through the session and through generate().
+// - The contract: limits throw and compute nothing; a second prefill restarts the sequences;
+//   generation between a backward and its AdamW step changes nothing of the step (fp32,
+//   bitwise); training ends the session.
+// - An inference-only CUDA model (ModelOptions::training false, as gpt2-generate builds)
+//   plans no gradients or optimizer state, gives the same logits as a training one in fp32 and
+//   bf16, and refuses the training calls.
+// A small model (L=2, C=128, V=250 padded to 256). Skips without a GPU.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +26,7 @@
 
 #include <gtest/gtest.h>
 
+#include "base/error.h"
 #include "gpu/gpu_test_util.h"
 #include "model/cpu_model.h"
 #include "model/model.h"
@@ -27,11 +38,104 @@ namespace {
 
 int argmax(const float* x, int n) { return static_cast<int>(std::max_element(x, x + n) - x); }
 
+/// small_model_config() with room for sessions past the 128-position chunks.
+ModelConfig long_context_config(int num_heads) {
+  ModelConfig config = small_model_config();
+  config.max_seq_len = 320;
+  config.num_heads = num_heads;  // HS = 128 / num_heads
+  return config;
+}
+
+/// max |got - want| / max |want| over n values.
+double relative_max_error(const float* got, const float* want, int n) {
+  double err = 0, scale = 0;
+  for (int i = 0; i < n; ++i) {
+    err = std::max(err, std::fabs(double(got[i]) - want[i]));
+    scale = std::max(scale, std::fabs(double(want[i])));
+  }
+  return err / scale;
+}
+
+TEST(CudaGeneration, CachedLogitsEqualTheFullForwardAtEveryPosition) {
+  GPT2_REQUIRE_GPU();
+  constexpr int B = 3, kTotal = 301, kPrompt = 37;
+  for (int num_heads : {2, 1}) {
+    const ModelConfig config = long_context_config(num_heads);
+    const int V = config.vocab_size, Vp = config.padded_vocab_size;
+    SCOPED_TRACE(str_cat("HS=", config.head_size()));
+    std::vector<float> params(ParameterLayout::for_config(config).total);
+    init_parameters(params.data(), config, 31);
+    for (float& p : params) p *= 3.0f;  // attention far from uniform
+    const std::vector<int> tokens = random_ints(B * kTotal, V, 32);  // (B, kTotal)
+    // The fp32 oracle: every position's logits from one CPU full forward.
+    CpuGpt2<float> oracle(config, B, kTotal, AttentionKind::kFlash);
+    std::copy(params.begin(), params.end(), oracle.params());
+    oracle.forward(tokens.data(), nullptr, B, kTotal);
+    const float* full_logits = oracle.buffer(kBufLogits);  // (B, kTotal, Vp)
+    auto oracle_row = [&](int b, int t) { return full_logits + (size_t(b) * kTotal + t) * Vp; };
+
+    for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+      for (AttentionKind attention : {AttentionKind::kFlash, AttentionKind::kNaive}) {
+        SCOPED_TRACE(str_cat(to_string(precision), " ", to_string(attention)));
+        const ModelOptions options{config, B, kTotal, attention, precision};
+        std::unique_ptr<Model> cached = make_cuda_model(options);
+        std::unique_ptr<Model> full = make_cuda_model(options);
+        cached->set_parameters(params.data());
+        full->set_parameters(params.data());
+        cached->start_generation(B, kTotal);
+        std::vector<float> logits(B * V), full_forward(B * V);
+        std::vector<int> prefix, step(B);
+        double worst_cached = 0, worst_full = 0, worst_cached_vs_full = 0;
+        for (int t = kPrompt - 1; t < kTotal; ++t) {
+          // The cached session: a prefill of kPrompt, then one decode step per position.
+          if (t == kPrompt - 1) {
+            for (int b = 0; b < B; ++b)
+              prefix.insert(prefix.end(), tokens.begin() + size_t(b) * kTotal,
+                            tokens.begin() + size_t(b) * kTotal + kPrompt);
+            cached->prefill(prefix.data(), kPrompt, logits.data());
+          } else {
+            for (int b = 0; b < B; ++b) step[b] = tokens[size_t(b) * kTotal + t];
+            cached->decode_step(step.data(), logits.data());
+          }
+          ASSERT_EQ(cached->generation_length(), t + 1);
+          // The CUDA model's own full forward over tokens [0, t] of each sequence.
+          std::vector<int> window;
+          for (int b = 0; b < B; ++b)
+            window.insert(window.end(), tokens.begin() + size_t(b) * kTotal,
+                          tokens.begin() + size_t(b) * kTotal + t + 1);
+          full->start_generation(B, t + 1);
+          full->prefill(window.data(), t + 1, full_forward.data());
+          for (int b = 0; b < B; ++b) {
+            const float* got = logits.data() + size_t(b) * V;
+            const float* reference = full_forward.data() + size_t(b) * V;
+            worst_cached = std::max(worst_cached, relative_max_error(got, oracle_row(b, t), V));
+            worst_full = std::max(worst_full, relative_max_error(reference, oracle_row(b, t), V));
+            worst_cached_vs_full =
+                std::max(worst_cached_vs_full, relative_max_error(got, reference, V));
+          }
+        }
+        std::printf("[ kv cache ] HS=%d %s %s: max error / logit scale over %d positions x %d: "
+                    "cached %.2e, full forward %.2e, cached vs full %.2e\n",
+                    config.head_size(), to_string(precision), to_string(attention),
+                    kTotal - kPrompt + 1, B, worst_cached, worst_full, worst_cached_vs_full);
+        if (precision == Precision::kFp32) {
+          EXPECT_LE(worst_cached, 1e-4);
+          EXPECT_LE(worst_full, 1e-4);
+          EXPECT_LE(worst_cached_vs_full, 1e-4);
+        } else {
+          EXPECT_LE(worst_cached, 2 * worst_full + 5e-3);
+          EXPECT_LE(worst_cached, 5e-2);  // bf16 at all
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaGeneration, GreedyTokensAndLogitsEqualTheCpuModelInFp32) {
   GPT2_REQUIRE_GPU();
-  const ModelConfig config = small_model_config();
+  const ModelConfig config = long_context_config(2);
   const int V = config.vocab_size;
-  constexpr int kBatch = 2, kPrompt = 5, kNew = 40;
+  constexpr int kBatch = 2, kPrompt = 71, kNew = 64;  // 134 tokens: two decode chunks
   constexpr int kMaxLen = kPrompt + kNew - 1;
   std::vector<float> params(ParameterLayout::for_config(config).total);
   init_parameters(params.data(), config, 21);
@@ -85,6 +189,86 @@ TEST(CudaGeneration, GreedyTokensAndLogitsEqualTheCpuModelInFp32) {
     EXPECT_EQ(generate(*gpu, prompt, generation, gpu_rngs),
               generate(*cpu, prompt, generation, cpu_rngs));
   }
+}
+
+TEST(CudaGeneration, LimitsAreCheckedAndNothingIsComputedPastThem) {
+  GPT2_REQUIRE_GPU();
+  const ModelConfig config = small_model_config();
+  const int V = config.vocab_size;
+  std::vector<float> params(ParameterLayout::for_config(config).total);
+  init_parameters(params.data(), config, 25);
+  std::unique_ptr<Model> model =
+      make_cuda_model(ModelOptions{config, 3, 12, AttentionKind::kFlash, Precision::kBf16});
+  model->set_parameters(params.data());
+  const std::vector<int> tokens = random_ints(3 * 12, V, 26);
+  std::vector<float> logits(3 * V);
+
+  EXPECT_EQ(model->generation_length(), -1);
+  EXPECT_THROW(model->prefill(tokens.data(), 2, logits.data()), Error);  // no session
+  EXPECT_THROW(model->decode_step(tokens.data(), logits.data()), Error);
+  EXPECT_THROW(model->start_generation(4, 8), Error);   // batch > B
+  EXPECT_THROW(model->start_generation(2, 13), Error);  // max_len > T
+  model->start_generation(2, 4);
+  EXPECT_THROW(model->decode_step(tokens.data(), logits.data()), Error);  // before prefill
+  EXPECT_THROW(model->prefill(tokens.data(), 5, logits.data()), Error);   // > max_len
+  const std::vector<int> bad = {1, V};
+  EXPECT_THROW(model->prefill(bad.data(), 1, logits.data()), Error);
+  EXPECT_EQ(model->generation_length(), 0);  // a refused prefill leaves the session as it was
+  model->prefill(tokens.data(), 3, logits.data());
+  EXPECT_EQ(model->generation_length(), 3);
+  const std::vector<int> bad_step = {V, 1};
+  EXPECT_THROW(model->decode_step(bad_step.data(), logits.data()), Error);
+  EXPECT_EQ(model->generation_length(), 3);
+  model->decode_step(tokens.data(), logits.data());
+  EXPECT_EQ(model->generation_length(), 4);
+  std::fill(logits.begin(), logits.end(), -1.0f);
+  EXPECT_THROW(model->decode_step(tokens.data(), logits.data()), Error);  // past max_len
+  EXPECT_EQ(model->generation_length(), 4);
+  EXPECT_TRUE(std::all_of(logits.begin(), logits.end(), [](float x) { return x == -1.0f; }));
+
+  // A new prefill restarts the sequences (the sliding-window use): its logits and the next
+  // step's equal those of a fresh session over the same tokens.
+  std::vector<float> again(2 * V), fresh(2 * V);
+  model->prefill(tokens.data() + 2, 3, again.data());
+  model->decode_step(tokens.data() + 8, again.data());
+  std::unique_ptr<Model> other =
+      make_cuda_model(ModelOptions{config, 3, 12, AttentionKind::kFlash, Precision::kBf16});
+  other->set_parameters(params.data());
+  other->start_generation(2, 4);
+  other->prefill(tokens.data() + 2, 3, fresh.data());
+  other->decode_step(tokens.data() + 8, fresh.data());
+  EXPECT_EQ(again, fresh);
+}
+
+TEST(CudaGeneration, LeavesTheTrainingStepAloneAndTrainingEndsTheSession) {
+  GPT2_REQUIRE_GPU();
+  const ModelConfig config = small_model_config();
+  const int V = config.vocab_size, B = 3, T = 40;
+  std::vector<float> params(ParameterLayout::for_config(config).total);
+  init_parameters(params.data(), config, 27);
+  const std::vector<int> inputs = random_ints(B * T, V, 28), targets = random_ints(B * T, V, 29);
+  // fp32: deterministic backward, so the two models can be compared bit for bit.
+  const ModelOptions options{config, B, T, AttentionKind::kFlash, Precision::kFp32};
+  std::unique_ptr<Model> a = make_cuda_model(options), b = make_cuda_model(options);
+  a->set_parameters(params.data());
+  b->set_parameters(params.data());
+  EXPECT_EQ(a->forward_backward(inputs.data(), targets.data(), 1.0f),
+            b->forward_backward(inputs.data(), targets.data(), 1.0f));
+  std::vector<float> logits(B * V);
+  b->start_generation(B, T);
+  b->prefill(inputs.data(), 30, logits.data());
+  for (int i = 0; i < 5; ++i) b->decode_step(inputs.data() + i * B, logits.data());
+  cpu::AdamWHyper hyper;
+  a->adamw_step(hyper, 1, 1.0f);
+  b->adamw_step(hyper, 1, 1.0f);
+  std::vector<float> pa(params.size()), pb(params.size());
+  a->get_parameters(pa.data());
+  b->get_parameters(pb.data());
+  EXPECT_EQ(pa, pb);
+  EXPECT_EQ(a->forward_backward(inputs.data(), targets.data(), 1.0f),
+            b->forward_backward(inputs.data(), targets.data(), 1.0f));
+  EXPECT_EQ(b->generation_length(), -1);
+  EXPECT_THROW(b->decode_step(inputs.data(), logits.data()), Error);
 }
 
 TEST(CudaGeneration, InferenceOnlyModelMatchesATrainingModel) {

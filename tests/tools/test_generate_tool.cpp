@@ -126,7 +126,8 @@ TEST_F(GenerateToolTest, HelpListsTheOptions) {
     EXPECT_EQ(r.exit_code, 0) << r.err;
     for (const char* option : {"--model", "--prompt-file", "--max-new-tokens", "--temperature",
                                "--top-k", "--top-p", "--greedy", "--seed", "--num-samples",
-                               "--device", "--precision"})
+                               "--device", "--precision", "--ignore-eos", "--warmup",
+                               "--repeats"})
       EXPECT_NE(r.out.find(option), std::string::npos) << option;
   }
 }
@@ -158,6 +159,43 @@ TEST_F(GenerateToolTest, GreedyTextIsTheModelsGreedyContinuation) {
   EXPECT_NE(r.err.find("prefill "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("decode "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(" tokens/s"), std::string::npos) << r.err;
+}
+
+// The benchmark options: --ignore-eos decodes exactly --max-new-tokens tokens (what generate()
+// gives without stopping), warm-up and repeated runs print the text once, and the timing line
+// for scripts is there.
+TEST_F(GenerateToolTest, BenchmarkOptionsPrintTheTextOnceAndReportTimes) {
+  const std::string prompt = "In the beginning God created";
+  const RunResult r = run(cpu_args({"--prompt", prompt, "--max-new-tokens", "15", "--greedy",
+                                    "--ignore-eos", "--warmup", "1", "--repeats", "3"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+
+  Gpt2Tokenizer tokenizer = Gpt2Tokenizer::from_default_files();
+  const std::vector<int> tokens = tokenizer.encode(prompt);
+  ModelOptions options;
+  options.config = tool_config();
+  options.seq_len = static_cast<int>(tokens.size()) + 14;
+  std::unique_ptr<Model> model = make_cpu_model(options);
+  model->set_parameters(read_model_checkpoint(model_).params.data());
+  GenerationOptions generation;
+  generation.max_new_tokens = 15;
+  generation.sampling.greedy = true;
+  generation.stop_at_end_of_text = false;
+  std::vector<Rng> rngs = sequence_rngs(0, 1);
+  const std::vector<int> produced = generate(*model, tokens, generation, rngs)[0];
+  ASSERT_EQ(produced.size(), 15u);
+  EXPECT_EQ(r.out, tokenizer.decode(produced) + "\n");
+
+  EXPECT_NE(r.err.find("(median of 3 runs after 1 warm-up run)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("end to end "), std::string::npos) << r.err;
+  for (const char* key : {"gpt2-generate: timing prefill_tokens=", " prefill_s=",
+                          " decode_steps=14 ", " decode_tokens_per_s=", " generated_tokens=15 ",
+                          " end_to_end_s=", " warmup=1 repeats=3"})
+    EXPECT_NE(r.err.find(key), std::string::npos) << key << " in " << r.err;
+  const RunResult bad = run(cpu_args({"--warmup", "-1"}));
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  const RunResult zero = run(cpu_args({"--repeats", "0"}));
+  EXPECT_EQ(zero.exit_code, 2) << zero.err;
 }
 
 // A Hugging Face directory (hf:DIR or a directory holding config.json) generates the same text
