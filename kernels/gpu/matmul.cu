@@ -12,7 +12,8 @@
  * ldd = the row length of the output. The bias epilogue adds a length-m vector to every
  * column of D: m = OC is exactly out's per-row bias.
  * matmul_forward_gelu uses the GELU_AUX(_BIAS) epilogue: D gets gelu(result) and the aux
- * matrix (same layout and type as D) the result itself.
+ * matrix (same layout and type as D) the result itself; matmul_backward_gelu the DGELU
+ * epilogue on the dinp GEMM: D = gelu'(aux) * result, aux = the forward's pre-GELU values.
  * cuBLASLt: the algorithm comes from its heuristic (first result) for the shape, the pointers'
  * alignment and the Context's workspace; split-K is allowed only with fp32 partials.
  */
@@ -48,6 +49,7 @@ struct Gemm {
   float beta;
   const void* bias;  // length m, or nullptr
   void* gelu_aux = nullptr;  // when set: D = gelu(result), gelu_aux = result (same layout as D)
+  const void* dgelu_aux = nullptr;  // when set: D = gelu'(dgelu_aux) * result (same layout)
 };
 
 /// Largest power of two (up to 256) dividing the address: what cuBLASLt may assume.
@@ -96,6 +98,11 @@ bool gemm_cublaslt(const Context& ctx, const Gemm& g) {
     set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE,
              g.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX);
     set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.gelu_aux);
+    set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(g.ldd));
+    set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, g.type);
+  } else if (g.dgelu_aux) {
+    set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_DGELU);
+    set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.dgelu_aux);
     set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(g.ldd));
     set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, g.type);
   } else if (g.bias) {
@@ -213,19 +220,26 @@ int64_t matmul_backward_scratch_floats(int B, int T, int OC) {
   return column_sum_scratch_floats(static_cast<int64_t>(B) * T, OC);
 }
 
+namespace {
+
+/// dinp = dout @ weight (m = C, n = BT, k = OC), or with dgelu_aux the DGELU epilogue's
+/// gelu'(dgelu_aux) * (dout @ weight); false when cuBLASLt has no algorithm for the latter.
 template <typename T_>
-void matmul_backward(T_* dinp, T_* dweight, T_* dbias, const T_* dout, const T_* inp,
-                     const T_* weight, int B, int T, int C, int OC, float* dbias_scratch,
-                     const Context& ctx) {
-  check_shapes(B, T, C, OC);
-  GPT2_CHECK(dweight != nullptr && dout != nullptr && inp != nullptr && weight != nullptr);
-  GPT2_CHECK(dbias == nullptr || dbias_scratch != nullptr, "dbias needs dbias_scratch");
-  const int BT = B * T;
-  if (dinp) {
-    const Gemm g{kCudaDataType<T_>, false, false, C, BT, OC, weight, C, dout, OC,
-                 dinp, C, /*beta=*/0.0f, nullptr};
-    if (!(ctx.use_cublaslt() && gemm_cublaslt(ctx, g))) gemm_cublas(ctx, g);
-  }
+bool input_gradient(T_* dinp, const T_* dout, const T_* weight, const T_* dgelu_aux, int BT,
+                    int C, int OC, const Context& ctx) {
+  Gemm g{kCudaDataType<T_>, false, false, C, BT, OC, weight, C, dout, OC,
+         dinp, C, /*beta=*/0.0f, nullptr};
+  g.dgelu_aux = dgelu_aux;
+  if (ctx.use_cublaslt() && gemm_cublaslt(ctx, g)) return true;
+  if (dgelu_aux) return false;
+  gemm_cublas(ctx, g);
+  return true;
+}
+
+/// dweight += dout^T @ inp; dbias += column sums of dout (when dbias is set).
+template <typename T_>
+void parameter_gradients(T_* dweight, T_* dbias, const T_* dout, const T_* inp, int BT, int C,
+                         int OC, float* dbias_scratch, const Context& ctx) {
   {
     const Gemm g{kCudaDataType<T_>, false, true, C, OC, BT, inp, C, dout, OC,
                  dweight, C, /*beta=*/1.0f, nullptr};
@@ -234,12 +248,41 @@ void matmul_backward(T_* dinp, T_* dweight, T_* dbias, const T_* dout, const T_*
   if (dbias) {
     const int64_t chunks = ceil_div(BT, kColumnSumRowsPerChunk);
     GPT2_CHECK(chunks <= 65535, "B*T = ", BT, " exceeds the column-sum grid");
-    const dim3 grid(grid_size(OC, kColumnSumThreads), static_cast<unsigned int>(chunks));
-    column_partial_sums_kernel<<<grid, kColumnSumThreads, 0, ctx.stream()>>>(dbias_scratch, dout,
-                                                                              BT, OC);
-    GPT2_CUDA_CHECK_LAUNCH();
+    launch_column_partial_sums(dbias_scratch, dout, BT, OC, ctx.stream());
     launch_add_column_partials(dbias, dbias_scratch, chunks, OC, ctx.stream());
   }
+}
+
+}  // namespace
+
+template <typename T_>
+void matmul_backward(T_* dinp, T_* dweight, T_* dbias, const T_* dout, const T_* inp,
+                     const T_* weight, int B, int T, int C, int OC, float* dbias_scratch,
+                     const Context& ctx) {
+  check_shapes(B, T, C, OC);
+  GPT2_CHECK(dweight != nullptr && dout != nullptr && inp != nullptr && weight != nullptr);
+  GPT2_CHECK(dbias == nullptr || dbias_scratch != nullptr, "dbias needs dbias_scratch");
+  const int BT = B * T;
+  if (dinp) input_gradient<T_>(dinp, dout, weight, nullptr, BT, C, OC, ctx);
+  parameter_gradients(dweight, dbias, dout, inp, BT, C, OC, dbias_scratch, ctx);
+}
+
+template <typename T_>
+void matmul_backward_gelu(T_* dpre_gelu, T_* dweight, T_* dbias, const T_* dout,
+                          const T_* gelu_out, const T_* pre_gelu, const T_* weight, int B, int T,
+                          int C, int OC, float* dbias_scratch, const Context& ctx) {
+  check_shapes(B, T, C, OC);
+  GPT2_CHECK(dpre_gelu != nullptr && dweight != nullptr && dout != nullptr &&
+             gelu_out != nullptr && pre_gelu != nullptr && weight != nullptr);
+  GPT2_CHECK(dbias == nullptr || dbias_scratch != nullptr, "dbias needs dbias_scratch");
+  const int BT = B * T;
+  // The epilogue reads the aux matrix with dpre_gelu's layout; it needs both 16-byte aligned.
+  const bool fusable = is_aligned16(dpre_gelu) && is_aligned16(pre_gelu);
+  if (!(fusable && input_gradient(dpre_gelu, dout, weight, pre_gelu, BT, C, OC, ctx))) {
+    input_gradient<T_>(dpre_gelu, dout, weight, nullptr, BT, C, OC, ctx);
+    gelu_backward(dpre_gelu, pre_gelu, dpre_gelu, static_cast<int64_t>(BT) * C, ctx.stream());
+  }
+  parameter_gradients(dweight, dbias, dout, gelu_out, BT, C, OC, dbias_scratch, ctx);
 }
 
 template void matmul_forward_gelu<float>(float*, float*, const float*, const float*,
@@ -255,6 +298,14 @@ template void matmul_forward<__nv_bfloat16>(__nv_bfloat16*, const __nv_bfloat16*
                                             int, int, const Context&);
 template void matmul_backward<float>(float*, float*, float*, const float*, const float*,
                                      const float*, int, int, int, int, float*, const Context&);
+template void matmul_backward_gelu<float>(float*, float*, float*, const float*, const float*,
+                                          const float*, const float*, int, int, int, int, float*,
+                                          const Context&);
+template void matmul_backward_gelu<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*,
+                                                  __nv_bfloat16*, const __nv_bfloat16*,
+                                                  const __nv_bfloat16*, const __nv_bfloat16*,
+                                                  const __nv_bfloat16*, int, int, int, int,
+                                                  float*, const Context&);
 template void matmul_backward<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*,
                                              const __nv_bfloat16*, const __nv_bfloat16*,
                                              const __nv_bfloat16*, int, int, int, int, float*,

@@ -55,4 +55,16 @@ void matmul_backward(T_* dinp, T_* dweight, T_* dbias, const T_* dout, const T_*
                      const T_* weight, int B, int T, int C, int OC, float* dbias_scratch,
                      const Context& ctx);
 
+/// The backward of a dense layer whose input is gelu(pre_gelu) (the fcproj layer), with the
+/// GELU's backward folded in: dpre_gelu = gelu'(pre_gelu) * (dout @ weight) (overwritten, (B,T,C)),
+/// dweight += dout^T @ gelu_out, dbias += sum_bt dout (as matmul_backward with inp = gelu_out).
+/// CPU twin: matmul_backward, then gelu_backward. Uses cuBLASLt's DGELU epilogue (gelu' of
+/// the aux input, tanh form, times the fp32 result: one rounding) when the Context allows
+/// cuBLASLt and it has an algorithm; otherwise the dinp GEMM into dpre_gelu, then gelu_backward
+/// in place (two roundings in bf16).
+template <typename T_>
+void matmul_backward_gelu(T_* dpre_gelu, T_* dweight, T_* dbias, const T_* dout,
+                          const T_* gelu_out, const T_* pre_gelu, const T_* weight, int B, int T,
+                          int C, int OC, float* dbias_scratch, const Context& ctx);
+
 }  // namespace gpt2::gpu

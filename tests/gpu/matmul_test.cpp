@@ -233,6 +233,75 @@ TYPED_TEST(GpuMatmul, BackwardMatchesCpuAndIsDeterministic) {
   }
 }
 
+// The fcproj backward with GELU's backward folded in (cuBLASLt DGELU epilogue, or the dinp GEMM
+// then gelu_backward on the fallback) against cpu::matmul_backward then cpu::gelu_backward.
+// dpre_gelu: the dinp error carried through gelu' (|gelu'| <= 1.13), gelu' itself computed
+// another way (64 u32 relative), and the roundings: one (fused) or two (fallback) of u. In fp32
+// an erf-form GELU derivative (~1e-3 away from the tanh form's) would fail it. dweight and
+// dbias must be those of matmul_backward with inp = the GELU's output, to the bit.
+TYPED_TEST(GpuMatmul, BackwardGeluMatchesCpu) {
+  GPT2_REQUIRE_GPU();
+  using T_ = TypeParam;
+  constexpr double u = Storage<T_>::kUnitRoundoff;
+  Context ctx;
+  for (const MatmulShape& s : kShapes) {
+    for (bool lt : {true, false}) {
+      ctx.set_use_cublaslt(lt);
+      const int64_t BT = int64_t(s.B) * s.T;
+      const std::vector<float> pre = round_through<T_>(random_normal(BT * s.C, 701, 1.5));
+      std::vector<float> gelu_out(pre.size());
+      cpu::gelu_forward<float>(gelu_out.data(), pre.data(), BT * s.C);
+      gelu_out = round_through<T_>(gelu_out);
+      const std::vector<float> weight =
+          round_through<T_>(random_normal(int64_t(s.OC) * s.C, 702, 0.5));
+      const std::vector<float> dout = round_through<T_>(random_normal(BT * s.OC, 703));
+      DeviceBuffer<T_> d_pre(pre.size()), d_gelu(pre.size()), d_w(weight.size());
+      DeviceBuffer<T_> d_dout(dout.size()), d_dpre(pre.size());
+      DeviceBuffer<T_> d_dw(weight.size()), d_db(s.OC), d_dw_plain(weight.size()),
+          d_db_plain(s.OC), d_dinp_plain(pre.size());
+      DeviceBuffer<float> d_scratch(matmul_backward_scratch_floats(s.B, s.T, s.OC));
+      upload_floats(d_pre, pre);
+      upload_floats(d_gelu, gelu_out);
+      upload_floats(d_w, weight);
+      upload_floats(d_dout, dout);
+      const std::vector<float> zeros_w(weight.size(), 0.0f), zeros_b(s.OC, 0.0f);
+      for (DeviceBuffer<T_>* b : {&d_dw, &d_dw_plain}) upload_floats(*b, zeros_w);
+      for (DeviceBuffer<T_>* b : {&d_db, &d_db_plain}) upload_floats(*b, zeros_b);
+      d_dpre.poison();
+      matmul_backward_gelu(d_dpre.get(), d_dw.get(), d_db.get(), d_dout.get(), d_gelu.get(),
+                           d_pre.get(), d_w.get(), s.B, s.T, s.C, s.OC, d_scratch.get(), ctx);
+      matmul_backward(d_dinp_plain.get(), d_dw_plain.get(), d_db_plain.get(), d_dout.get(),
+                      d_gelu.get(), d_w.get(), s.B, s.T, s.C, s.OC, d_scratch.get(), ctx);
+      EXPECT_TRUE(bitwise_equal("matmul_backward_gelu dweight vs matmul_backward",
+                                d_dw.download_bytes(), d_dw_plain.download_bytes()));
+      EXPECT_TRUE(bitwise_equal("matmul_backward_gelu dbias vs matmul_backward",
+                                d_db.download_bytes(), d_db_plain.download_bytes()));
+
+      std::vector<float> dinp(pre.size()), dw(weight.size(), 0.0f), db(s.OC, 0.0f);
+      cpu::matmul_backward<float>(dinp.data(), dw.data(), db.data(), dout.data(),
+                                  gelu_out.data(), weight.data(), s.B, s.T, s.C, s.OC);
+      std::vector<float> dpre(pre.size());
+      cpu::gelu_backward<float>(dpre.data(), pre.data(), dinp.data(), BT * s.C);
+      const std::vector<float> gelu_abs = abs_values(gelu_out), weight_abs = abs_values(weight),
+                               dout_abs = abs_values(dout);
+      std::vector<float> dinp_size(pre.size()), dw_size(weight.size(), 0.0f), db_size(s.OC, 0.0f);
+      cpu::matmul_backward<float>(dinp_size.data(), dw_size.data(), db_size.data(),
+                                  dout_abs.data(), gelu_abs.data(), weight_abs.data(), s.B, s.T,
+                                  s.C, s.OC);
+      std::vector<double> allowed(pre.size());
+      for (size_t i = 0; i < allowed.size(); ++i) {
+        const double dinp_error = u * std::fabs(dinp[i]) +
+                                  2.0 * (s.OC + 1) * kFp32Roundoff * dinp_size[i];
+        allowed[i] = 1.13 * dinp_error +
+                     (u + 64 * kFp32Roundoff) * (std::fabs(dpre[i]) + 1.13 * std::fabs(dinp[i]));
+      }
+      EXPECT_TRUE(expect_close(shape_tag("matmul_backward_gelu dpre_gelu", Storage<T_>::kName,
+                                         s, lt),
+                               download_floats(d_dpre), dpre, allowed));
+    }
+  }
+}
+
 TEST(GpuMatmulPreconditions, DbiasNeedsScratch) {
   GPT2_REQUIRE_GPU();
   Context ctx;
