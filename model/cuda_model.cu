@@ -7,12 +7,22 @@
  * per backward; layernorm_backward adds into it; matmul / attention / gelu overwrite their
  * activation gradients; every parameter gradient accumulates (+=). Differences, all for memory:
  * the attproj / fcproj outputs live in one shared (B,T,C) buffer (only the residual sums are
- * needed later); the probabilities of the classifier are never stored and dlogits overwrite
- * the logits in place. Per-layer activations are (L,B,T,X) buffers whose layer l starts at
- * l*B*T*X for the (B,T) of the current forward, so a shorter forward (sampling) fits inside.
+ * needed later); the classifier never holds the logits of all B*T positions. The forward
+ * stops at lnf; the classifier then runs over chunks of R rows of (B*T) in one (R,Vp) buffer
+ * (R = classifier_chunk_rows(), a 256 MiB budget by default: 2048 rows of GPT-2's vocabulary
+ * in bf16, against 1.5 GiB for (B,T,Vp) at B=16, T=1024). Training, per chunk: logits =
+ * lnf_chunk wte^T; fused cross-entropy (the chunk's losses, and dlogits = (softmax - onehot) *
+ * loss_scale/(B*T) over the logits in place); dlnf_chunk = dlogits wte; dwte += dlogits^T
+ * lnf_chunk. Evaluation: logits and losses per chunk. Each row's loss depends on its row only,
+ * so the chunking changes nothing but the GEMMs' summation order (cuBLAS may pick another
+ * algorithm per row count) and, in bf16, dwte's rounding: one bf16 rounding per chunk's +=
+ * (matmul.cuh). The probabilities are never stored. Per-layer activations are (L,B,T,X)
+ * buffers whose layer l starts at l*B*T*X for the (B,T) of the current forward, so a shorter
+ * forward (sampling) fits inside.
  * Generation has no key/value cache here yet: prefill and every decode step run this forward
- * over the whole (batch, length) token sequences kept on the host, and copy back the last
- * position's logits (model.h's contract, at the cost of a full forward per step).
+ * over the whole (batch, length) token sequences kept on the host, then the classifier on each
+ * sequence's last position only, and copy back those logits (model.h's contract, at the cost
+ * of a full forward per step).
  * Every buffer is one cudaMalloc named by its memory-plan item (the plan is built first).
  * Everything runs on the Context's stream; methods that return host values synchronize.
  */
@@ -55,7 +65,7 @@ enum GpuBuffer : int {
   kEncoded, kLn1, kLn1Mean, kLn1Rstd, kQkv, kLn2, kLn2Mean, kLn2Rstd, kFch, kFchGelu,
   kResidual2, kResidual3, kLnf, kLnfMean, kLnfRstd, kLogits, kLosses,
   kAtty, kAttSaved, kAttWorkspace,
-  kProj, kDLosses, kDLnf, kDResidual, kDFchGelu, kDFch, kDLn2, kDAtty, kDQkv, kDLn1,
+  kProj, kDLnf, kDResidual, kDFchGelu, kDFch, kDLn2, kDAtty, kDQkv, kDLn1,
   kMatmulScratch, kLayernormScratch, kEncoderScratch, kNormPartials, kNormResult, kInputs,
   kTargets,
   kNumGpuBuffers
@@ -95,6 +105,25 @@ DataParallelShape data_parallel_shape(const ModelOptions& options) {
   if (shape.sharded) shape.local = shape.plan.local_elements();
   return shape;
 }
+
+}  // namespace
+
+int classifier_chunk_rows(const ModelOptions& options) {
+  const int64_t BT = static_cast<int64_t>(options.batch_size) * options.seq_len;
+  int64_t rows = options.classifier_chunk_rows;
+  if (rows <= 0) {
+    // The largest power of two of rows within the budget: GEMM-friendly, and it divides the
+    // usual power-of-two B*T into equal chunks.
+    const size_t row_bytes = static_cast<size_t>(options.config.padded_vocab_size) *
+                             (options.precision == Precision::kBf16 ? 2 : 4);
+    rows = 1;
+    while (static_cast<size_t>(rows) * 2 * row_bytes <= kClassifierChunkBytes) rows *= 2;
+  }
+  // At least B rows: generation puts the B last-position logits at the buffer's start.
+  return static_cast<int>(std::clamp<int64_t>(rows, options.batch_size, BT));
+}
+
+namespace {
 
 /// The attention of a model at its full (B, T); the kernel is chosen here, once.
 gpu::AttentionConfig attention_config(const ModelOptions& options) {
@@ -160,7 +189,11 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   set(kLnf, "activations", "lnf (B,T,C)", BT * C * x);
   set(kLnfMean, "activations", "lnf mean (B,T) fp32", BT * f);
   set(kLnfRstd, "activations", "lnf rstd (B,T) fp32", BT * f);
-  set(kLogits, "activations", "logits, then dlogits in place (B,T,Vp)", BT * Vp * x);
+  const size_t chunk_rows = static_cast<size_t>(classifier_chunk_rows(options));
+  set(kLogits, "activations",
+      str_cat("classifier logits, then dlogits in place (R,Vp), R = ", chunk_rows,
+              " of B*T = ", BT, " rows"),
+      chunk_rows * Vp * x);
   set(kLosses, "activations", "losses (B,T) fp32", BT * f);
   set(kAtty, "attention", "attention output (L,B,T,C)", L * BT * C * x);
   set(kAttSaved, "attention", gpu::attention_saved_name(attention),
@@ -168,7 +201,6 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   set(kAttWorkspace, "attention", gpu::attention_workspace_name(attention),
       gpu::attention_workspace_bytes(attention));
   set(kProj, "workspace", "attproj / fcproj output (B,T,C)", BT * C * x);
-  set(kDLosses, "workspace", "dlosses (B,T) fp32", BT * f);
   set(kDLnf, "workspace", "dlnf (B,T,C)", BT * C * x);
   set(kDResidual, "workspace", "dresidual (B,T,C)", BT * C * x);
   set(kDFchGelu, "workspace", "dfch_gelu (B,T,4C)", BT * 4 * C * x);
@@ -190,7 +222,7 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   if (!options.training) {
     // Inference only: nothing a backward or an optimizer step would use. (The bf16 master
     // copy stays: set_parameters stages the fp32 parameters in it.)
-    for (GpuBuffer id : {kGrads, kAdamM, kAdamV, kDLosses, kDLnf, kDResidual, kDFchGelu, kDFch,
+    for (GpuBuffer id : {kGrads, kAdamM, kAdamV, kDLnf, kDResidual, kDFchGelu, kDFch,
                          kDLn2, kDAtty, kDQkv, kDLn1, kMatmulScratch, kLayernormScratch,
                          kEncoderScratch, kNormPartials, kNormResult})
       s[id].bytes = 0;
@@ -207,6 +239,9 @@ void validate_cuda_options(const ModelOptions& options) {
     GPT2_USAGE_FAIL("sequence length must be in [1, maxT=", config.max_seq_len, "] (got ",
                     options.seq_len, ")");
   (void)attention_config(options);  // the attention kernel can run this model
+  if (options.classifier_chunk_rows < 0)
+    GPT2_USAGE_FAIL("classifier chunk rows must be >= 0 (0: automatic; got ",
+                    options.classifier_chunk_rows, ")");
   if (options.zero_stage != 0 && options.zero_stage != 1)
     GPT2_USAGE_FAIL("ZeRO stage must be 0 or 1 (got ", options.zero_stage, ")");
   if (options.training && options.world_size() > 1 && !uses_device_collectives(options))
@@ -227,11 +262,6 @@ template <typename To, typename From>
 __global__ void convert_kernel(To* out, const From* in, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = gpu::from_float<To>(gpu::to_float(in[i]));
-}
-
-__global__ void fill_kernel(float* out, float value, int64_t n) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = value;
 }
 
 template <typename To, typename From>
@@ -303,7 +333,16 @@ class CudaModel final : public CudaModelBase {
   /// Throws gpt2::Error for a training call on an inference-only model.
   void check_training(const char* call) const;
   void upload_tokens(const int* inputs, const int* targets, int B, int T);
-  void forward(int B, int T, bool with_loss);
+  /// Encoder, layers and the final layernorm (lnf); the classifier is one of the three below.
+  void forward(int B, int T);
+  /// Evaluation: the losses (B,T) of the forward's lnf, chunk by chunk (classifier_chunk_rows_).
+  void classifier_losses(int B, int T);
+  /// Training: per chunk the losses, then dlnf (=) and dwte (+=) through the fused
+  /// cross-entropy, dlogits = (softmax - onehot) * loss_scale / (B*T).
+  void classifier_forward_backward(float loss_scale);
+  /// Generation: the logits of position T-1 of each of the B sequences, (B,Vp) at the start of
+  /// kLogits (which holds >= batch_size rows), from those B rows of lnf only.
+  void last_position_logits(int B, int T);
   /// The generation step without a cache: a full forward over gen_tokens_ (gen_B_, gen_length_)
   /// and the logits (gen_B_, V) of the last position.
   void generation_forward(float* logits);
@@ -322,6 +361,7 @@ class CudaModel final : public CudaModelBase {
   ParameterLayout layout_;
   MemoryPlan plan_;
   gpu::AttentionConfig attention_;  // at (batch_size, seq_len); the kernel chosen once
+  int classifier_chunk_rows_ = 0;   // rows of the kLogits buffer
   std::unique_ptr<gpu::Context> ctx_;
   std::vector<void*> buffers_;          // indexed by GpuBuffer; nullptr for empty items
   std::vector<int> inputs_host_;        // the last forward's inputs (encoder backward buckets)
@@ -342,7 +382,8 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
     : options_(options),
       config_(options.config),
       plan_(plan_cuda_model_memory(options)),
-      attention_(attention_config(options)) {
+      attention_(attention_config(options)),
+      classifier_chunk_rows_(classifier_chunk_rows(options)) {
   static_assert(std::is_same_v<T_, float> || std::is_same_v<T_, bf16>);
   constexpr bool kIsBf16 = std::is_same_v<T_, bf16>;
   GPT2_CHECK((options.precision == Precision::kBf16) == kIsBf16);
@@ -583,11 +624,10 @@ void CudaModel<T_>::upload_tokens(const int* inputs, const int* targets, int B, 
 }
 
 template <typename T_>
-void CudaModel<T_>::forward(int B, int T, bool with_loss) {
+void CudaModel<T_>::forward(int B, int T) {
   const gpu::Context& ctx = *ctx_;
   cudaStream_t stream = ctx.stream();
   const int C = config_.channels, L = config_.num_layers;
-  const int V = config_.vocab_size, Vp = config_.padded_vocab_size;
   const size_t BT = static_cast<size_t>(B) * T, Cs = C;
   const gpu::AttentionConfig attention = attention_at(B, T);
 
@@ -627,11 +667,57 @@ void CudaModel<T_>::forward(int B, int T, bool with_loss) {
   gpu::layernorm_forward(act(kLnf), buf<float>(kLnfMean), buf<float>(kLnfRstd),
                          act(kResidual3) + (L - 1) * BT * Cs, param(kLnfw), param(kLnfb), B, T, C,
                          stream);
-  gpu::matmul_forward(act(kLogits), act(kLnf), param(kWte), static_cast<const T_*>(nullptr), B, T,
-                      C, Vp, ctx);
-  if (with_loss)
-    gpu::crossentropy_forward(buf<float>(kLosses), act(kLogits), buf<int>(kTargets), B, T, V, Vp,
-                              stream);
+}
+
+template <typename T_>
+void CudaModel<T_>::classifier_losses(int B, int T) {
+  const int64_t BT = static_cast<int64_t>(B) * T;
+  const int C = config_.channels, V = config_.vocab_size, Vp = config_.padded_vocab_size;
+  T_* logits = act(kLogits);  // (rows, Vp)
+  for (int64_t first = 0; first < BT; first += classifier_chunk_rows_) {
+    const int rows = static_cast<int>(std::min<int64_t>(classifier_chunk_rows_, BT - first));
+    // A chunk is (B, T) = (1, rows) to the ops.
+    gpu::matmul_forward(logits, act(kLnf) + first * C, param(kWte),
+                        static_cast<const T_*>(nullptr), 1, rows, C, Vp, *ctx_);
+    gpu::crossentropy_forward(buf<float>(kLosses) + first, logits, buf<int>(kTargets) + first, 1,
+                              rows, V, Vp, ctx_->stream());
+  }
+}
+
+template <typename T_>
+void CudaModel<T_>::classifier_forward_backward(float loss_scale) {
+  const int64_t BT = static_cast<int64_t>(cur_B_) * cur_T_;
+  const int C = config_.channels, V = config_.vocab_size, Vp = config_.padded_vocab_size;
+  const float dloss = static_cast<float>(static_cast<double>(loss_scale) / double(BT));
+  T_* logits = act(kLogits);  // (rows, Vp): the logits, then their gradient in place
+  for (int64_t first = 0; first < BT; first += classifier_chunk_rows_) {
+    const int rows = static_cast<int>(std::min<int64_t>(classifier_chunk_rows_, BT - first));
+    const T_* lnf = act(kLnf) + first * C;
+    gpu::matmul_forward(logits, lnf, param(kWte), static_cast<const T_*>(nullptr), 1, rows, C, Vp,
+                        *ctx_);
+    gpu::crossentropy_forward_backward(buf<float>(kLosses) + first, logits,
+                                       buf<int>(kTargets) + first, dloss, 1, rows, V, Vp,
+                                       ctx_->stream());
+    // dlnf rows [first, first + rows) (=) and dwte (+=, accumulating over the chunks); no bias.
+    gpu::matmul_backward(act(kDLnf) + first * C, grad(kWte), static_cast<T_*>(nullptr), logits,
+                         lnf, param(kWte), 1, rows, C, Vp, static_cast<float*>(nullptr), *ctx_);
+  }
+}
+
+template <typename T_>
+void CudaModel<T_>::last_position_logits(int B, int T) {
+  GPT2_CHECK(B <= classifier_chunk_rows_, "B=", B, " > the ", classifier_chunk_rows_,
+             " rows of the logits buffer");
+  const size_t C = config_.channels;
+  const int Vp = config_.padded_vocab_size;
+  // Gather lnf row T-1 of each sequence (B rows at a pitch of T*C) into kProj, free once the
+  // forward is done, then B rows of logits.
+  T_* last_lnf = act(kProj);  // (B, C)
+  GPT2_CUDA_CHECK(cudaMemcpy2DAsync(last_lnf, C * sizeof(T_), act(kLnf) + (T - 1) * C,
+                                    static_cast<size_t>(T) * C * sizeof(T_), C * sizeof(T_), B,
+                                    cudaMemcpyDeviceToDevice, ctx_->stream()));
+  gpu::matmul_forward(act(kLogits), last_lnf, param(kWte), static_cast<const T_*>(nullptr), 1, B,
+                      static_cast<int>(C), Vp, *ctx_);
 }
 
 template <typename T_>
@@ -641,22 +727,12 @@ void CudaModel<T_>::backward(float loss_scale) {
   cudaStream_t stream = ctx.stream();
   const int B = cur_B_, T = cur_T_;
   const int C = config_.channels, L = config_.num_layers;
-  const int V = config_.vocab_size, Vp = config_.padded_vocab_size;
   const size_t BT = static_cast<size_t>(B) * T, Cs = C;
   const gpu::AttentionConfig attention = attention_at(B, T);
   float* matmul_scratch = buf<float>(kMatmulScratch);
   float* ln_scratch = buf<float>(kLayernormScratch);
 
-  constexpr int kThreads = 256;
-  fill_kernel<<<gpu::grid_size(static_cast<int64_t>(BT), kThreads), kThreads, 0, stream>>>(
-      buf<float>(kDLosses), static_cast<float>(static_cast<double>(loss_scale) / double(BT)),
-      static_cast<int64_t>(BT));
-  GPT2_CUDA_CHECK_LAUNCH();
-  T_* dlogits = act(kLogits);  // in place
-  gpu::crossentropy_backward(dlogits, buf<float>(kDLosses), act(kLogits), buf<int>(kTargets), B, T,
-                             V, Vp, stream);
-  gpu::matmul_backward(act(kDLnf), grad(kWte), static_cast<T_*>(nullptr), dlogits, act(kLnf),
-                       param(kWte), B, T, C, Vp, static_cast<float*>(nullptr), ctx);
+  classifier_forward_backward(loss_scale);  // the losses, dlnf and dwte
   T_* dresidual = act(kDResidual);
   GPT2_CUDA_CHECK(cudaMemsetAsync(dresidual, 0, BT * Cs * sizeof(T_), stream));
   gpu::layernorm_backward(dresidual, grad(kLnfw), grad(kLnfb), act(kDLnf),
@@ -731,7 +807,7 @@ float CudaModel<T_>::forward_backward(const int* inputs, const int* targets, flo
   const int B = options_.batch_size, T = options_.seq_len;
   gen_length_ = -1;  // ends a generation session (model.h)
   upload_tokens(inputs, targets, B, T);
-  forward(B, T, /*with_loss=*/true);
+  forward(B, T);
   backward(loss_scale);
   const float loss = mean_loss(B, T);  // synchronizes
   sample_memory();
@@ -744,7 +820,8 @@ float CudaModel<T_>::evaluate(const int* inputs, const int* targets) {
   const int B = options_.batch_size, T = options_.seq_len;
   gen_length_ = -1;  // ends a generation session (model.h)
   upload_tokens(inputs, targets, B, T);
-  forward(B, T, /*with_loss=*/true);
+  forward(B, T);
+  classifier_losses(B, T);
   const float loss = mean_loss(B, T);
   sample_memory();
   return loss;
@@ -799,14 +876,13 @@ void CudaModel<T_>::generation_forward(float* logits) {
   const int session_length = gen_length_;
   gen_length_ = -1;  // no valid session should this throw half way
   upload_tokens(gen_tokens_.data(), nullptr, B, T);
-  forward(B, T, /*with_loss=*/false);
+  forward(B, T);
+  last_position_logits(B, T);
   const size_t Vp = config_.padded_vocab_size;
   const int V = config_.vocab_size;
-  // Row T-1 of each sequence's (T, Vp) logits: B rows at a pitch of T*Vp.
   std::vector<T_> rows(static_cast<size_t>(B) * Vp);
-  GPT2_CUDA_CHECK(cudaMemcpy2DAsync(rows.data(), Vp * sizeof(T_), act(kLogits) + (T - 1) * Vp,
-                                    static_cast<size_t>(T) * Vp * sizeof(T_), Vp * sizeof(T_), B,
-                                    cudaMemcpyDeviceToHost, ctx_->stream()));
+  GPT2_CUDA_CHECK(cudaMemcpyAsync(rows.data(), act(kLogits), rows.size() * sizeof(T_),
+                                  cudaMemcpyDeviceToHost, ctx_->stream()));
   ctx_->synchronize();
   for (size_t b = 0; b < static_cast<size_t>(B); ++b)
     for (int v = 0; v < V; ++v) logits[b * V + v] = host_float(rows[b * Vp + v]);
