@@ -7,9 +7,18 @@
  * per backward; layernorm_backward adds into it; matmul / attention / gelu overwrite their
  * activation gradients; every parameter gradient accumulates (+=). Differences, all for memory:
  * the attproj / fcproj outputs live in one shared (B,T,C) buffer (only the residual sums are
- * needed later); the probabilities of the classifier are never stored and dlogits overwrite
- * the logits in place. Per-layer activations are (L,B,T,X) buffers whose layer l starts at
- * l*B*T*X for the (B,T) of the current forward, so a shorter forward (sampling) fits inside.
+ * needed later); the classifier never holds the logits of all B*T positions. The forward
+ * stops at lnf; the classifier then runs over chunks of R rows of (B*T) in one (R,Vp) buffer
+ * (R = classifier_chunk_rows(), a 256 MiB budget by default: 2048 rows of GPT-2's vocabulary
+ * in bf16, against 1.5 GiB for (B,T,Vp) at B=16, T=1024). Training, per chunk: logits =
+ * lnf_chunk wte^T; fused cross-entropy (the chunk's losses, and dlogits = (softmax - onehot) *
+ * loss_scale/(B*T) over the logits in place); dlnf_chunk = dlogits wte; dwte += dlogits^T
+ * lnf_chunk. Evaluation: logits and losses per chunk. Each row's loss depends on its row only,
+ * so the chunking changes nothing but the GEMMs' summation order (cuBLAS may pick another
+ * algorithm per row count) and, in bf16, dwte's rounding: one bf16 rounding per chunk's +=
+ * (matmul.cuh). The probabilities are never stored. Per-layer activations are (L,B,T,X)
+ * buffers whose layer l starts at l*B*T*X for the (B,T) of the current forward, so a shorter
+ * forward (sampling) fits inside.
  * The forward's per-layer code is one function (block_forward) over a BlockActivations of
  * pointers, with the attention step passed in; training, prefill and decode all run it.
  * Generation keeps a key/value cache per layer, (gen_B, NH, max_len, HS) in the storage type,
@@ -44,7 +53,6 @@
 #include "kernels/gpu/context.cuh"
 #include "kernels/gpu/crossentropy.cuh"
 #include "kernels/gpu/encoder.cuh"
-#include "kernels/gpu/gelu.cuh"
 #include "kernels/gpu/global_norm.cuh"
 #include "kernels/gpu/layernorm.cuh"
 #include "kernels/gpu/matmul.cuh"
@@ -63,7 +71,7 @@ enum GpuBuffer : int {
   kEncoded, kLn1, kLn1Mean, kLn1Rstd, kQkv, kLn2, kLn2Mean, kLn2Rstd, kFch, kFchGelu,
   kResidual2, kResidual3, kLnf, kLnfMean, kLnfRstd, kLogits, kLosses,
   kAtty, kAttSaved, kAttWorkspace, kDecodePartials,
-  kProj, kDLosses, kDLnf, kDResidual, kDFchGelu, kDFch, kDLn2, kDAtty, kDQkv, kDLn1,
+  kProj, kDLnf, kDResidual, kDFch, kDLn2, kDAtty, kDQkv, kDLn1,
   kMatmulScratch, kLayernormScratch, kEncoderScratch, kNormPartials, kNormResult, kInputs,
   kTargets,
   kNumGpuBuffers
@@ -119,6 +127,25 @@ std::vector<gpu::AdamWSegment> adamw_segments(const DataParallelShape& dp,
   }
   return segments;
 }
+
+}  // namespace
+
+int classifier_chunk_rows(const ModelOptions& options) {
+  const int64_t BT = static_cast<int64_t>(options.batch_size) * options.seq_len;
+  int64_t rows = options.classifier_chunk_rows;
+  if (rows <= 0) {
+    // The largest power of two of rows within the budget: GEMM-friendly, and it divides the
+    // usual power-of-two B*T into equal chunks.
+    const size_t row_bytes = static_cast<size_t>(options.config.padded_vocab_size) *
+                             (options.precision == Precision::kBf16 ? 2 : 4);
+    rows = 1;
+    while (static_cast<size_t>(rows) * 2 * row_bytes <= kClassifierChunkBytes) rows *= 2;
+  }
+  // At least B rows: generation puts the B last-position logits at the buffer's start.
+  return static_cast<int>(std::clamp<int64_t>(rows, options.batch_size, BT));
+}
+
+namespace {
 
 /// The attention of a model at its full (B, T); the kernel is chosen here, once.
 gpu::AttentionConfig attention_config(const ModelOptions& options) {
@@ -186,7 +213,11 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   set(kLnf, "activations", "lnf (B,T,C)", BT * C * x);
   set(kLnfMean, "activations", "lnf mean (B,T) fp32", BT * f);
   set(kLnfRstd, "activations", "lnf rstd (B,T) fp32", BT * f);
-  set(kLogits, "activations", "logits, then dlogits in place (B,T,Vp)", BT * Vp * x);
+  const size_t chunk_rows = static_cast<size_t>(classifier_chunk_rows(options));
+  set(kLogits, "activations",
+      str_cat("classifier logits, then dlogits in place (R,Vp), R = ", chunk_rows,
+              " of B*T = ", BT, " rows"),
+      chunk_rows * Vp * x);
   set(kLosses, "activations", "losses (B,T) fp32", BT * f);
   set(kAtty, "attention", "attention output (L,B,T,C)", L * BT * C * x);
   set(kAttSaved, "attention", gpu::attention_saved_name(attention),
@@ -199,10 +230,8 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   set(kDecodePartials, "attention", "decode attention split partials fp32",
       static_cast<size_t>(gpu::attention_decode_scratch_floats(Bi, Ci, cfg.num_heads, Ti)) * f);
   set(kProj, "workspace", "attproj / fcproj output (B,T,C)", BT * C * x);
-  set(kDLosses, "workspace", "dlosses (B,T) fp32", BT * f);
   set(kDLnf, "workspace", "dlnf (B,T,C)", BT * C * x);
   set(kDResidual, "workspace", "dresidual (B,T,C)", BT * C * x);
-  set(kDFchGelu, "workspace", "dfch_gelu (B,T,4C)", BT * 4 * C * x);
   set(kDFch, "workspace", "dfch (B,T,4C)", BT * 4 * C * x);
   set(kDLn2, "workspace", "dln2 (B,T,C)", BT * C * x);
   set(kDAtty, "workspace", "datty (B,T,C)", BT * C * x);
@@ -221,8 +250,8 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   if (!options.training) {
     // Inference only: nothing a backward or an optimizer step would use. (The bf16 master
     // copy stays: set_parameters stages the fp32 parameters in it.)
-    for (GpuBuffer id : {kGrads, kAdamM, kAdamV, kAdamWSegments, kDLosses, kDLnf, kDResidual, kDFchGelu, kDFch,
-                         kDLn2, kDAtty, kDQkv, kDLn1, kMatmulScratch, kLayernormScratch,
+    for (GpuBuffer id : {kGrads, kAdamM, kAdamV, kAdamWSegments, kDLnf, kDResidual, kDFch, kDLn2,
+                         kDAtty, kDQkv, kDLn1, kMatmulScratch, kLayernormScratch,
                          kEncoderScratch, kNormPartials, kNormResult})
       s[id].bytes = 0;
   }
@@ -238,6 +267,9 @@ void validate_cuda_options(const ModelOptions& options) {
     GPT2_USAGE_FAIL("sequence length must be in [1, maxT=", config.max_seq_len, "] (got ",
                     options.seq_len, ")");
   (void)attention_config(options);  // the attention kernel can run this model
+  if (options.classifier_chunk_rows < 0)
+    GPT2_USAGE_FAIL("classifier chunk rows must be >= 0 (0: automatic; got ",
+                    options.classifier_chunk_rows, ")");
   if (options.zero_stage != 0 && options.zero_stage != 1)
     GPT2_USAGE_FAIL("ZeRO stage must be 0 or 1 (got ", options.zero_stage, ")");
   if (options.training && options.world_size() > 1 && !uses_device_collectives(options))
@@ -258,11 +290,6 @@ template <typename To, typename From>
 __global__ void convert_kernel(To* out, const From* in, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = gpu::from_float<To>(gpu::to_float(in[i]));
-}
-
-__global__ void fill_kernel(float* out, float value, int64_t n) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = value;
 }
 
 template <typename To, typename From>
@@ -355,7 +382,8 @@ class CudaModel final : public CudaModelBase {
   /// Throws gpt2::Error for a training call on an inference-only model.
   void check_training(const char* call) const;
   void upload_tokens(const int* inputs, const int* targets, int B, int T);
-  void forward(int B, int T, bool with_loss);
+  /// Encoder, layers and the final layernorm (lnf); the classifier is one of the three below.
+  void forward(int B, int T);
   /// The encoder and the L blocks over the uploaded (B,T) tokens, attention by the model's
   /// kernel; every layer's activations kept (backward and prefill read them).
   void forward_blocks(int B, int T);
@@ -365,11 +393,17 @@ class CudaModel final : public CudaModelBase {
   /// residual, ln2, fc + gelu, fcproj, residual.
   template <typename Attend>
   void block_forward(int l, const BlockActivations<T_>& a, int B, int T, Attend&& attend);
+  /// Evaluation: the losses (B,T) of the forward's lnf, chunk by chunk (classifier_chunk_rows_).
+  void classifier_losses(int B, int T);
+  /// Training: per chunk the losses, then dlnf (=) and dwte (+=) through the fused
+  /// cross-entropy, dlogits = (softmax - onehot) * loss_scale / (B*T).
+  void classifier_forward_backward(float loss_scale);
   /// Generation's caches of layer l: (gen_B_, NH, gen_max_len_, HS) each.
   T_* key_cache(int l) const;
   T_* value_cache(int l) const;
-  /// lnf and the classifier on gen_B_ contiguous rows (gen_B_, C) of the last block's output;
-  /// logits (gen_B_, V) to the host. Synchronizes.
+  /// lnf and the classifier on gen_B_ contiguous rows (gen_B_, C) of the last block's output,
+  /// (gen_B_, Vp) at the start of kLogits (which holds >= batch_size rows); logits (gen_B_, V)
+  /// to the host. Synchronizes.
   void generation_logits(const T_* rows, float* logits);
   void backward(float loss_scale);
   float mean_loss(int B, int T) const;
@@ -386,6 +420,7 @@ class CudaModel final : public CudaModelBase {
   ParameterLayout layout_;
   MemoryPlan plan_;
   gpu::AttentionConfig attention_;  // at (batch_size, seq_len); the kernel chosen once
+  int classifier_chunk_rows_ = 0;   // rows of the kLogits buffer
   std::unique_ptr<gpu::Context> ctx_;
   std::vector<void*> buffers_;          // indexed by GpuBuffer; nullptr for empty items
   std::vector<int> inputs_host_;        // the last forward's inputs (encoder backward buckets)
@@ -406,7 +441,8 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
     : options_(options),
       config_(options.config),
       plan_(plan_cuda_model_memory(options)),
-      attention_(attention_config(options)) {
+      attention_(attention_config(options)),
+      classifier_chunk_rows_(classifier_chunk_rows(options)) {
   static_assert(std::is_same_v<T_, float> || std::is_same_v<T_, bf16>);
   constexpr bool kIsBf16 = std::is_same_v<T_, bf16>;
   GPT2_CHECK((options.precision == Precision::kBf16) == kIsBf16);
@@ -649,22 +685,51 @@ void CudaModel<T_>::upload_tokens(const int* inputs, const int* targets, int B, 
 }
 
 template <typename T_>
-void CudaModel<T_>::forward(int B, int T, bool with_loss) {
+void CudaModel<T_>::forward(int B, int T) {
   const gpu::Context& ctx = *ctx_;
   cudaStream_t stream = ctx.stream();
   const int C = config_.channels, L = config_.num_layers;
-  const int V = config_.vocab_size, Vp = config_.padded_vocab_size;
   const size_t BT = static_cast<size_t>(B) * T, Cs = C;
 
   forward_blocks(B, T);
   gpu::layernorm_forward(act(kLnf), buf<float>(kLnfMean), buf<float>(kLnfRstd),
                          act(kResidual3) + (L - 1) * BT * Cs, param(kLnfw), param(kLnfb), B, T, C,
                          stream);
-  gpu::matmul_forward(act(kLogits), act(kLnf), param(kWte), static_cast<const T_*>(nullptr), B, T,
-                      C, Vp, ctx);
-  if (with_loss)
-    gpu::crossentropy_forward(buf<float>(kLosses), act(kLogits), buf<int>(kTargets), B, T, V, Vp,
-                              stream);
+}
+
+template <typename T_>
+void CudaModel<T_>::classifier_losses(int B, int T) {
+  const int64_t BT = static_cast<int64_t>(B) * T;
+  const int C = config_.channels, V = config_.vocab_size, Vp = config_.padded_vocab_size;
+  T_* logits = act(kLogits);  // (rows, Vp)
+  for (int64_t first = 0; first < BT; first += classifier_chunk_rows_) {
+    const int rows = static_cast<int>(std::min<int64_t>(classifier_chunk_rows_, BT - first));
+    // A chunk is (B, T) = (1, rows) to the ops.
+    gpu::matmul_forward(logits, act(kLnf) + first * C, param(kWte),
+                        static_cast<const T_*>(nullptr), 1, rows, C, Vp, *ctx_);
+    gpu::crossentropy_forward(buf<float>(kLosses) + first, logits, buf<int>(kTargets) + first, 1,
+                              rows, V, Vp, ctx_->stream());
+  }
+}
+
+template <typename T_>
+void CudaModel<T_>::classifier_forward_backward(float loss_scale) {
+  const int64_t BT = static_cast<int64_t>(cur_B_) * cur_T_;
+  const int C = config_.channels, V = config_.vocab_size, Vp = config_.padded_vocab_size;
+  const float dloss = static_cast<float>(static_cast<double>(loss_scale) / double(BT));
+  T_* logits = act(kLogits);  // (rows, Vp): the logits, then their gradient in place
+  for (int64_t first = 0; first < BT; first += classifier_chunk_rows_) {
+    const int rows = static_cast<int>(std::min<int64_t>(classifier_chunk_rows_, BT - first));
+    const T_* lnf = act(kLnf) + first * C;
+    gpu::matmul_forward(logits, lnf, param(kWte), static_cast<const T_*>(nullptr), 1, rows, C, Vp,
+                        *ctx_);
+    gpu::crossentropy_forward_backward(buf<float>(kLosses) + first, logits,
+                                       buf<int>(kTargets) + first, dloss, 1, rows, V, Vp,
+                                       ctx_->stream());
+    // dlnf rows [first, first + rows) (=) and dwte (+=, accumulating over the chunks); no bias.
+    gpu::matmul_backward(act(kDLnf) + first * C, grad(kWte), static_cast<T_*>(nullptr), logits,
+                         lnf, param(kWte), 1, rows, C, Vp, static_cast<float*>(nullptr), *ctx_);
+  }
 }
 
 template <typename T_>
@@ -735,22 +800,12 @@ void CudaModel<T_>::backward(float loss_scale) {
   cudaStream_t stream = ctx.stream();
   const int B = cur_B_, T = cur_T_;
   const int C = config_.channels, L = config_.num_layers;
-  const int V = config_.vocab_size, Vp = config_.padded_vocab_size;
   const size_t BT = static_cast<size_t>(B) * T, Cs = C;
   const gpu::AttentionConfig attention = attention_at(B, T);
   float* matmul_scratch = buf<float>(kMatmulScratch);
   float* ln_scratch = buf<float>(kLayernormScratch);
 
-  constexpr int kThreads = 256;
-  fill_kernel<<<gpu::grid_size(static_cast<int64_t>(BT), kThreads), kThreads, 0, stream>>>(
-      buf<float>(kDLosses), static_cast<float>(static_cast<double>(loss_scale) / double(BT)),
-      static_cast<int64_t>(BT));
-  GPT2_CUDA_CHECK_LAUNCH();
-  T_* dlogits = act(kLogits);  // in place
-  gpu::crossentropy_backward(dlogits, buf<float>(kDLosses), act(kLogits), buf<int>(kTargets), B, T,
-                             V, Vp, stream);
-  gpu::matmul_backward(act(kDLnf), grad(kWte), static_cast<T_*>(nullptr), dlogits, act(kLnf),
-                       param(kWte), B, T, C, Vp, static_cast<float*>(nullptr), ctx);
+  classifier_forward_backward(loss_scale);  // the losses, dlnf and dwte
   T_* dresidual = act(kDResidual);
   GPT2_CUDA_CHECK(cudaMemsetAsync(dresidual, 0, BT * Cs * sizeof(T_), stream));
   gpu::layernorm_backward(dresidual, grad(kLnfw), grad(kLnfb), act(kDLnf),
@@ -758,7 +813,6 @@ void CudaModel<T_>::backward(float loss_scale) {
                           buf<float>(kLnfRstd), B, T, C, ln_scratch, stream);
   if (dp_) dp_->backward_point(0);  // lnf done (model/cuda_data_parallel.h's points)
 
-  T_* dfch_gelu = act(kDFchGelu);
   T_* dfch = act(kDFch);
   T_* dln2 = act(kDLn2);
   T_* datty = act(kDAtty);
@@ -774,10 +828,10 @@ void CudaModel<T_>::backward(float loss_scale) {
     const T_* fch_gelu = act(kFchGelu) + l * BT * 4 * Cs;
 
     // dresidual holds d(residual3): the fcproj branch and the skip to residual2 both get it.
-    gpu::matmul_backward(dfch_gelu, grad(kFcprojw) + l * Cs * 4 * Cs, grad(kFcprojb) + l * Cs,
-                         dresidual, fch_gelu, param(kFcprojw) + l * Cs * 4 * Cs, B, T, 4 * C, C,
-                         matmul_scratch, ctx);
-    gpu::gelu_backward(dfch, fch, dfch_gelu, static_cast<int64_t>(BT * 4 * Cs), stream);
+    // fcproj's backward with the GELU's folded in: dfch = gelu'(fch) * (dresidual @ W).
+    gpu::matmul_backward_gelu(dfch, grad(kFcprojw) + l * Cs * 4 * Cs, grad(kFcprojb) + l * Cs,
+                              dresidual, fch_gelu, fch, param(kFcprojw) + l * Cs * 4 * Cs, B, T,
+                              4 * C, C, matmul_scratch, ctx);
     gpu::matmul_backward(dln2, grad(kFcw) + l * 4 * Cs * Cs, grad(kFcb) + l * 4 * Cs, dfch, ln2,
                          param(kFcw) + l * 4 * Cs * Cs, B, T, C, 4 * C, matmul_scratch, ctx);
     gpu::layernorm_backward(dresidual, grad(kLn2w) + l * Cs, grad(kLn2b) + l * Cs, dln2, residual2,
@@ -825,7 +879,7 @@ float CudaModel<T_>::forward_backward(const int* inputs, const int* targets, flo
   const int B = options_.batch_size, T = options_.seq_len;
   gen_length_ = -1;  // ends a generation session (model.h)
   upload_tokens(inputs, targets, B, T);
-  forward(B, T, /*with_loss=*/true);
+  forward(B, T);
   backward(loss_scale);
   const float loss = mean_loss(B, T);  // synchronizes
   sample_memory();
@@ -838,7 +892,8 @@ float CudaModel<T_>::evaluate(const int* inputs, const int* targets) {
   const int B = options_.batch_size, T = options_.seq_len;
   gen_length_ = -1;  // ends a generation session (model.h)
   upload_tokens(inputs, targets, B, T);
-  forward(B, T, /*with_loss=*/true);
+  forward(B, T);
+  classifier_losses(B, T);
   const float loss = mean_loss(B, T);
   sample_memory();
   return loss;

@@ -10,11 +10,13 @@
  * fails names the buffer, the bytes it needed and the bytes free. Peak memory is measured:
  * the device's used memory (cudaMemGetInfo) sampled after allocation and after every call that
  * synchronizes (each forward_backward / evaluate / prefill / decode_step / adamw_step).
+ * The classifier works on chunks of rows, so the (B,T,Vp) logits are never held at once.
  * Generation keeps a GPU key/value cache (in activation buffers a session overwrites anyway):
  * prefill is one forward over the prompt, and a decode step costs one position's forward.
  */
 #pragma once
 
+#include <cstddef>
 #include <memory>
 
 #include "model/model.h"
@@ -23,6 +25,13 @@ namespace gpt2 {
 
 /// The CUDA model's plan for these options (no device needed). Validates the options.
 MemoryPlan plan_cuda_model_memory(const ModelOptions& options);
+
+/// The classifier's logits are held for this many bytes' worth of rows by default.
+constexpr size_t kClassifierChunkBytes = size_t{256} << 20;
+/// Rows of (B*T) whose logits the classifier holds at once: options.classifier_chunk_rows, or
+/// when 0 the largest power of two of rows of (Vp) logits within kClassifierChunkBytes; then
+/// clamped to [batch_size, B*T] (generation puts batch_size rows of logits in that buffer).
+int classifier_chunk_rows(const ModelOptions& options);
 
 /// Model plus what tests need beyond the trainer's interface.
 class CudaModelBase : public Model {

@@ -63,6 +63,8 @@ cxxopts::Options make_options() {
        "(NCCL at world size 1 too: the data-parallel path on one GPU)", s()->default_value("auto"))
       ("overlap-comm", "--device cuda with NCCL: reduce gradient buckets during the last "
        "micro-batch's backward (1) or after it (0)", s()->default_value("1"))
+      ("classifier-chunk-rows", "--device cuda: rows of B*T whose logits the classifier holds "
+       "at once (0: automatic, a 256 MiB budget; at least B, at most B*T)", s()->default_value("0"))
       ("h,help", "print this help");
   return options;
 }
@@ -259,6 +261,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   if (overlap != "0" && overlap != "1")
     GPT2_USAGE_FAIL("--overlap-comm must be 0 or 1 (got '", overlap, "')");
   cli.overlap_comm = overlap == "1";
+  cli.classifier_chunk_rows = parse_count("classifier-chunk-rows", text("classifier-chunk-rows"));
   return cli;
 }
 
@@ -295,6 +298,10 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
   config.attention = cli.attention;
   config.flash_kernel = cli.flash_kernel;
   config.deterministic_attention = cli.deterministic_attention;
+  config.classifier_chunk_rows = cli.classifier_chunk_rows;
+  if (!on_cuda && cli.classifier_chunk_rows != 0)
+    GPT2_USAGE_FAIL("--classifier-chunk-rows needs --device cuda (the CPU backend holds the "
+                    "logits of the whole micro-batch)");
   if (cli.flash_kernel != FlashKernelChoice::kAuto && cli.attention != AttentionKind::kFlash)
     GPT2_USAGE_FAIL("--attn-kernel ", to_string(cli.flash_kernel), " chooses among the flash "
                     "kernels; it needs --attn flash");

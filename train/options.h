@@ -82,6 +82,7 @@ struct CommandLine {
   std::optional<int> zero_stage;  // 0 | 1
   std::string comm = "auto";      // auto | nccl
   bool overlap_comm = true;
+  int classifier_chunk_rows = 0;  // 0: automatic
   bool help = false;
 };
 
@@ -97,6 +98,7 @@ struct TrainConfig {
   AttentionKind attention = AttentionKind::kFlash;
   FlashKernelChoice flash_kernel = FlashKernelChoice::kAuto;  // GPU flash kernel
   bool deterministic_attention = false;                       // GPU flash backward
+  int classifier_chunk_rows = 0;  // GPU: rows of logits held at once (0: automatic)
   Precision precision = Precision::kFp32;
   int batch_size = 0;  // B per micro-batch
   int seq_len = 0;     // T

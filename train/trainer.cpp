@@ -60,6 +60,7 @@ ModelOptions model_options(const TrainConfig& config, Communicator& comm) {
   options.precision = config.precision;
   options.flash_kernel = config.flash_kernel;
   options.deterministic_attention = config.deterministic_attention;
+  options.classifier_chunk_rows = config.classifier_chunk_rows;
   return options;
 }
 

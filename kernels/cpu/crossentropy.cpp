@@ -7,8 +7,8 @@
  * for v < V (for Real = float rounded twice: exp to float, then the product) and 0 for the
  * padding columns [V, Vp).
  * Backward: dlogits[v] = (probs[v] - [v == target]) * dlosses[bt] for v < V, 0 for padding;
- * overwritten (=). Parallel over rows; each row is one thread's, so results do not depend on
- * the thread count. Row offsets bt * Vp are 64-bit. targets must be in [0, V) (checked, before
+ * overwritten (=). Forward + backward: the two composed through a temporary probs.
+ * Parallel over rows; each row is one thread's, so results do not depend on the thread count. Row offsets bt * Vp are 64-bit. targets must be in [0, V) (checked, before
  * the parallel loop: nothing may throw inside an OpenMP region).
  */
 #include "kernels/cpu/crossentropy.h"
@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "base/error.h"
 
@@ -73,6 +74,18 @@ void crossentropy_backward(Real* dlogits, const Real* dlosses, const Real* probs
   }
 }
 
+template <typename Real>
+void crossentropy_forward_backward(Real* losses, Real* dlogits, const Real* logits,
+                                   const int* targets, Real dloss, int B, int T, int V, int Vp) {
+  // The two references composed: the very same numbers as forward then backward. The forward
+  // has read every logit into probs before the backward writes dlogits, so they may alias.
+  const int64_t BT = static_cast<int64_t>(B) * T;
+  std::vector<Real> probs(static_cast<size_t>(BT) * Vp);
+  crossentropy_forward(losses, probs.data(), logits, targets, B, T, V, Vp);
+  const std::vector<Real> dlosses(static_cast<size_t>(BT), dloss);
+  crossentropy_backward(dlogits, dlosses.data(), probs.data(), targets, B, T, V, Vp);
+}
+
 template void crossentropy_forward<float>(float*, float*, const float*, const int*, int, int, int,
                                           int);
 template void crossentropy_forward<double>(double*, double*, const double*, const int*, int, int,
@@ -81,5 +94,9 @@ template void crossentropy_backward<float>(float*, const float*, const float*, c
                                            int, int, int);
 template void crossentropy_backward<double>(double*, const double*, const double*, const int*,
                                             int, int, int, int);
+template void crossentropy_forward_backward<float>(float*, float*, const float*, const int*,
+                                                   float, int, int, int, int);
+template void crossentropy_forward_backward<double>(double*, double*, const double*, const int*,
+                                                    double, int, int, int, int);
 
 }  // namespace gpt2::cpu

@@ -8,6 +8,9 @@
  *           losses[bt] = -log probs[bt, targets[bt]]          (losses (B,T), probs (B,T,Vp))
  * Backward: dlogits[bt, v] = (probs[bt, v] - [v == target]) * dlosses[bt] for v < V, 0 for
  *           padding columns (overwritten, =). dlosses (B,T); usually 1/(B*T*accumulation).
+ * Forward + backward (the GPU's fused op, crossentropy.cuh): losses as the forward and dlogits
+ *           as the backward with every dlosses[bt] = dloss, one scalar; probs are not returned
+ *           (a temporary); dlogits may alias logits (in place).
  * Max and sum of exponentials accumulate in double; losses are computed as lse - logit.
  */
 #pragma once
@@ -21,5 +24,9 @@ void crossentropy_forward(Real* losses, Real* probs, const Real* logits, const i
 template <typename Real>
 void crossentropy_backward(Real* dlogits, const Real* dlosses, const Real* probs,
                            const int* targets, int B, int T, int V, int Vp);
+
+template <typename Real>
+void crossentropy_forward_backward(Real* losses, Real* dlogits, const Real* logits,
+                                   const int* targets, Real dloss, int B, int T, int V, int Vp);
 
 }  // namespace gpt2::cpu

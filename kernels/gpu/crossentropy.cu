@@ -1,7 +1,7 @@
 /**
  * @file crossentropy.cu
- * @brief Cross-entropy forward (losses only) and backward (softmax recomputed, in place
- *        allowed); see crossentropy.cuh.
+ * @brief Cross-entropy forward (losses only), backward (softmax recomputed, in place allowed)
+ *        and both fused in place; see crossentropy.cuh.
  */
 #include "kernels/gpu/crossentropy.cuh"
 
@@ -96,21 +96,14 @@ __global__ void crossentropy_forward_kernel(float* losses, const T_* logits, con
   }
 }
 
-/// One block per row; the row's reads all finish inside row_softmax_stats (it ends with a
-/// barrier) before the first write, and in the write pass each thread reads only the values it
-/// then overwrites, so dlogits may alias logits.
+/// Writes one row of dlogits = (softmax - onehot(target)) * dloss, 0 in the padding columns,
+/// from the row's softmax statistics. Each thread reads only the logits it then overwrites, so
+/// dx may alias x once every other read of the row is behind a barrier.
 template <typename T_>
-__global__ void crossentropy_backward_kernel(T_* dlogits, const float* dlosses, const T_* logits,
-                                             const int* targets, int V, int Vp, bool packed) {
+__device__ void write_dlogits_row(T_* dx, const T_* x, const RowSoftmax& stats, int target,
+                                  float dloss, int V, int Vp, bool packed) {
   constexpr int kPack = Pack16<T_>::kSize;
-  __shared__ RowSoftmax scratch[32];
-  const int64_t row = blockIdx.x;
-  const T_* x = logits + row * Vp;
-  const RowSoftmax stats = row_softmax_stats(x, V, packed, scratch);
-  const int target = targets[row];
-  const float dloss = (target >= 0 && target < V) ? dlosses[row] : NAN;
   const float inv_sum = 1.0f / stats.sum;
-  T_* dx = dlogits + row * Vp;
   auto gradient = [&](int v, float logit) {
     if (v >= V) return 0.0f;  // padding columns
     const float prob = expf(logit - stats.max) * inv_sum;
@@ -128,6 +121,40 @@ __global__ void crossentropy_backward_kernel(T_* dlogits, const float* dlosses, 
   } else {
     for (int v = threadIdx.x; v < Vp; v += blockDim.x) dx[v] = from_float<T_>(gradient(v, to_float(x[v])));
   }
+}
+
+/// One block per row; the row's reads all finish inside row_softmax_stats (it ends with a
+/// barrier) before the first write, so dlogits may alias logits.
+template <typename T_>
+__global__ void crossentropy_backward_kernel(T_* dlogits, const float* dlosses, const T_* logits,
+                                             const int* targets, int V, int Vp, bool packed) {
+  __shared__ RowSoftmax scratch[32];
+  const int64_t row = blockIdx.x;
+  const T_* x = logits + row * Vp;
+  const RowSoftmax stats = row_softmax_stats(x, V, packed, scratch);
+  const int target = targets[row];
+  const float dloss = (target >= 0 && target < V) ? dlosses[row] : NAN;
+  write_dlogits_row(dlogits + row * Vp, x, stats, target, dloss, V, Vp, packed);
+}
+
+/// One block per row: the loss, then the row's logits overwritten by their gradient. Thread 0
+/// reads the target's logit before row_softmax_stats' barrier, so every read of the row
+/// precedes every write. The loss is the same expression as crossentropy_forward_kernel's and
+/// the gradient the same as crossentropy_backward_kernel's: the same bits as the pair.
+template <typename T_>
+__global__ void crossentropy_forward_backward_kernel(float* losses, T_* logits,
+                                                     const int* targets, float dloss, int V,
+                                                     int Vp, bool packed) {
+  __shared__ RowSoftmax scratch[32];
+  const int64_t row = blockIdx.x;
+  T_* x = logits + row * Vp;
+  const int target = targets[row];
+  const bool valid = target >= 0 && target < V;
+  const float target_logit = (threadIdx.x == 0 && valid) ? to_float(x[target]) : 0.0f;
+  const RowSoftmax stats = row_softmax_stats(x, V, packed, scratch);
+  if (threadIdx.x == 0)
+    losses[row] = valid ? logf(stats.sum) + stats.max - target_logit : NAN;
+  write_dlogits_row(x, x, stats, target, valid ? dloss : NAN, V, Vp, packed);
 }
 
 void check_shapes(int B, int T, int V, int Vp) {
@@ -162,6 +189,17 @@ void crossentropy_backward(T_* dlogits, const float* dlosses, const T_* logits,
   GPT2_CUDA_CHECK_LAUNCH();
 }
 
+template <typename T_>
+void crossentropy_forward_backward(float* losses, T_* logits, const int* targets, float dloss,
+                                   int B, int T, int V, int Vp, cudaStream_t stream) {
+  check_shapes(B, T, V, Vp);
+  GPT2_CHECK(losses != nullptr && logits != nullptr && targets != nullptr);
+  const int64_t rows = static_cast<int64_t>(B) * T;
+  crossentropy_forward_backward_kernel<<<grid_size(rows, 1), kThreads, 0, stream>>>(
+      losses, logits, targets, dloss, V, Vp, packed_rows<T_>(Vp, logits, logits));
+  GPT2_CUDA_CHECK_LAUNCH();
+}
+
 template void crossentropy_forward<float>(float*, const float*, const int*, int, int, int, int,
                                           cudaStream_t);
 template void crossentropy_forward<__nv_bfloat16>(float*, const __nv_bfloat16*, const int*, int,
@@ -171,5 +209,10 @@ template void crossentropy_backward<float>(float*, const float*, const float*, c
 template void crossentropy_backward<__nv_bfloat16>(__nv_bfloat16*, const float*,
                                                    const __nv_bfloat16*, const int*, int, int,
                                                    int, int, cudaStream_t);
+template void crossentropy_forward_backward<float>(float*, float*, const int*, float, int, int,
+                                                   int, int, cudaStream_t);
+template void crossentropy_forward_backward<__nv_bfloat16>(float*, __nv_bfloat16*, const int*,
+                                                           float, int, int, int, int,
+                                                           cudaStream_t);
 
 }  // namespace gpt2::gpu

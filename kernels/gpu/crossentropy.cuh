@@ -10,10 +10,16 @@
  * Backward: dlogits[bt, v] = (softmax(logits[bt, :V])[v] - [v == target]) * dlosses[bt] for
  *           v < V, 0 for padding columns (overwritten, =). dlosses fp32 (B,T).
  *   dlogits may alias logits (in place): each row is fully read (max, sum) before any write.
+ * Forward + backward fused (training's classifier, one launch): losses as the forward, and the
+ *   logits overwritten in place by dlogits as the backward with every dlosses[bt] = dloss (one
+ *   scalar, e.g. loss_scale / (B*T)); the same bits as crossentropy_forward followed by
+ *   crossentropy_backward, with one read of the logits fewer (two reads, one write per row).
+ *   CPU twin: cpu::crossentropy_forward_backward. Takes (B, T) like the others; a chunk of rows
+ *   is (1, rows).
  * A target outside [0, V) yields a NaN loss / a NaN row of dlogits (visible, not a crash).
  * T_ = float or __nv_bfloat16; max and sum of exponentials in fp32 (expf) in one online pass
- * (forward reads the logits once; backward reads them twice and writes once), with 16-byte
- * accesses when Vp and the pointers allow.
+ * (forward reads the logits once; backward and the fused op read them twice and write once),
+ * with 16-byte accesses when Vp and the pointers allow.
  * Parallel scheme: one block per (b,t) row, threads striding over the vocabulary, block
  *   reductions in a fixed order: deterministic. Row offsets are 64-bit (B*T*Vp).
  */
@@ -31,5 +37,10 @@ void crossentropy_forward(float* losses, const T_* logits, const int* targets, i
 template <typename T_>
 void crossentropy_backward(T_* dlogits, const float* dlosses, const T_* logits,
                            const int* targets, int B, int T, int V, int Vp, cudaStream_t stream);
+
+/// losses (B,T) fp32 (=) and logits (B,T,Vp) overwritten by dlogits (=); dloss one scalar.
+template <typename T_>
+void crossentropy_forward_backward(float* losses, T_* logits, const int* targets, float dloss,
+                                   int B, int T, int V, int Vp, cudaStream_t stream);
 
 }  // namespace gpt2::gpu

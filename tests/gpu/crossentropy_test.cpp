@@ -1,7 +1,9 @@
 // Cross-entropy on the GPU against the CPU reference (which materializes probs; the GPU
 // recomputes them): padded and unpadded vocabularies up to GPT-2's 50257/50304, large values
 // planted in the padding columns (they must be ignored), in-place backward, bitwise
-// determinism, and the NaN answer to an out-of-range target.
+// determinism, and the NaN answer to an out-of-range target. The fused forward + backward
+// (training's classifier, in place, one scalar dloss) must give the same bits as the
+// forward/backward pair and match the CPU twin within the backward's tolerances.
 //
 // Tolerances (u32 = 2^-24). The GPU sums the V exponentials per thread (about V/512 terms,
 // then a tree of depth <= 10) in fp32; all terms are positive, so the sum's relative error is
@@ -31,6 +33,11 @@ struct CrossEntropyShape {
 const CrossEntropyShape kShapes[] = {
     {1, 1, 3, 8}, {2, 7, 997, 1024}, {3, 5, 1000, 1000}, {2, 3, 37, 37},  // 37: scalar path
     {1, 7, 50257, 50304}};
+/// The fused op's shapes: the ones above, one row of GPT-2's vocabulary, and an odd number of
+/// rows (a model chunk) over an odd, padded vocabulary.
+const CrossEntropyShape kFusedShapes[] = {
+    {1, 1, 3, 8},      {2, 7, 997, 1024}, {3, 5, 1000, 1000}, {2, 3, 37, 37},
+    {1, 1, 50257, 50304}, {1, 37, 50257, 50304}, {1, 37, 333, 344}};
 
 template <typename T_>
 class GpuCrossEntropy : public ::testing::Test {};
@@ -50,6 +57,28 @@ std::vector<float> make_logits(const CrossEntropyShape& s, uint64_t seed) {
 }
 
 double sum_slack(int V) { return double(V) / 512.0 + 24.0; }
+
+/// The CPU reference's allowed error for dlogits (see the file comment).
+template <typename T_>
+std::vector<double> dlogits_allowed(const CrossEntropyShape& s, const std::vector<float>& logits,
+                                    const std::vector<float>& probs,
+                                    const std::vector<float>& expected,
+                                    const std::vector<float>& dlosses) {
+  constexpr double u = Storage<T_>::kUnitRoundoff;
+  // Base: the last two roundings ((p - [v == t]) and the product with dloss) on both sides.
+  std::vector<double> allowed = allowed_error(expected, 0.0, 2 * u + 4 * kFp32Roundoff);
+  for (int64_t row = 0; row < int64_t(s.B) * s.T; ++row) {
+    const float* x = logits.data() + row * s.Vp;
+    const double max = *std::max_element(x, x + s.V);
+    for (int v = 0; v < s.V; ++v) {
+      const int64_t i = row * s.Vp + v;
+      allowed[i] += std::fabs(dlosses[row]) * probs[i] *
+                    (sum_slack(s.V) + std::fabs(x[v] - max)) * kFp32Roundoff;
+    }
+    for (int v = s.V; v < s.Vp; ++v) allowed[row * s.Vp + v] = 0.0;  // padding: exactly 0
+  }
+  return allowed;
+}
 
 TYPED_TEST(GpuCrossEntropy, ForwardMatchesCpu) {
   GPT2_REQUIRE_GPU();
@@ -90,7 +119,6 @@ TYPED_TEST(GpuCrossEntropy, ForwardMatchesCpu) {
 TYPED_TEST(GpuCrossEntropy, BackwardMatchesCpuInPlaceAndDeterministic) {
   GPT2_REQUIRE_GPU();
   using T_ = TypeParam;
-  constexpr double u = Storage<T_>::kUnitRoundoff;
   for (const CrossEntropyShape& s : kShapes) {
     const int64_t BT = int64_t(s.B) * s.T;
     const std::vector<float> logits = make_logits<T_>(s, 801);
@@ -117,26 +145,78 @@ TYPED_TEST(GpuCrossEntropy, BackwardMatchesCpuInPlaceAndDeterministic) {
                                      s.B, s.T, s.V, s.Vp);
     cpu::crossentropy_backward<float>(dlogits.data(), dlosses.data(), probs.data(),
                                       targets.data(), s.B, s.T, s.V, s.Vp);
-    // Base: the last two roundings ((p - [v == t]) and the product with dloss) on both sides.
-    std::vector<double> allowed = allowed_error(dlogits, 0.0, 2 * u + 4 * kFp32Roundoff);
-    for (int64_t row = 0; row < BT; ++row) {
-      const float* x = logits.data() + row * s.Vp;
-      const double max = *std::max_element(x, x + s.V);
-      for (int v = 0; v < s.V; ++v) {
-        const int64_t i = row * s.Vp + v;
-        allowed[i] += std::fabs(dlosses[row]) * probs[i] *
-                      (sum_slack(s.V) + std::fabs(x[v] - max)) * kFp32Roundoff;
-      }
-      for (int v = s.V; v < s.Vp; ++v) allowed[row * s.Vp + v] = 0.0;  // padding: exactly 0
-    }
     EXPECT_TRUE(expect_close(shape_tag("crossentropy_backward dlogits", Storage<T_>::kName, s),
-                             download_floats(d_dlogits), dlogits, allowed));
+                             download_floats(d_dlogits), dlogits,
+                             dlogits_allowed<T_>(s, logits, probs, dlogits, dlosses)));
 
     // In place: dlogits written over the logits gives the very same bits.
     crossentropy_backward(d_logits.get(), d_dlosses.get(), d_logits.get(), d_targets.get(), s.B,
                           s.T, s.V, s.Vp, nullptr);
     EXPECT_TRUE(bitwise_equal("crossentropy_backward in place", d_logits.download_bytes(),
                               bytes[0]));
+  }
+}
+
+TYPED_TEST(GpuCrossEntropy, FusedForwardBackwardEqualsThePairAndMatchesCpu) {
+  GPT2_REQUIRE_GPU();
+  using T_ = TypeParam;
+  for (const CrossEntropyShape& s : kFusedShapes) {
+    const int64_t BT = int64_t(s.B) * s.T;
+    const std::vector<float> logits = make_logits<T_>(s, 1001);
+    const std::vector<int> targets = random_ints(BT, s.V, 1002);
+    const float dloss = 0.7f / float(BT);  // loss_scale / (B*T), as the model passes it
+    DeviceBuffer<T_> d_logits(logits.size()), d_pair_dlogits(logits.size());
+    DeviceBuffer<int> d_targets(BT);
+    DeviceBuffer<float> d_losses(BT), d_pair_losses(BT), d_dlosses(BT);
+    d_targets.upload(targets);
+    d_dlosses.upload(std::vector<float>(BT, dloss));
+
+    // The unfused pair, out of place.
+    upload_floats(d_logits, logits);
+    d_pair_losses.poison();
+    d_pair_dlogits.poison();
+    crossentropy_forward(d_pair_losses.get(), d_logits.get(), d_targets.get(), s.B, s.T, s.V,
+                         s.Vp, nullptr);
+    crossentropy_backward(d_pair_dlogits.get(), d_dlosses.get(), d_logits.get(), d_targets.get(),
+                          s.B, s.T, s.V, s.Vp, nullptr);
+
+    // Fused, in place, twice from the same logits: the same bits each run and as the pair.
+    std::vector<unsigned char> loss_bytes[2], dlogit_bytes[2];
+    for (int run = 0; run < 2; ++run) {
+      upload_floats(d_logits, logits);
+      d_losses.poison();
+      crossentropy_forward_backward(d_losses.get(), d_logits.get(), d_targets.get(), dloss, s.B,
+                                    s.T, s.V, s.Vp, nullptr);
+      loss_bytes[run] = d_losses.download_bytes();
+      dlogit_bytes[run] = d_logits.download_bytes();
+    }
+    const std::string tag = shape_tag("fused", Storage<T_>::kName, s);
+    EXPECT_TRUE(bitwise_equal(tag + " losses run-to-run", loss_bytes[0], loss_bytes[1]));
+    EXPECT_TRUE(bitwise_equal(tag + " dlogits run-to-run", dlogit_bytes[0], dlogit_bytes[1]));
+    EXPECT_TRUE(bitwise_equal(tag + " losses vs crossentropy_forward", loss_bytes[0],
+                              d_pair_losses.download_bytes()));
+    EXPECT_TRUE(bitwise_equal(tag + " dlogits vs crossentropy_backward", dlogit_bytes[0],
+                              d_pair_dlogits.download_bytes()));
+
+    // Against the CPU twin.
+    std::vector<float> losses(BT), dlogits(logits.size()), probs(logits.size());
+    cpu::crossentropy_forward_backward<float>(losses.data(), dlogits.data(), logits.data(),
+                                              targets.data(), dloss, s.B, s.T, s.V, s.Vp);
+    std::vector<float> unused_losses(BT);
+    cpu::crossentropy_forward<float>(unused_losses.data(), probs.data(), logits.data(),
+                                     targets.data(), s.B, s.T, s.V, s.Vp);
+    std::vector<double> loss_allowed(BT);
+    for (int64_t row = 0; row < BT; ++row) {
+      const float* x = logits.data() + row * s.Vp;
+      const double max = *std::max_element(x, x + s.V);
+      loss_allowed[row] = sum_slack(s.V) * kFp32Roundoff *
+                          (1.0 + std::fabs(max) + std::fabs(x[targets[row]]) +
+                           std::fabs(losses[row]));
+    }
+    EXPECT_TRUE(expect_close(tag + " losses vs CPU", d_losses.download(), losses, loss_allowed));
+    EXPECT_TRUE(expect_close(tag + " dlogits vs CPU", download_floats(d_logits), dlogits,
+                             dlogits_allowed<T_>(s, logits, probs, dlogits,
+                                                 std::vector<float>(BT, dloss))));
   }
 }
 
@@ -165,6 +245,19 @@ TYPED_TEST(GpuCrossEntropy, OutOfRangeTargetGivesNaN) {
     EXPECT_TRUE(std::isfinite(dlogits[v]));
     EXPECT_TRUE(std::isnan(dlogits[s.Vp + v]));
     EXPECT_TRUE(std::isnan(dlogits[2 * s.Vp + v]));
+  }
+  // The fused op answers the same way.
+  crossentropy_forward_backward(d_losses.get(), d_logits.get(), d_targets.get(), 1.0f, s.B, s.T,
+                                s.V, s.Vp, nullptr);
+  const std::vector<float> fused_losses = d_losses.download();
+  const std::vector<float> fused_dlogits = download_floats(d_logits);
+  EXPECT_TRUE(std::isfinite(fused_losses[0]));
+  EXPECT_TRUE(std::isnan(fused_losses[1]));
+  EXPECT_TRUE(std::isnan(fused_losses[2]));
+  for (int v = 0; v < s.V; ++v) {
+    EXPECT_TRUE(std::isfinite(fused_dlogits[v]));
+    EXPECT_TRUE(std::isnan(fused_dlogits[s.Vp + v]));
+    EXPECT_TRUE(std::isnan(fused_dlogits[2 * s.Vp + v]));
   }
 }
 

@@ -4,11 +4,14 @@
 // forward+backward on the GPU and on the CPU from the same parameters and tokens; the loss, the
 // residual-stream gradient and every parameter gradient tensor are compared. fp32 on the GPU is
 // exact arithmetic up to summation order (tight tolerances); bf16 stores activations, weights and
-// gradients in bf16 (relative L2 error per tensor at the percent level).
+// gradients in bf16 (relative L2 error per tensor at the percent level). The classifier in chunks
+// of rows gives the same losses and gradients as in one chunk, and its plan item shrinks to the
+// chunk (checked without a GPU).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -318,6 +321,130 @@ TEST(CudaModel, ParametersOptimizerStateAndSamplingRoundTrip) {
     std::printf("[ model    ] %s last-position logits rel-L2 vs CPU %.2e\n", to_string(precision),
                 err);
     EXPECT_LE(err, precision == Precision::kFp32 ? 1e-5 : 5e-2);
+  }
+}
+
+/// The plan item of the classifier's logits (found by name: the plan's order is the model's).
+size_t classifier_logits_bytes(const MemoryPlan& plan) {
+  for (const MemoryItem& item : plan.items)
+    if (item.name.find("classifier logits") != std::string::npos) return item.bytes;
+  ADD_FAILURE() << "no classifier logits item in the plan";
+  return 0;
+}
+
+// The plan needs no GPU: the logits item holds a chunk of rows, never (B,T,Vp).
+TEST(CudaModelPlan, ClassifierLogitsHoldAChunkOfRows) {
+  const ModelConfig config = model_config_from_preset("d12", 1024);
+  const int B = 16, T = 1024;
+  const size_t BT = size_t(B) * T, Vp = size_t(config.padded_vocab_size);
+  ModelOptions options{config, B, T, AttentionKind::kFlash, Precision::kBf16,
+                       FlashKernelChoice::kPortable};
+  // Default: the largest power of two of bf16 rows within 256 MiB: 2048 rows of 50304.
+  EXPECT_EQ(classifier_chunk_rows(options), 2048);
+  const size_t chunk_bytes = classifier_logits_bytes(plan_cuda_model_memory(options));
+  EXPECT_EQ(chunk_bytes, 2048 * Vp * 2);
+  EXPECT_LE(chunk_bytes, kClassifierChunkBytes);
+  const size_t whole_bytes = BT * Vp * 2;  // what (B,T,Vp) logits took
+  std::printf("[ plan     ] d12 B=16 T=1024 bf16: logits %s instead of %s, %s saved\n",
+              format_bytes(chunk_bytes).c_str(), format_bytes(whole_bytes).c_str(),
+              format_bytes(whole_bytes - chunk_bytes).c_str());
+  options.precision = Precision::kFp32;
+  EXPECT_EQ(classifier_chunk_rows(options), 1024);
+  EXPECT_EQ(classifier_logits_bytes(plan_cuda_model_memory(options)), 1024 * Vp * 4);
+  options.precision = Precision::kBf16;
+
+  // Chosen: as asked, at least B rows (generation's), at most B*T.
+  options.classifier_chunk_rows = 37;
+  EXPECT_EQ(classifier_logits_bytes(plan_cuda_model_memory(options)), 37 * Vp * 2);
+  options.classifier_chunk_rows = 1;
+  EXPECT_EQ(classifier_chunk_rows(options), B);
+  EXPECT_EQ(classifier_logits_bytes(plan_cuda_model_memory(options)), size_t(B) * Vp * 2);
+  options.classifier_chunk_rows = 1 << 30;
+  EXPECT_EQ(classifier_chunk_rows(options), int(BT));
+  EXPECT_EQ(classifier_logits_bytes(plan_cuda_model_memory(options)), whole_bytes);
+  options.classifier_chunk_rows = -1;
+  EXPECT_THROW(plan_cuda_model_memory(options), Error);
+
+  // A small model's whole batch fits one chunk by default.
+  const ModelOptions small{small_model_config(), 2, 37, AttentionKind::kNaive, Precision::kFp32};
+  EXPECT_EQ(classifier_chunk_rows(small), 74);
+}
+
+// The classifier in chunks of rows (37: two chunks; 5: fifteen, the last of 4 rows; 1: clamped to
+// B = 2 rows) against one chunk of all B*T = 74 rows: the same per-position losses, gradients and
+// residual gradient. fp32: each row's loss depends on its row only, and the one chunk and the
+// many run the same arithmetic except that cuBLAS may pick another GEMM algorithm per row count
+// (another summation order over C = 128 for the logits and dlnf, over the rows for dwte): 1e-5
+// is some hundred fp32 ulps, while a row in the wrong place or a chunk lost gives O(1). bf16:
+// a changed fp32 summation order can flip a bf16 rounding of a logit or a gradient, and dwte
+// takes one bf16 rounding per chunk (matmul.cuh): 2e-2 relative, the step test's tolerance.
+// Within one model, evaluate (forward-only cross-entropy) and forward_backward (the fused op)
+// give the same mean loss bit for bit, and the plan item holds exactly the chunk.
+TEST(CudaModel, ChunkedClassifierMatchesOneChunk) {
+  GPT2_REQUIRE_GPU();
+  const ModelConfig config = small_model_config();
+  const int B = 2, T = 37;
+  const ParameterLayout layout = ParameterLayout::for_config(config);
+  std::vector<float> params(layout.total);
+  init_parameters(params.data(), config, 31);
+  const std::vector<int> inputs = random_ints(B * T, config.vocab_size, 32);
+  const std::vector<int> targets = random_ints(B * T, config.vocab_size, 33);
+  const std::vector<int> prompts = random_ints(B * 7, config.vocab_size, 34);
+  struct Result {
+    float loss = 0.0f;
+    std::vector<float> losses, grads, dresidual, logits;
+  };
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    const bool exact = precision == Precision::kFp32;
+    const double tol = exact ? 1e-5 : 2e-2;
+    const size_t x = exact ? 4 : 2;
+    Result reference;
+    for (int chunk_rows : {0, 37, 5, 1}) {
+      SCOPED_TRACE(str_cat(to_string(precision), " chunk rows ", chunk_rows));
+      ModelOptions options{config, B, T, AttentionKind::kNaive, precision};
+      options.classifier_chunk_rows = chunk_rows;
+      const int rows = classifier_chunk_rows(options);
+      EXPECT_EQ(rows, chunk_rows == 0 ? B * T : std::max(chunk_rows, B));
+      auto gpu = make_gpu_model(options);
+      EXPECT_EQ(classifier_logits_bytes(gpu->memory_plan()),
+                size_t(rows) * config.padded_vocab_size * x);
+      gpu->set_parameters(params.data());
+      const float evaluated = gpu->evaluate(inputs.data(), targets.data());
+      gpu->zero_grad();
+      Result r;
+      r.loss = gpu->forward_backward(inputs.data(), targets.data(), 0.5f);
+      EXPECT_EQ(r.loss, evaluated) << "fused vs forward-only cross-entropy";
+      r.losses.resize(size_t(B) * T);
+      gpu->get_losses(r.losses.data());
+      r.grads.resize(layout.total);
+      gpu->get_gradients(r.grads.data());
+      r.dresidual.resize(size_t(B) * T * config.channels);
+      gpu->get_residual_gradient(r.dresidual.data());
+      r.logits.resize(size_t(B) * config.vocab_size);
+      gpu->start_generation(B, T);
+      gpu->prefill(prompts.data(), 7, r.logits.data());
+      if (chunk_rows == 0) {
+        reference = std::move(r);
+        continue;
+      }
+      EXPECT_NEAR(r.loss, reference.loss, tol * std::fabs(reference.loss));
+      for (size_t i = 0; i < r.losses.size(); ++i)
+        ASSERT_NEAR(r.losses[i], reference.losses[i], tol * (1.0 + std::fabs(reference.losses[i])))
+            << "position " << i;
+      const double dres_err = rel_l2(r.dresidual.data(), reference.dresidual.data(),
+                                     r.dresidual.size());
+      std::printf("[ model    ] %s chunk %d: loss %.7f vs %.7f, dresidual rel-L2 %.2e\n",
+                  to_string(precision), rows, r.loss, reference.loss, dres_err);
+      EXPECT_LE(dres_err, tol);
+      for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
+        const size_t offset = layout.offsets[tensor], n = layout.sizes[tensor];
+        const double err = rel_l2(r.grads.data() + offset, reference.grads.data() + offset, n);
+        if (tensor == kWte) std::printf("[ model    ]   dwte rel-L2 %.2e\n", err);
+        EXPECT_LE(err, tol) << ParameterLayout::name(tensor);
+      }
+      // Generation takes B rows whatever the chunk (the buffer holds at least B rows).
+      EXPECT_LE(rel_l2(r.logits.data(), reference.logits.data(), r.logits.size()), tol);
+    }
   }
 }
 

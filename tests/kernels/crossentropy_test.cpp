@@ -1,6 +1,7 @@
 // Tests of kernels/cpu/crossentropy: losses and probabilities against a softmax computed
 // independently in double, padded columns [V, Vp) excluded and written as 0 (forward and
-// backward), dlogits against finite differences (double), and thread-count independence.
+// backward), dlogits against finite differences (double), thread-count independence, and the
+// fused forward + backward equal to the two composed (also in place).
 #include "kernels/cpu/crossentropy.h"
 
 #include <gtest/gtest.h>
@@ -131,6 +132,31 @@ TEST(CrossEntropy, BitIdenticalForAnyThreadCount) {
   const char* names[] = {"losses", "probs", "dlogits"};
   for (int i = 0; i < 3; ++i)
     EXPECT_TRUE(test::bit_identical(results[0][i], results[1][i], names[i]));
+}
+
+TEST(CrossEntropy, FusedForwardBackwardEqualsThePairAlsoInPlace) {
+  constexpr int B = 3, T = 5, V = 37, Vp = 40, BT = B * T;  // V odd, padded
+  const auto logits = random_normal<float>(BT * Vp, 41, 3.0);
+  const auto targets = test::random_tokens(BT, 42, V);
+  const float dloss = 0.75f / BT;
+  std::vector<float> losses(BT), probs(BT * Vp), dlogits(BT * Vp);
+  crossentropy_forward(losses.data(), probs.data(), logits.data(), targets.data(), B, T, V, Vp);
+  const std::vector<float> dlosses(BT, dloss);
+  crossentropy_backward(dlogits.data(), dlosses.data(), probs.data(), targets.data(), B, T, V, Vp);
+
+  auto fused_losses = test::poisoned<float>(BT);
+  auto fused_dlogits = test::poisoned<float>(BT * Vp);
+  crossentropy_forward_backward(fused_losses.data(), fused_dlogits.data(), logits.data(),
+                                targets.data(), dloss, B, T, V, Vp);
+  EXPECT_TRUE(test::bit_identical(fused_losses, losses, "fused losses"));
+  EXPECT_TRUE(test::bit_identical(fused_dlogits, dlogits, "fused dlogits"));
+
+  std::vector<float> in_place = logits;
+  fused_losses = test::poisoned<float>(BT);
+  crossentropy_forward_backward(fused_losses.data(), in_place.data(), in_place.data(),
+                                targets.data(), dloss, B, T, V, Vp);
+  EXPECT_TRUE(test::bit_identical(fused_losses, losses, "in-place fused losses"));
+  EXPECT_TRUE(test::bit_identical(in_place, dlogits, "in-place fused dlogits"));
 }
 
 }  // namespace

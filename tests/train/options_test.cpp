@@ -349,5 +349,19 @@ TEST(TrainOptions, FlashKernelChoiceAndDeterminism) {
             std::string::npos);
 }
 
+// --classifier-chunk-rows: passed through to the CUDA model (0: automatic), refused on the CPU.
+TEST(TrainOptions, ClassifierChunkRows) {
+  EXPECT_EQ(resolve({"--device", "cuda"}, with_gpu()).classifier_chunk_rows, 0);
+  EXPECT_EQ(resolve({"--device", "cuda", "--classifier-chunk-rows", "37"}, with_gpu())
+                .classifier_chunk_rows,
+            37);
+  EXPECT_NE(usage_message({"--classifier-chunk-rows", "-1"})
+                .find("--classifier-chunk-rows must be a non-negative integer"),
+            std::string::npos);
+  EXPECT_NE(usage_message({"--device", "cpu", "--classifier-chunk-rows", "64"})
+                .find("--classifier-chunk-rows needs --device cuda"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace gpt2
