@@ -9,8 +9,9 @@
  * the attproj / fcproj outputs live in one shared (B,T,C) buffer (only the residual sums are
  * needed later); the classifier never holds the logits of all B*T positions. The forward
  * stops at lnf; the classifier then runs over chunks of R rows of (B*T) in one (R,Vp) buffer
- * (R = classifier_chunk_rows(), a 256 MiB budget by default: 2048 rows of GPT-2's vocabulary
- * in bf16, against 1.5 GiB for (B,T,Vp) at B=16, T=1024). Training, per chunk: logits =
+ * which the layers' backward then uses as its workspace (dfch, dln2, datty, dqkv, dln1)
+ * (R = classifier_chunk_rows(): what fits in that workspace, 2432 rows at d12 B=16 T=1024 in
+ * bf16, against 1.5 GiB for (B,T,Vp)). Training, per chunk: logits =
  * lnf_chunk wte^T; fused cross-entropy (the chunk's losses, and dlogits = (softmax - onehot) *
  * loss_scale/(B*T) over the logits in place); dlnf_chunk = dlogits wte; dwte += dlogits^T
  * lnf_chunk. Evaluation: logits and losses per chunk. Each row's loss depends on its row only,
@@ -71,7 +72,7 @@ enum GpuBuffer : int {
   kEncoded, kLn1, kLn1Mean, kLn1Rstd, kQkv, kLn2, kLn2Mean, kLn2Rstd, kFch, kFchGelu,
   kResidual2, kResidual3, kLnf, kLnfMean, kLnfRstd, kLogits, kLosses,
   kAtty, kAttSaved, kAttWorkspace, kDecodePartials,
-  kProj, kDLnf, kDResidual, kDFch, kDLn2, kDAtty, kDQkv, kDLn1,
+  kProj, kDLnf, kDResidual,
   kMatmulScratch, kLayernormScratch, kEncoderScratch, kNormPartials, kNormResult, kInputs,
   kTargets,
   kNumGpuBuffers
@@ -130,16 +131,28 @@ std::vector<gpu::AdamWSegment> adamw_segments(const DataParallelShape& dp,
 
 }  // namespace
 
+size_t layer_gradient_workspace_bytes(const ModelOptions& options) {
+  if (!options.training) return 0;
+  const size_t x = options.precision == Precision::kBf16 ? 2 : 4;
+  return static_cast<size_t>(options.batch_size) * options.seq_len * 10 *
+         options.config.channels * x;
+}
+
 int classifier_chunk_rows(const ModelOptions& options) {
   const int64_t BT = static_cast<int64_t>(options.batch_size) * options.seq_len;
   int64_t rows = options.classifier_chunk_rows;
   if (rows <= 0) {
-    // The largest power of two of rows within the budget: GEMM-friendly, and it divides the
-    // usual power-of-two B*T into equal chunks.
+    // The largest power of two of rows within the budget (GEMM-friendly, and it divides the
+    // usual power-of-two B*T into equal chunks), or, when more, as many rows (a multiple of
+    // 128) as fit in the layers' backward workspace the chunk shares its buffer with: fewer
+    // chunks, each a larger GEMM, for no extra memory.
     const size_t row_bytes = static_cast<size_t>(options.config.padded_vocab_size) *
                              (options.precision == Precision::kBf16 ? 2 : 4);
     rows = 1;
     while (static_cast<size_t>(rows) * 2 * row_bytes <= kClassifierChunkBytes) rows *= 2;
+    const int64_t shared_rows =
+        static_cast<int64_t>(layer_gradient_workspace_bytes(options) / row_bytes) / 128 * 128;
+    rows = std::max(rows, shared_rows);
   }
   // At least B rows: generation puts the B last-position logits at the buffer's start.
   return static_cast<int>(std::clamp<int64_t>(rows, options.batch_size, BT));
@@ -214,10 +227,12 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   set(kLnfMean, "activations", "lnf mean (B,T) fp32", BT * f);
   set(kLnfRstd, "activations", "lnf rstd (B,T) fp32", BT * f);
   const size_t chunk_rows = static_cast<size_t>(classifier_chunk_rows(options));
-  set(kLogits, "activations",
+  // One buffer, two uses in turn: the classifier's chunk first, then the layers' gradients.
+  set(kLogits, "workspace",
       str_cat("classifier logits, then dlogits in place (R,Vp), R = ", chunk_rows,
-              " of B*T = ", BT, " rows"),
-      chunk_rows * Vp * x);
+              " of B*T = ", BT, " rows", options.training ? "; then the layers' backward "
+              "workspace dfch, dln2, datty, dqkv, dln1 (B,T,10C)" : ""),
+      std::max(chunk_rows * Vp * x, layer_gradient_workspace_bytes(options)));
   set(kLosses, "activations", "losses (B,T) fp32", BT * f);
   set(kAtty, "attention", "attention output (L,B,T,C)", L * BT * C * x);
   set(kAttSaved, "attention", gpu::attention_saved_name(attention),
@@ -232,11 +247,6 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   set(kProj, "workspace", "attproj / fcproj output (B,T,C)", BT * C * x);
   set(kDLnf, "workspace", "dlnf (B,T,C)", BT * C * x);
   set(kDResidual, "workspace", "dresidual (B,T,C)", BT * C * x);
-  set(kDFch, "workspace", "dfch (B,T,4C)", BT * 4 * C * x);
-  set(kDLn2, "workspace", "dln2 (B,T,C)", BT * C * x);
-  set(kDAtty, "workspace", "datty (B,T,C)", BT * C * x);
-  set(kDQkv, "workspace", "dqkv (B,T,3C)", BT * 3 * C * x);
-  set(kDLn1, "workspace", "dln1 (B,T,C)", BT * C * x);
   set(kMatmulScratch, "workspace", "matmul bias-gradient partial sums fp32", matmul_scratch * f);
   set(kLayernormScratch, "workspace", "layernorm parameter-gradient partial sums fp32",
       static_cast<size_t>(gpu::layernorm_backward_scratch_floats(Bi, Ti, Ci)) * f);
@@ -250,9 +260,9 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   if (!options.training) {
     // Inference only: nothing a backward or an optimizer step would use. (The bf16 master
     // copy stays: set_parameters stages the fp32 parameters in it.)
-    for (GpuBuffer id : {kGrads, kAdamM, kAdamV, kAdamWSegments, kDLnf, kDResidual, kDFch, kDLn2,
-                         kDAtty, kDQkv, kDLn1, kMatmulScratch, kLayernormScratch,
-                         kEncoderScratch, kNormPartials, kNormResult})
+    for (GpuBuffer id : {kGrads, kAdamM, kAdamV, kAdamWSegments, kDLnf, kDResidual,
+                         kMatmulScratch, kLayernormScratch, kEncoderScratch, kNormPartials,
+                         kNormResult})
       s[id].bytes = 0;
   }
   return s;
@@ -813,11 +823,12 @@ void CudaModel<T_>::backward(float loss_scale) {
                           buf<float>(kLnfRstd), B, T, C, ln_scratch, stream);
   if (dp_) dp_->backward_point(0);  // lnf done (model/cuda_data_parallel.h's points)
 
-  T_* dfch = act(kDFch);
-  T_* dln2 = act(kDLn2);
-  T_* datty = act(kDAtty);
-  T_* dqkv = act(kDQkv);
-  T_* dln1 = act(kDLn1);
+  // The layers' gradients in the buffer the classifier's chunks used (done with it by now).
+  T_* dfch = act(kLogits);      // (B,T,4C)
+  T_* dln2 = dfch + BT * 4 * Cs;  // (B,T,C)
+  T_* datty = dln2 + BT * Cs;     // (B,T,C)
+  T_* dqkv = datty + BT * Cs;     // (B,T,3C)
+  T_* dln1 = dqkv + BT * 3 * Cs;  // (B,T,C)
   for (int l = L - 1; l >= 0; --l) {
     const T_* residual = l == 0 ? act(kEncoded) : act(kResidual3) + (l - 1) * BT * Cs;
     const T_* ln1 = act(kLn1) + l * BT * Cs;

@@ -29,8 +29,10 @@ MemoryPlan plan_cuda_model_memory(const ModelOptions& options);
 /// The classifier's logits are held for this many bytes' worth of rows by default.
 constexpr size_t kClassifierChunkBytes = size_t{256} << 20;
 /// Rows of (B*T) whose logits the classifier holds at once: options.classifier_chunk_rows, or
-/// when 0 the largest power of two of rows of (Vp) logits within kClassifierChunkBytes; then
-/// clamped to [batch_size, B*T] (generation puts batch_size rows of logits in that buffer).
+/// when 0 the largest power of two of rows of (Vp) logits within kClassifierChunkBytes, or
+/// the rows (a multiple of 128) that fit in the layers' backward workspace (B,T,10C) when that
+/// is more (training: the chunk shares that buffer); then clamped to [batch_size, B*T]
+/// (generation puts batch_size rows of logits in that buffer).
 int classifier_chunk_rows(const ModelOptions& options);
 
 /// Model plus what tests need beyond the trainer's interface.

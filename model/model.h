@@ -49,8 +49,8 @@ struct ModelOptions {
   Precision precision = Precision::kFp32;
   FlashKernelChoice flash_kernel = FlashKernelChoice::kAuto;  // GPU only
   bool deterministic_attention = false;  // GPU flash backward bit-identical run to run (slower)
-  /// CUDA: rows of (B*T) whose logits the classifier holds at once (0: automatic, a 256 MiB
-  /// budget; see classifier_chunk_rows in cuda_model.h). The same losses and gradients for any
+  /// CUDA: rows of (B*T) whose logits the classifier holds at once (0: automatic, what fits in
+  /// the backward workspace or a 256 MiB budget; see classifier_chunk_rows in cuda_model.h). The same losses and gradients for any
   /// value up to GEMM summation order (bf16: wte's gradient takes one rounding per chunk).
   int classifier_chunk_rows = 0;
   /// false: inference only (generation, evaluate): no gradients, no AdamW moments and no

@@ -332,33 +332,41 @@ size_t classifier_logits_bytes(const MemoryPlan& plan) {
   return 0;
 }
 
-// The plan needs no GPU: the logits item holds a chunk of rows, never (B,T,Vp).
+// The plan needs no GPU: the logits item holds a chunk of rows, never (B,T,Vp), in the buffer
+// that is then the layers' backward workspace (B,T,10C): as many rows as fit there (a multiple
+// of 128), or the power of two of the 256 MiB budget when that is more.
 TEST(CudaModelPlan, ClassifierLogitsHoldAChunkOfRows) {
   const ModelConfig config = model_config_from_preset("d12", 1024);
   const int B = 16, T = 1024;
-  const size_t BT = size_t(B) * T, Vp = size_t(config.padded_vocab_size);
+  const size_t BT = size_t(B) * T, Vp = size_t(config.padded_vocab_size), C = 768;
   ModelOptions options{config, B, T, AttentionKind::kFlash, Precision::kBf16,
                        FlashKernelChoice::kPortable};
-  // Default: the largest power of two of bf16 rows within 256 MiB: 2048 rows of 50304.
-  EXPECT_EQ(classifier_chunk_rows(options), 2048);
+  const size_t workspace_bf16 = BT * 10 * C * 2;  // 240 MiB: 2501 rows of 50304 bf16 logits
+  EXPECT_EQ(classifier_chunk_rows(options), 2432);
   const size_t chunk_bytes = classifier_logits_bytes(plan_cuda_model_memory(options));
-  EXPECT_EQ(chunk_bytes, 2048 * Vp * 2);
-  EXPECT_LE(chunk_bytes, kClassifierChunkBytes);
+  EXPECT_EQ(chunk_bytes, workspace_bf16);
+  EXPECT_GE(chunk_bytes, 2432 * Vp * 2);
   const size_t whole_bytes = BT * Vp * 2;  // what (B,T,Vp) logits took
   std::printf("[ plan     ] d12 B=16 T=1024 bf16: logits %s instead of %s, %s saved\n",
               format_bytes(chunk_bytes).c_str(), format_bytes(whole_bytes).c_str(),
               format_bytes(whole_bytes - chunk_bytes).c_str());
   options.precision = Precision::kFp32;
-  EXPECT_EQ(classifier_chunk_rows(options), 1024);
-  EXPECT_EQ(classifier_logits_bytes(plan_cuda_model_memory(options)), 1024 * Vp * 4);
+  EXPECT_EQ(classifier_chunk_rows(options), 2432);
+  EXPECT_EQ(classifier_logits_bytes(plan_cuda_model_memory(options)), BT * 10 * C * 4);
   options.precision = Precision::kBf16;
+  // Inference only: no backward workspace, the budget's power of two.
+  options.training = false;
+  EXPECT_EQ(classifier_chunk_rows(options), 2048);
+  EXPECT_EQ(classifier_logits_bytes(plan_cuda_model_memory(options)), 2048 * Vp * 2);
+  options.training = true;
 
-  // Chosen: as asked, at least B rows (generation's), at most B*T.
+  // Chosen: as asked, at least B rows (generation's), at most B*T; never less than the
+  // workspace the buffer also holds.
   options.classifier_chunk_rows = 37;
-  EXPECT_EQ(classifier_logits_bytes(plan_cuda_model_memory(options)), 37 * Vp * 2);
+  EXPECT_EQ(classifier_chunk_rows(options), 37);
+  EXPECT_EQ(classifier_logits_bytes(plan_cuda_model_memory(options)), workspace_bf16);
   options.classifier_chunk_rows = 1;
   EXPECT_EQ(classifier_chunk_rows(options), B);
-  EXPECT_EQ(classifier_logits_bytes(plan_cuda_model_memory(options)), size_t(B) * Vp * 2);
   options.classifier_chunk_rows = 1 << 30;
   EXPECT_EQ(classifier_chunk_rows(options), int(BT));
   EXPECT_EQ(classifier_logits_bytes(plan_cuda_model_memory(options)), whole_bytes);
