@@ -52,7 +52,7 @@ def main():
     kernels = []  # (name, ns) in launch order
     for row in csv.DictReader(io.StringIO(run.stdout[start:])):
         if row.get("Metric Name") == "gpu__time_duration.sum":
-            kernels.append((row["Kernel Name"], float(row["Metric Value"])))
+            kernels.append((row["Kernel Name"], float(row["Metric Value"].replace(",", ""))))
     ends = [i for i, (name, _) in enumerate(kernels) if "adamw" in name.lower()]
     if len(ends) < 2:
         sys.exit(f"kernel_breakdown: expected 2 AdamW launches, found {len(ends)}")
