@@ -22,7 +22,9 @@ from bench_io import write_text
 
 def base_name(kernel):
     """A readable group name: cuBLAS kernels as one family per tile shape, others by function."""
-    name = re.sub(r"\(.*$", "", kernel)        # arguments
+    name = kernel.replace("(anonymous namespace)", "anon")
+    name = re.sub(r"^void ", "", name)
+    name = re.sub(r"\(.*$", "", name)          # arguments
     name = re.sub(r"<.*$", "", name)           # template arguments
     name = name.split("::")[-1].strip()
     if name.startswith(("sm90_xmma", "sm80_xmma", "nvjet", "cutlass", "gemm", "Kernel")):
