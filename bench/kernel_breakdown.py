@@ -22,14 +22,14 @@ from bench_io import write_text
 
 def base_name(kernel):
     """A readable group name: cuBLAS kernels as one family per tile shape, others by function."""
-    name = kernel.replace("(anonymous namespace)", "anon")
+    name = kernel.replace("(anonymous namespace)", "anon").replace("<unnamed>", "anon")
     name = re.sub(r"^void ", "", name)
     name = re.sub(r"\(.*$", "", name)          # arguments
     name = re.sub(r"<.*$", "", name)           # template arguments
     name = name.split("::")[-1].strip()
     if name.startswith(("sm90_xmma", "sm80_xmma", "nvjet", "cutlass", "gemm", "Kernel")):
         return "cuBLAS GEMM (" + name[:48] + ")"
-    return name
+    return name or kernel[:60]
 
 
 def main():
