@@ -197,12 +197,21 @@ void launch_column_partial_sums(float* partials, const T_* matrix, int64_t rows,
 /// is the same on every run (a thread per column left most of the GPU idle: cols is only C..4C).
 constexpr int kAddPartialsWarps = 8;
 
+/// Two targets in one launch (warps [0, cols) the first, [cols, 2 cols) the second) when
+/// target_b is set.
 template <typename T_>
-__global__ void add_column_partials_kernel(T_* target, const float* partials, int64_t chunks,
-                                           int cols) {
-  const int c = blockIdx.x * kAddPartialsWarps + threadIdx.x / 32;
+__global__ void add_column_partials_kernel(T_* target_a, const float* partials_a, T_* target_b,
+                                           const float* partials_b, int64_t chunks, int cols) {
+  int c = blockIdx.x * kAddPartialsWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (c >= cols) return;  // the whole warp shares c
+  T_* target = target_a;
+  const float* partials = partials_a;
+  if (c >= cols) {  // the whole warp shares c
+    if (target_b == nullptr || c >= 2 * cols) return;
+    c -= cols;
+    target = target_b;
+    partials = partials_b;
+  }
   float sum = 0.0f;
   for (int64_t k = lane; k < chunks; k += 32) sum += partials[k * cols + c];
   sum = warp_reduce_sum(sum);
@@ -213,7 +222,19 @@ template <typename T_>
 void launch_add_column_partials(T_* target, const float* partials, int64_t chunks, int cols,
                                 cudaStream_t stream) {
   add_column_partials_kernel<<<grid_size(cols, kAddPartialsWarps), 32 * kAddPartialsWarps, 0,
-                               stream>>>(target, partials, chunks, cols);
+                               stream>>>(target, partials, static_cast<T_*>(nullptr), nullptr,
+                                         chunks, cols);
+  GPT2_CUDA_CHECK_LAUNCH();
+}
+
+/// The same for two targets of `cols` columns each (LayerNorm's dweight and dbias), one launch.
+template <typename T_>
+void launch_add_column_partials_pair(T_* target_a, const float* partials_a, T_* target_b,
+                                     const float* partials_b, int64_t chunks, int cols,
+                                     cudaStream_t stream) {
+  add_column_partials_kernel<<<grid_size(2 * static_cast<int64_t>(cols), kAddPartialsWarps),
+                               32 * kAddPartialsWarps, 0, stream>>>(
+      target_a, partials_a, target_b, partials_b, chunks, cols);
   GPT2_CUDA_CHECK_LAUNCH();
 }
 

@@ -21,6 +21,9 @@ namespace {
 
 constexpr int kWarpsPerBlock = 8;
 constexpr int kRowThreads = 32 * kWarpsPerBlock;
+/// Rows per chunk of the backward's parameter-gradient partials: the packed backward's block,
+/// 2 rows per warp (more would leave too few blocks in flight to cover the loads' latency).
+constexpr int kBackwardRowsPerChunk = 16;
 constexpr float kEps = static_cast<float>(cpu::kLayerNormEps);
 
 // ---------------------------------------------------------------------------------------------
@@ -86,17 +89,17 @@ __global__ void layernorm_backward_dinp_kernel(T_* dinp, const T_* dout, const T
 }
 
 /// Per chunk of rows: partial_dweight[chunk, c] = sum dout norm, partial_dbias[chunk, c] =
-/// sum dout, rows in order. Grid (ceil(C / blockDim.x), chunks); thread = channel.
+/// sum dout, rows in order. Grid (chunks, ceil(C / blockDim.x)); thread = channel.
 template <typename T_>
 __global__ void layernorm_backward_partials_kernel(float* partial_dweight, float* partial_dbias,
                                                    const T_* dout, const T_* inp,
                                                    const float* mean, const float* rstd,
                                                    int64_t rows, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  const int c = blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  const int64_t chunk = blockIdx.y;
-  const int64_t row_begin = chunk * kColumnSumRowsPerChunk;
-  const int64_t row_end = min(row_begin + kColumnSumRowsPerChunk, rows);
+  const int64_t chunk = blockIdx.x;
+  const int64_t row_begin = chunk * kBackwardRowsPerChunk;
+  const int64_t row_end = min(row_begin + kBackwardRowsPerChunk, rows);
   float sum_dweight = 0.0f;
   float sum_dbias = 0.0f;
   for (int64_t r = row_begin; r < row_end; ++r) {
@@ -181,7 +184,7 @@ __global__ void layernorm_forward_packed_kernel(T_* out, float* mean, float* rst
 }
 
 /// The packed backward, dinp and the parameter-gradient partials in one pass over dout and inp:
-/// block = chunk of kColumnSumRowsPerChunk rows (the partials' chunk), warp w takes the chunk's
+/// block = chunk of kBackwardRowsPerChunk rows (the partials' chunk), warp w takes the chunk's
 /// rows w, w + kWarpsPerBlock, ...; lane l holds packs l, l + 32, ... (kPacksPerLane of them)
 /// and sums dout * norm and dout over its rows for its channels; the warps' sums are then added
 /// in warp order in shared memory (2 C floats, dynamic) and written as the chunk's partials.
@@ -197,8 +200,8 @@ __global__ void __launch_bounds__(kRowThreads)
   const int lane = threadIdx.x % 32;
   const int packs = C / kPack;
   const int64_t chunk = blockIdx.x;
-  const int64_t row_begin = chunk * kColumnSumRowsPerChunk;
-  const int64_t row_end = min(row_begin + kColumnSumRowsPerChunk, rows);
+  const int64_t row_begin = chunk * kBackwardRowsPerChunk;
+  const int64_t row_end = min(row_begin + kBackwardRowsPerChunk, rows);
   Pack16<T_> ws[kPacksPerLane];
   float sum_dweight[kPacksPerLane][kPack] = {};
   float sum_dbias[kPacksPerLane][kPack] = {};
@@ -295,7 +298,7 @@ void launch_layernorm_backward_packed(T_* dinp, float* partial_dweight, float* p
           dinp, partial_dweight, partial_dbias, dout, inp, weight, mean, rstd, rows, C);
   GPT2_CUDA_CHECK_LAUNCH();
   if constexpr (!kSumsInPass) {
-    const dim3 partials_grid(grid_size(C, kColumnSumThreads), static_cast<unsigned int>(chunks));
+    const dim3 partials_grid(static_cast<unsigned int>(chunks), grid_size(C, kColumnSumThreads));
     layernorm_backward_partials_kernel<<<partials_grid, kColumnSumThreads, 0, stream>>>(
         partial_dweight, partial_dbias, dout, inp, mean, rstd, rows, C);
     GPT2_CUDA_CHECK_LAUNCH();
@@ -324,7 +327,7 @@ void layernorm_forward(T_* out, float* mean, float* rstd, const T_* inp, const T
 }
 
 int64_t layernorm_backward_scratch_floats(int B, int T, int C) {
-  return 2 * column_sum_scratch_floats(static_cast<int64_t>(B) * T, C);
+  return 2 * ceil_div(static_cast<int64_t>(B) * T, kBackwardRowsPerChunk) * C;
 }
 
 template <typename T_>
@@ -336,8 +339,7 @@ void layernorm_backward(T_* dinp, T_* dweight, T_* dbias, const T_* dout, const 
              inp != nullptr && weight != nullptr && mean != nullptr && rstd != nullptr &&
              scratch != nullptr);
   const int64_t rows = static_cast<int64_t>(B) * T;
-  const int64_t chunks = ceil_div(rows, kColumnSumRowsPerChunk);
-  GPT2_CHECK(chunks <= 65535, "B*T = ", rows, " exceeds the column-sum grid");
+  const int64_t chunks = ceil_div(rows, kBackwardRowsPerChunk);
 
   float* partial_dweight = scratch;
   float* partial_dbias = scratch + chunks * C;
@@ -365,13 +367,13 @@ void layernorm_backward(T_* dinp, T_* dweight, T_* dbias, const T_* dout, const 
     layernorm_backward_dinp_kernel<<<grid_size(rows, kWarpsPerBlock), kRowThreads, 0, stream>>>(
         dinp, dout, inp, weight, mean, rstd, rows, C);
     GPT2_CUDA_CHECK_LAUNCH();
-    const dim3 partials_grid(grid_size(C, kColumnSumThreads), static_cast<unsigned int>(chunks));
+    const dim3 partials_grid(static_cast<unsigned int>(chunks), grid_size(C, kColumnSumThreads));
     layernorm_backward_partials_kernel<<<partials_grid, kColumnSumThreads, 0, stream>>>(
         partial_dweight, partial_dbias, dout, inp, mean, rstd, rows, C);
     GPT2_CUDA_CHECK_LAUNCH();
   }
-  launch_add_column_partials(dweight, partial_dweight, chunks, C, stream);
-  launch_add_column_partials(dbias, partial_dbias, chunks, C, stream);
+  launch_add_column_partials_pair(dweight, partial_dweight, dbias, partial_dbias, chunks, C,
+                                  stream);
 }
 
 template void layernorm_forward<float>(float*, float*, float*, const float*, const float*,

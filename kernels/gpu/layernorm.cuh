@@ -14,13 +14,13 @@
  *   Packed, when C is a multiple of a 16-byte pack (4 fp32 / 8 bf16), C / pack <= 256 and
  *   every pointer is 16-byte aligned: lane l holds packs l, l+32, ... of the row in registers,
  *   so x and dout are read once and every access is 16 bytes; the backward's block takes a
- *   chunk of kColumnSumRowsPerChunk rows and also sums dout * norm and dout per channel over
- *   them (each lane its channels, then the 8 warps in order), so dweight/dbias cost no second
- *   pass (up to 5 packs per lane, C <= 1280 bf16 / 640 fp32; wider rows take the column
- *   kernel below). Scalar otherwise: lanes stride over C one element at a time, re-reading the row for
- *   each pass, and a thread per channel sums a chunk's rows for dweight/dbias. Either way the
- *   chunk sums land in scratch and a thread per channel adds them in chunk order. Fixed orders
- *   everywhere, no atomics: bitwise deterministic.
+ *   chunk of 16 rows (2 per warp) and also sums dout * norm and dout per channel over them
+ *   (each lane its channels, then the 8 warps in order), so dweight/dbias cost no second pass
+ *   (up to 5 packs per lane, C <= 1280 bf16 / 640 fp32; wider rows take the column kernel).
+ *   Scalar otherwise: lanes stride over C one element at a time, re-reading the row for each
+ *   pass, and a thread per channel sums a chunk's rows for dweight/dbias. Either way the chunk
+ *   sums land in scratch and one launch adds them to dweight and dbias in chunk order (a warp
+ *   per channel). Fixed orders everywhere, no atomics: bitwise deterministic.
  */
 #pragma once
 
