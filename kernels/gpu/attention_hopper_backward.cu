@@ -394,31 +394,40 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 }
 
 // lse2 = lse * log2(e) and D = rowsum(dO * O) for t < T; +inf and 0 on the padding rows.
-// One warp per (bh, t) with t < T_pad.
+// HS/8 lanes per (bh, t) with t < T_pad, a 16-byte pack each, summed by a butterfly among them.
 template <int kHeadDim>
 __global__ void hopper_backward_preprocess_kernel(float* lse2, float* dsum, const float* lse,
                                                   const bf16* dout, const bf16* out, int T,
                                                   int T_pad, int NH, int64_t rows) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  constexpr int kLanesPerRow = kHeadDim / 8;  // a 16-byte pack of the row per lane
+  constexpr int kRowsPerWarp = 32 / kLanesPerRow;
   const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
+  const int64_t warp = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int64_t row = warp * kRowsPerWarp + lane / kLanesPerRow;
+  const int part = lane % kLanesPerRow;
+  const bool in_range = row < rows;  // no early return: the shuffles below need the whole warp
   const int64_t bh = row / T_pad;
   const int t = static_cast<int>(row % T_pad);
   float sum = 0.f;
-  if (t < T) {
+  if (in_range && t < T) {
     const int64_t b = bh / NH;
     const int h = static_cast<int>(bh % NH);
-    const int64_t offset = ((b * T + t) * NH + h) * kHeadDim;  // (B,T,NH,HS) == (B,T,C)
-    for (int d = 2 * lane; d < kHeadDim; d += 64) {
-      const float2 o = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(out + offset + d));
-      const float2 g =
-          __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dout + offset + d));
-      sum += o.x * g.x + o.y * g.y;
-    }
+    // (B,T,NH,HS) == (B,T,C); this lane's 8 elements.
+    const int64_t offset = ((b * T + t) * NH + h) * kHeadDim + part * 8;
+    const int4 o_bits = *reinterpret_cast<const int4*>(out + offset);
+    const int4 g_bits = *reinterpret_cast<const int4*>(dout + offset);
+    const __nv_bfloat162* o = reinterpret_cast<const __nv_bfloat162*>(&o_bits);
+    const __nv_bfloat162* g = reinterpret_cast<const __nv_bfloat162*>(&g_bits);
 #pragma unroll
-    for (int s = 16; s > 0; s /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, s);
+    for (int k = 0; k < 4; ++k) {
+      const float2 of = __bfloat1622float2(o[k]);
+      const float2 gf = __bfloat1622float2(g[k]);
+      sum += of.x * gf.x + of.y * gf.y;
+    }
   }
-  if (lane == 0) {
+#pragma unroll
+  for (int s = kLanesPerRow / 2; s > 0; s /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, s);
+  if (in_range && part == 0) {
     dsum[row] = sum;
     lse2[row] = t < T ? lse[bh * T + t] * flash::kLog2e : INFINITY;
   }
@@ -467,7 +476,8 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
                                   stream));
   {
     const int warps = 8;
-    const int64_t blocks = (stat_rows + warps - 1) / warps;
+    const int64_t rows_per_block = warps * 32 / (kHeadDim / 8);
+    const int64_t blocks = (stat_rows + rows_per_block - 1) / rows_per_block;
     hopper_backward_preprocess_kernel<kHeadDim><<<static_cast<unsigned>(blocks), 32 * warps, 0,
                                                   stream>>>(ws.lse2, ws.dsum, lse, dout, out, T,
                                                             T_pad, NH, stat_rows);
