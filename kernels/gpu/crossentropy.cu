@@ -77,47 +77,6 @@ __device__ RowSoftmax row_softmax_stats(const T_* row, int V, bool packed, RowSo
   return total;
 }
 
-/// Packs per thread the fused kernel keeps in registers: rows of up to kThreads *
-/// kMaxCachedPacks packs (53248 bf16 logits: GPT-2's 50304) are read from memory once.
-constexpr int kMaxCachedPacks = 13;
-
-/// row_softmax_stats for a packed row whose full packs thread t keeps in `cached` (pack
-/// t + i * blockDim.x in cached[i]): the same elements in the same order, so the same bits.
-template <typename T_>
-__device__ RowSoftmax row_softmax_stats_cached(const T_* row, int V,
-                                               Pack16<T_> (&cached)[kMaxCachedPacks],
-                                               RowSoftmax* scratch) {
-  constexpr int kPack = Pack16<T_>::kSize;
-  RowSoftmax stats{-INFINITY, 0.0f};
-  const int full_packs = V / kPack;
-#pragma unroll
-  for (int i = 0; i < kMaxCachedPacks; ++i) {
-    const int p = threadIdx.x + i * blockDim.x;
-    if (p < full_packs) cached[i] = load_pack16(row + static_cast<int64_t>(p) * kPack);
-  }
-#pragma unroll
-  for (int i = 0; i < kMaxCachedPacks; ++i) {
-    if (static_cast<int>(threadIdx.x + i * blockDim.x) < full_packs) {
-#pragma unroll
-      for (int j = 0; j < kPack; ++j) accumulate(stats, to_float(cached[i].values[j]));
-    }
-  }
-  for (int v = full_packs * kPack + threadIdx.x; v < V; v += blockDim.x)
-    accumulate(stats, to_float(row[v]));
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    const RowSoftmax other{__shfl_xor_sync(kFullWarpMask, stats.max, offset),
-                           __shfl_xor_sync(kFullWarpMask, stats.sum, offset)};
-    merge(stats, other);
-  }
-  const int warp = threadIdx.x / 32;
-  if (threadIdx.x % 32 == 0) scratch[warp] = stats;
-  __syncthreads();
-  RowSoftmax total{-INFINITY, 0.0f};
-  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) merge(total, scratch[w]);
-  return total;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Kernels
 
@@ -198,50 +157,6 @@ __global__ void crossentropy_forward_backward_kernel(float* losses, T_* logits,
   write_dlogits_row(x, x, stats, target, valid ? dloss : NAN, V, Vp, packed);
 }
 
-/// crossentropy_forward_backward_kernel for packed rows that fit in registers
-/// (Vp / kPack <= blockDim.x * kMaxCachedPacks): each full pack is read once, kept, and
-/// overwritten by its gradient; only the tail (V % kPack real columns) and the padding packs
-/// are read twice. The same arithmetic in the same order: the same bits.
-template <typename T_>
-__global__ void __launch_bounds__(kThreads)
-    crossentropy_forward_backward_cached_kernel(float* losses, T_* logits, const int* targets,
-                                                float dloss, int V, int Vp) {
-  constexpr int kPack = Pack16<T_>::kSize;
-  __shared__ RowSoftmax scratch[32];
-  const int64_t row = blockIdx.x;
-  T_* x = logits + row * Vp;
-  const int target = targets[row];
-  const bool valid = target >= 0 && target < V;
-  const float target_logit = (threadIdx.x == 0 && valid) ? to_float(x[target]) : 0.0f;
-  Pack16<T_> cached[kMaxCachedPacks];
-  const RowSoftmax stats = row_softmax_stats_cached(x, V, cached, scratch);
-  if (threadIdx.x == 0)
-    losses[row] = valid ? logf(stats.sum) + stats.max - target_logit : NAN;
-  const float row_dloss = valid ? dloss : NAN;
-  const float inv_sum = 1.0f / stats.sum;
-  const int full_packs = V / kPack;
-#pragma unroll
-  for (int i = 0; i < kMaxCachedPacks; ++i) {
-    const int p = threadIdx.x + i * blockDim.x;
-    if (p < Vp / kPack) {
-      const Pack16<T_> in =
-          p < full_packs ? cached[i] : load_pack16(x + static_cast<int64_t>(p) * kPack);
-      Pack16<T_> out;
-#pragma unroll
-      for (int j = 0; j < kPack; ++j) {
-        const int v = p * kPack + j;
-        float gradient = 0.0f;  // padding columns
-        if (v < V) {
-          const float prob = expf(to_float(in.values[j]) - stats.max) * inv_sum;
-          gradient = (prob - (v == target ? 1.0f : 0.0f)) * row_dloss;
-        }
-        out.values[j] = from_float<T_>(gradient);
-      }
-      store_pack16(x + static_cast<int64_t>(p) * kPack, out);
-    }
-  }
-}
-
 void check_shapes(int B, int T, int V, int Vp) {
   GPT2_CHECK(B >= 1 && T >= 1, "B=", B, " T=", T);
   GPT2_CHECK(V >= 1 && Vp >= V, "V=", V, " Vp=", Vp);
@@ -280,14 +195,8 @@ void crossentropy_forward_backward(float* losses, T_* logits, const int* targets
   check_shapes(B, T, V, Vp);
   GPT2_CHECK(losses != nullptr && logits != nullptr && targets != nullptr);
   const int64_t rows = static_cast<int64_t>(B) * T;
-  const bool packed = packed_rows<T_>(Vp, logits, logits);
-  if (packed && Vp / Pack16<T_>::kSize <= kThreads * kMaxCachedPacks) {
-    crossentropy_forward_backward_cached_kernel<<<grid_size(rows, 1), kThreads, 0, stream>>>(
-        losses, logits, targets, dloss, V, Vp);
-  } else {
-    crossentropy_forward_backward_kernel<<<grid_size(rows, 1), kThreads, 0, stream>>>(
-        losses, logits, targets, dloss, V, Vp, packed);
-  }
+  crossentropy_forward_backward_kernel<<<grid_size(rows, 1), kThreads, 0, stream>>>(
+      losses, logits, targets, dloss, V, Vp, packed_rows<T_>(Vp, logits, logits));
   GPT2_CUDA_CHECK_LAUNCH();
 }
 
