@@ -14,7 +14,7 @@
  *   Packed, when C is a multiple of a 16-byte pack (4 fp32 / 8 bf16), C / pack <= 256 and
  *   every pointer is 16-byte aligned: lane l holds packs l, l+32, ... of the row in registers,
  *   so x and dout are read once and every access is 16 bytes; the backward's block takes a
- *   chunk of 16 rows (2 per warp) and also sums dout * norm and dout per channel over them
+ *   chunk of 64 rows (8 per warp) and also sums dout * norm and dout per channel over them
  *   (each lane its channels, then the 8 warps in order), so dweight/dbias cost no second pass
  *   (up to 5 packs per lane, C <= 1280 bf16 / 640 fp32; wider rows take the column kernel).
  *   Scalar otherwise: lanes stride over C one element at a time, re-reading the row for each
