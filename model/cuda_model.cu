@@ -19,7 +19,9 @@
  * algorithm per row count) and, in bf16, dwte's rounding: one bf16 rounding per chunk's +=
  * (matmul.cuh). The probabilities are never stored. Per-layer activations are (L,B,T,X)
  * buffers whose layer l starts at l*B*T*X for the (B,T) of the current forward, so a shorter
- * forward (sampling) fits inside.
+ * forward (sampling) fits inside. With recompute_fc the fc output and its GELU are one layer's
+ * (B,T,4C) buffers instead: every layer's forward writes them, and its backward first runs the
+ * very same fc GEMM (GELU_AUX epilogue) again, which gives the same bits.
  * The forward's per-layer code is one function (block_forward) over a BlockActivations of
  * pointers, with the attention step passed in; training, prefill and decode all run it.
  * Generation keeps a key/value cache per layer, (gen_B, NH, max_len, HS) in the storage type,
@@ -219,8 +221,12 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   set(kLn2, "activations", "ln2 (L,B,T,C)", L * BT * C * x);
   set(kLn2Mean, "activations", "ln2 mean (L,B,T) fp32", L * BT * f);
   set(kLn2Rstd, "activations", "ln2 rstd (L,B,T) fp32", L * BT * f);
-  set(kFch, "activations", "fch (L,B,T,4C)", L * BT * 4 * C * x);
-  set(kFchGelu, "activations", "fch_gelu (L,B,T,4C)", L * BT * 4 * C * x);
+  // --recompute fc: one layer's, recomputed by the fc GEMM in backward (the same bits).
+  const size_t fc_layers = options.recompute_fc ? 1 : L;
+  const char* fc_shape = options.recompute_fc ? "(B,T,4C), one layer: recomputed in backward"
+                                              : "(L,B,T,4C)";
+  set(kFch, "activations", str_cat("fch ", fc_shape), fc_layers * BT * 4 * C * x);
+  set(kFchGelu, "activations", str_cat("fch_gelu ", fc_shape), fc_layers * BT * 4 * C * x);
   set(kResidual2, "activations", "residual2 (L,B,T,C)", L * BT * C * x);
   set(kResidual3, "activations", "residual3 (L,B,T,C)", L * BT * C * x);
   set(kLnf, "activations", "lnf (B,T,C)", BT * C * x);
@@ -770,8 +776,9 @@ BlockActivations<T_> CudaModel<T_>::block_activations(int l, size_t BT) const {
   a.ln2 = act(kLn2) + l * BT * Cs;
   a.ln2_mean = buf<float>(kLn2Mean) + l * BT;
   a.ln2_rstd = buf<float>(kLn2Rstd) + l * BT;
-  a.fch = act(kFch) + l * BT * 4 * Cs;
-  a.fch_gelu = act(kFchGelu) + l * BT * 4 * Cs;
+  const size_t fc_slot = options_.recompute_fc ? 0 : static_cast<size_t>(l);  // see the plan
+  a.fch = act(kFch) + fc_slot * BT * 4 * Cs;
+  a.fch_gelu = act(kFchGelu) + fc_slot * BT * 4 * Cs;
   a.residual3 = act(kResidual3) + l * BT * Cs;
   a.proj = act(kProj);
   return a;
@@ -835,8 +842,12 @@ void CudaModel<T_>::backward(float loss_scale) {
     const T_* atty = act(kAtty) + l * BT * Cs;
     const T_* residual2 = act(kResidual2) + l * BT * Cs;
     const T_* ln2 = act(kLn2) + l * BT * Cs;
-    const T_* fch = act(kFch) + l * BT * 4 * Cs;
-    const T_* fch_gelu = act(kFchGelu) + l * BT * 4 * Cs;
+    const BlockActivations<T_> a = block_activations(l, BT);
+    if (options_.recompute_fc)  // the forward's very GEMM again: the same fch and fch_gelu bits
+      gpu::matmul_forward_gelu(a.fch_gelu, a.fch, a.ln2, param(kFcw) + l * 4 * Cs * Cs,
+                               param(kFcb) + l * 4 * Cs, B, T, C, 4 * C, ctx);
+    const T_* fch = a.fch;
+    const T_* fch_gelu = a.fch_gelu;
 
     // dresidual holds d(residual3): the fcproj branch and the skip to residual2 both get it.
     // fcproj's backward with the GELU's folded in: dfch = gelu'(fch) * (dresidual @ W).

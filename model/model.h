@@ -53,6 +53,10 @@ struct ModelOptions {
   /// the backward workspace or a 256 MiB budget; see classifier_chunk_rows in cuda_model.h). The same losses and gradients for any
   /// value up to GEMM summation order (bf16: wte's gradient takes one rounding per chunk).
   int classifier_chunk_rows = 0;
+  /// CUDA: keep one layer's fc output and GELU (B,T,4C) instead of every layer's, and
+  /// recompute them in backward by the same fc GEMM (one more per layer): the same bits, and
+  /// 2 (L-1) B T 4C fewer elements held (what grows with T besides attention's own).
+  bool recompute_fc = false;
   /// false: inference only (generation, evaluate): no gradients, no AdamW moments and no
   /// backward workspace are planned or allocated; forward_backward, grad_norm, adamw_step and
   /// the optimizer-state calls throw gpt2::Error, zero_grad does nothing.

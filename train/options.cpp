@@ -65,6 +65,9 @@ cxxopts::Options make_options() {
        "micro-batch's backward (1) or after it (0)", s()->default_value("1"))
       ("classifier-chunk-rows", "--device cuda: rows of B*T whose logits the classifier holds "
        "at once (0: automatic, a 256 MiB budget; at least B, at most B*T)", s()->default_value("0"))
+      ("recompute", "--device cuda: none | fc (keep one layer's fc output and GELU instead of "
+       "every layer's and recompute them in backward with one more fc GEMM per layer; the same "
+       "bits, less memory for long context)", s()->default_value("none"))
       ("h,help", "print this help");
   return options;
 }
@@ -262,6 +265,10 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     GPT2_USAGE_FAIL("--overlap-comm must be 0 or 1 (got '", overlap, "')");
   cli.overlap_comm = overlap == "1";
   cli.classifier_chunk_rows = parse_count("classifier-chunk-rows", text("classifier-chunk-rows"));
+  const std::string recompute = text("recompute");
+  if (recompute != "none" && recompute != "fc")
+    GPT2_USAGE_FAIL("--recompute must be none or fc (got '", recompute, "')");
+  cli.recompute_fc = recompute == "fc";
   return cli;
 }
 
@@ -302,6 +309,10 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
   if (!on_cuda && cli.classifier_chunk_rows != 0)
     GPT2_USAGE_FAIL("--classifier-chunk-rows needs --device cuda (the CPU backend holds the "
                     "logits of the whole micro-batch)");
+  config.recompute_fc = cli.recompute_fc;
+  if (!on_cuda && cli.recompute_fc)
+    GPT2_USAGE_FAIL("--recompute fc needs --device cuda (the CPU backend keeps every "
+                    "activation)");
   if (cli.flash_kernel != FlashKernelChoice::kAuto && cli.attention != AttentionKind::kFlash)
     GPT2_USAGE_FAIL("--attn-kernel ", to_string(cli.flash_kernel), " chooses among the flash "
                     "kernels; it needs --attn flash");

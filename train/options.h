@@ -83,6 +83,7 @@ struct CommandLine {
   std::string comm = "auto";      // auto | nccl
   bool overlap_comm = true;
   int classifier_chunk_rows = 0;  // 0: automatic
+  bool recompute_fc = false;      // --recompute fc
   bool help = false;
 };
 
@@ -99,6 +100,7 @@ struct TrainConfig {
   FlashKernelChoice flash_kernel = FlashKernelChoice::kAuto;  // GPU flash kernel
   bool deterministic_attention = false;                       // GPU flash backward
   int classifier_chunk_rows = 0;  // GPU: rows of logits held at once (0: automatic)
+  bool recompute_fc = false;      // GPU: fc output and GELU recomputed in backward
   Precision precision = Precision::kFp32;
   int batch_size = 0;  // B per micro-batch
   int seq_len = 0;     // T

@@ -61,6 +61,7 @@ ModelOptions model_options(const TrainConfig& config, Communicator& comm) {
   options.flash_kernel = config.flash_kernel;
   options.deterministic_attention = config.deterministic_attention;
   options.classifier_chunk_rows = config.classifier_chunk_rows;
+  options.recompute_fc = config.recompute_fc;
   return options;
 }
 

@@ -261,6 +261,63 @@ TEST(CudaModel, HopperDeterministicTrainingRepeatsBitForBit) {
   EXPECT_EQ(finals[0], finals[1]);
 }
 
+// The plan needs no GPU: --recompute fc holds one layer's fch and fch_gelu; at d12, T=65536,
+// B=1 that is 8.25 GiB less.
+TEST(CudaModelPlan, RecomputeFcHoldsOneLayersFcActivations) {
+  const ModelConfig config = model_config_from_preset("d12", 65536);
+  ModelOptions options{config, 1, 65536, AttentionKind::kFlash, Precision::kBf16,
+                       FlashKernelChoice::kPortable};
+  const size_t kept = plan_cuda_model_memory(options).total();
+  options.recompute_fc = true;
+  const size_t recomputed = plan_cuda_model_memory(options).total();
+  EXPECT_EQ(kept - recomputed, size_t(2) * 11 * 65536 * 4 * 768 * 2);
+  std::printf("[ plan     ] d12 B=1 T=65536 bf16: %s kept, %s with --recompute fc\n",
+              format_bytes(kept).c_str(), format_bytes(recomputed).c_str());
+}
+
+// --recompute fc: the fc GEMM run again in backward gives the very bits the forward kept, so
+// training with it is bit for bit training without it (losses, gradients, parameters), fp32 and
+// bf16; and its plan holds one layer's fch and fch_gelu instead of L.
+TEST(CudaModel, RecomputedFcTrainsBitForBitLikeKeptActivations) {
+  GPT2_REQUIRE_GPU();
+  const ModelConfig config = small_model_config();
+  const int B = 2, T = 37, kSteps = 3;
+  const ParameterLayout layout = ParameterLayout::for_config(config);
+  std::vector<float> params(layout.total);
+  init_parameters(params.data(), config, 41);
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    SCOPED_TRACE(to_string(precision));
+    std::vector<float> losses[2], grads[2], finals[2];
+    size_t plan_bytes[2] = {};
+    for (int recompute = 0; recompute < 2; ++recompute) {
+      ModelOptions options{config, B, T, AttentionKind::kNaive, precision};
+      options.recompute_fc = recompute == 1;
+      auto gpu = make_gpu_model(options);
+      plan_bytes[recompute] = gpu->memory_plan().total();
+      gpu->set_parameters(params.data());
+      cpu::AdamWHyper hyper;
+      hyper.lr = 1e-3f;
+      for (int step = 1; step <= kSteps; ++step) {
+        const std::vector<int> inputs = random_ints(B * T, config.vocab_size, 300 + step);
+        const std::vector<int> targets = random_ints(B * T, config.vocab_size, 400 + step);
+        gpu->zero_grad();
+        losses[recompute].push_back(gpu->forward_backward(inputs.data(), targets.data(), 1.0f));
+        gpu->adamw_step(hyper, step, 1.0f / std::max(1.0f, gpu->grad_norm()));
+      }
+      grads[recompute].resize(layout.total);
+      gpu->get_gradients(grads[recompute].data());
+      finals[recompute].resize(layout.total);
+      gpu->get_parameters(finals[recompute].data());
+    }
+    EXPECT_EQ(losses[0], losses[1]);
+    EXPECT_EQ(grads[0], grads[1]);
+    EXPECT_EQ(finals[0], finals[1]);
+    const size_t x = precision == Precision::kBf16 ? 2 : 4;
+    EXPECT_EQ(plan_bytes[0] - plan_bytes[1],
+              2 * size_t(config.num_layers - 1) * B * T * 4 * config.channels * x);
+  }
+}
+
 // A plan that cannot fit is refused before anything is allocated, naming the buffer.
 TEST(CudaModel, PlanThatDoesNotFitIsRefusedBeforeAllocating) {
   GPT2_REQUIRE_GPU();

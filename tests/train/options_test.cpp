@@ -363,5 +363,17 @@ TEST(TrainOptions, ClassifierChunkRows) {
             std::string::npos);
 }
 
+// --recompute none|fc: passed through to the CUDA model (none by default), refused on the CPU.
+TEST(TrainOptions, Recompute) {
+  EXPECT_FALSE(resolve({"--device", "cuda"}, with_gpu()).recompute_fc);
+  EXPECT_FALSE(resolve({"--device", "cuda", "--recompute", "none"}, with_gpu()).recompute_fc);
+  EXPECT_TRUE(resolve({"--device", "cuda", "--recompute", "fc"}, with_gpu()).recompute_fc);
+  EXPECT_NE(usage_message({"--recompute", "all"}).find("--recompute must be none or fc"),
+            std::string::npos);
+  EXPECT_NE(usage_message({"--device", "cpu", "--recompute", "fc"})
+                .find("--recompute fc needs --device cuda"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace gpt2
