@@ -22,8 +22,8 @@ namespace {
 constexpr int kWarpsPerBlock = 8;
 constexpr int kRowThreads = 32 * kWarpsPerBlock;
 /// Rows per chunk of the backward's parameter-gradient partials: the packed backward's block,
-/// 8 rows per warp. (16-row chunks, 2 per warp, ran 2x slower on an H100: each block's warp-
-/// order sum in shared memory is paid per chunk.)
+/// 8 rows per warp. (16-row chunks, 2 per warp, ran 2x slower on an H100 with a warp-by-warp
+/// sum in shared memory: 8 barriers and bank-conflicted adds per chunk.)
 constexpr int kBackwardRowsPerChunk = 64;
 constexpr float kEps = static_cast<float>(cpu::kLayerNormEps);
 
@@ -187,8 +187,9 @@ __global__ void layernorm_forward_packed_kernel(T_* out, float* mean, float* rst
 /// The packed backward, dinp and the parameter-gradient partials in one pass over dout and inp:
 /// block = chunk of kBackwardRowsPerChunk rows (the partials' chunk), warp w takes the chunk's
 /// rows w, w + kWarpsPerBlock, ...; lane l holds packs l, l + 32, ... (kPacksPerLane of them)
-/// and sums dout * norm and dout over its rows for its channels; the warps' sums are then added
-/// in warp order in shared memory (2 C floats, dynamic) and written as the chunk's partials.
+/// and sums dout * norm and dout over its rows for its channels; each warp stores its sums in
+/// shared memory (8 warps x 2 C floats, dynamic) and a thread per channel adds them in warp
+/// order into the chunk's partials.
 /// Without kSumsInPass (wide rows, whose sums would not fit in registers) only dinp.
 template <typename T_, int kPacksPerLane, bool kSumsInPass>
 __global__ void __launch_bounds__(kRowThreads)
@@ -196,7 +197,7 @@ __global__ void __launch_bounds__(kRowThreads)
                                      const T_* dout, const T_* inp, const T_* weight,
                                      const float* mean, const float* rstd, int64_t rows, int C) {
   constexpr int kPack = Pack16<T_>::kSize;
-  extern __shared__ float chunk_sums[];  // [0, C): dweight, [C, 2C): dbias
+  extern __shared__ float warp_sums[];  // [warp][0, C): dweight, [warp][C, 2C): dbias
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int packs = C / kPack;
@@ -260,26 +261,32 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 
   if constexpr (kSumsInPass) {
-    for (int w = 0; w < kWarpsPerBlock; ++w) {  // warp order: deterministic
-      if (warp == w) {
+    // Each warp stores its sums (a lane's 8 or 4 channels as 16-byte stores), one barrier,
+    // then a thread per channel adds the warps' in warp order: deterministic.
+    float* mine = warp_sums + static_cast<size_t>(warp) * 2 * C;
 #pragma unroll
-        for (int i = 0; i < kPacksPerLane; ++i) {
-          const int p = lane + 32 * i;
-          if (p < packs) {
+    for (int i = 0; i < kPacksPerLane; ++i) {
+      const int p = lane + 32 * i;
+      if (p < packs) {
 #pragma unroll
-            for (int j = 0; j < kPack; ++j) {
-              const int c = p * kPack + j;
-              chunk_sums[c] = w == 0 ? sum_dweight[i][j] : chunk_sums[c] + sum_dweight[i][j];
-              chunk_sums[C + c] = w == 0 ? sum_dbias[i][j] : chunk_sums[C + c] + sum_dbias[i][j];
-            }
-          }
+        for (int j = 0; j < kPack; j += 4) {
+          *reinterpret_cast<float4*>(mine + p * kPack + j) = make_float4(
+              sum_dweight[i][j], sum_dweight[i][j + 1], sum_dweight[i][j + 2],
+              sum_dweight[i][j + 3]);
+          *reinterpret_cast<float4*>(mine + C + p * kPack + j) =
+              make_float4(sum_dbias[i][j], sum_dbias[i][j + 1], sum_dbias[i][j + 2],
+                          sum_dbias[i][j + 3]);
         }
       }
-      __syncthreads();
     }
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-      partial_dweight[chunk * C + c] = chunk_sums[c];
-      partial_dbias[chunk * C + c] = chunk_sums[C + c];
+    __syncthreads();
+    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+      float total = warp_sums[c];
+#pragma unroll
+      for (int w = 1; w < kWarpsPerBlock; ++w)
+        total += warp_sums[static_cast<size_t>(w) * 2 * C + c];
+      if (c < C) partial_dweight[chunk * C + c] = total;
+      else partial_dbias[chunk * C + c - C] = total;
     }
   }
 }
@@ -293,9 +300,13 @@ void launch_layernorm_backward_packed(T_* dinp, float* partial_dweight, float* p
                                       const float* mean, const float* rstd, int64_t rows, int C,
                                       int64_t chunks, cudaStream_t stream) {
   constexpr bool kSumsInPass = kPacksPerLane <= kMaxPacksPerLaneWithSums;
-  const size_t shared_bytes = kSumsInPass ? 2 * static_cast<size_t>(C) * sizeof(float) : 0;
-  layernorm_backward_packed_kernel<T_, kPacksPerLane, kSumsInPass>
-      <<<static_cast<unsigned int>(chunks), kRowThreads, shared_bytes, stream>>>(
+  const size_t shared_bytes =
+      kSumsInPass ? kWarpsPerBlock * 2 * static_cast<size_t>(C) * sizeof(float) : 0;
+  const auto kernel = layernorm_backward_packed_kernel<T_, kPacksPerLane, kSumsInPass>;
+  if (shared_bytes > 48 * 1024)  // 8 warps x 2C floats: above the default from C = 769
+    GPT2_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(shared_bytes)));
+  kernel<<<static_cast<unsigned int>(chunks), kRowThreads, shared_bytes, stream>>>(
           dinp, partial_dweight, partial_dbias, dout, inp, weight, mean, rstd, rows, C);
   GPT2_CUDA_CHECK_LAUNCH();
   if constexpr (!kSumsInPass) {
