@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include <cublasLt.h>
@@ -56,6 +57,10 @@ class Context {
   /// Blocks until all work queued on the stream is done (throws on an asynchronous error).
   void synchronize() const;
 
+  /// matmul.cu's cuBLASLt descriptors and algorithm per GEMM shape, chosen once: made by
+  /// matmul.cu on first use (opaque here), freed with the Context.
+  std::shared_ptr<void>& matmul_plans() const { return matmul_plans_; }
+
  private:
   void release() noexcept;  // frees what exists; used by the destructor and a failed constructor
 
@@ -67,6 +72,7 @@ class Context {
   void* lt_workspace_ = nullptr;
   size_t lt_workspace_bytes_ = 0;
   bool use_cublaslt_ = true;
+  mutable std::shared_ptr<void> matmul_plans_;
 };
 
 }  // namespace gpt2::gpu

@@ -15,11 +15,15 @@
  * matrix (same layout and type as D) the result itself; matmul_backward_gelu the DGELU
  * epilogue on the dinp GEMM: D = gelu'(aux) * result, aux = the forward's pre-GELU values.
  * cuBLASLt: the algorithm comes from its heuristic (first result) for the shape, the pointers'
- * alignment and the Context's workspace; split-K is allowed only with fp32 partials.
+ * alignment and the Context's workspace; split-K is allowed only with fp32 partials. The
+ * descriptors and the algorithm are made once per shape and kept in the Context:
+ * the heuristic costs host time (tens of microseconds) that a training step paid ~150 times.
  */
 #include "kernels/gpu/matmul.cuh"
 
 #include <climits>
+#include <memory>
+#include <unordered_map>
 
 #include "base/error.h"
 #include "kernels/gpu/common.cuh"
@@ -60,11 +64,14 @@ uint32_t alignment_bytes(const void* ptr) {
   return alignment;
 }
 
-/// Owns the cuBLASLt descriptors of one call (destroyed also when a check throws).
+/// Owns the cuBLASLt descriptors of one GEMM shape (destroyed also when a check throws).
 struct LtDescriptors {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulPreference_t preference = nullptr;
+  LtDescriptors() = default;
+  LtDescriptors(const LtDescriptors&) = delete;
+  LtDescriptors& operator=(const LtDescriptors&) = delete;
   ~LtDescriptors() {
     if (preference) cublasLtMatmulPreferenceDestroy(preference);
     if (d) cublasLtMatrixLayoutDestroy(d);
@@ -86,62 +93,122 @@ void set_preference(cublasLtMatmulPreference_t preference,
       cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value)));
 }
 
-/// Runs g through cuBLASLt; false (nothing launched) when cuBLASLt offers no algorithm.
-bool gemm_cublaslt(const Context& ctx, const Gemm& g) {
+/// What decides a GEMM's descriptors and algorithm: everything but the data pointers (and
+/// beta, which cuBLASLt takes per call).
+struct GemmKey {
+  cudaDataType_t type;
+  bool trans_a, trans_b;
+  int m, n, k, lda, ldb, ldd;
+  cublasLtEpilogue_t epilogue;
+  uint32_t align_a, align_b, align_d;
+  bool operator==(const GemmKey& o) const {
+    return type == o.type && trans_a == o.trans_a && trans_b == o.trans_b && m == o.m &&
+           n == o.n && k == o.k && lda == o.lda && ldb == o.ldb && ldd == o.ldd &&
+           epilogue == o.epilogue && align_a == o.align_a && align_b == o.align_b &&
+           align_d == o.align_d;
+  }
+};
+
+struct GemmKeyHash {
+  size_t operator()(const GemmKey& key) const {
+    size_t h = 0;
+    for (const int64_t v : {int64_t(key.type), int64_t(key.trans_a), int64_t(key.trans_b),
+                            int64_t(key.m), int64_t(key.n), int64_t(key.k), int64_t(key.lda),
+                            int64_t(key.ldb), int64_t(key.ldd), int64_t(key.epilogue),
+                            int64_t(key.align_a), int64_t(key.align_b), int64_t(key.align_d)})
+      h = h * 1000003u ^ std::hash<int64_t>()(v);
+    return h;
+  }
+};
+
+/// One shape's descriptors and the heuristic's first algorithm (found false: none), kept for
+/// the Context's lifetime: the heuristic runs once per shape, and every call of a shape gets
+/// the same algorithm (the same bits) as before.
+struct LtPlan {
   LtDescriptors desc;
+  bool found = false;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+struct LtPlanCache {
+  std::unordered_map<GemmKey, std::unique_ptr<LtPlan>, GemmKeyHash> plans;
+};
+
+cublasLtEpilogue_t epilogue_of(const Gemm& g) {
+  if (g.gelu_aux) return g.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  if (g.dgelu_aux) return CUBLASLT_EPILOGUE_DGELU;
+  return g.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+/// The bias and aux pointers of one call on a shape's descriptor.
+void set_call_pointers(cublasLtMatmulDesc_t op, const Gemm& g) {
+  if (g.bias) set_desc(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+  if (g.gelu_aux) set_desc(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.gelu_aux);
+  if (g.dgelu_aux) set_desc(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.dgelu_aux);
+}
+
+/// The descriptors and algorithm for g's shape, made by the heuristic on first use.
+const LtPlan& lt_plan(const Context& ctx, const Gemm& g, cublasLtEpilogue_t epilogue) {
+  std::shared_ptr<void>& slot = ctx.matmul_plans();
+  if (!slot) slot = std::make_shared<LtPlanCache>();
+  LtPlanCache& cache = *static_cast<LtPlanCache*>(slot.get());
+  const GemmKey key{g.type, g.trans_a, g.trans_b, g.m, g.n, g.k, g.lda, g.ldb, g.ldd, epilogue,
+                    alignment_bytes(g.a), alignment_bytes(g.b), alignment_bytes(g.d)};
+  std::unique_ptr<LtPlan>& entry = cache.plans[key];
+  if (entry) return *entry;
+  auto plan = std::make_unique<LtPlan>();
+  LtDescriptors& desc = plan->desc;
   GPT2_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_desc(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
   set_desc(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, op_b);
-  if (g.gelu_aux) {
-    set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE,
-             g.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX);
-    set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.gelu_aux);
+  set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+  if (g.gelu_aux || g.dgelu_aux) {
     set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(g.ldd));
     set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, g.type);
-  } else if (g.dgelu_aux) {
-    set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_DGELU);
-    set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.dgelu_aux);
-    set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(g.ldd));
-    set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, g.type);
-  } else if (g.bias) {
-    set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
   }
-  if (g.bias) set_desc(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+  set_call_pointers(desc.op, g);  // the heuristic sees a call's pointers, as it always did
   // Stored shapes (before op): A is k x m when transposed, else m x k; B likewise.
   GPT2_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.a, g.type, g.trans_a ? g.k : g.m,
                                                g.trans_a ? g.m : g.k, g.lda));
   GPT2_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.b, g.type, g.trans_b ? g.n : g.k,
                                                g.trans_b ? g.k : g.n, g.ldb));
   GPT2_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.d, g.type, g.m, g.n, g.ldd));
-
   GPT2_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc.preference));
   const size_t workspace_bytes = ctx.lt_workspace_bytes();
   GPT2_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
       sizeof(workspace_bytes)));
-  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_bytes(g.a));
-  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_bytes(g.b));
-  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_bytes(g.d));
-  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_bytes(g.d));
+  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a);
+  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b);
+  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d);
+  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
   // Split-K only with fp32 partials in the workspace (COMPUTE_TYPE): the in-place and
   // output-type schemes add the partial products up in bf16, one rounding per split.
   set_preference(desc.preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                  CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
-
   cublasLtMatmulHeuristicResult_t heuristic{};
   int num_results = 0;
   const cublasStatus_t found = cublasLtMatmulAlgoGetHeuristic(
       ctx.cublaslt(), desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference, 1, &heuristic,
       &num_results);
-  if (found != CUBLAS_STATUS_SUCCESS || num_results == 0) return false;
+  plan->found = found == CUBLAS_STATUS_SUCCESS && num_results > 0;
+  plan->algo = heuristic.algo;
+  entry = std::move(plan);
+  return *entry;
+}
 
+/// Runs g through cuBLASLt; false (nothing launched) when cuBLASLt offers no algorithm.
+bool gemm_cublaslt(const Context& ctx, const Gemm& g) {
+  const LtPlan& plan = lt_plan(ctx, g, epilogue_of(g));
+  if (!plan.found) return false;
+  set_call_pointers(plan.desc.op, g);  // the shape's descriptor takes this call's pointers
   const float alpha = 1.0f;
   const cublasStatus_t status =
-      cublasLtMatmul(ctx.cublaslt(), desc.op, &alpha, g.a, desc.a, g.b, desc.b, &g.beta, g.d,
-                     desc.d, g.d, desc.d, &heuristic.algo, ctx.lt_workspace(), workspace_bytes,
-                     ctx.stream());
+      cublasLtMatmul(ctx.cublaslt(), plan.desc.op, &alpha, g.a, plan.desc.a, g.b, plan.desc.b,
+                     &g.beta, g.d, plan.desc.d, g.d, plan.desc.d, &plan.algo, ctx.lt_workspace(),
+                     ctx.lt_workspace_bytes(), ctx.stream());
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
   GPT2_CUBLAS_CHECK(status);
   return true;
