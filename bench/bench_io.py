@@ -19,3 +19,11 @@ def write_text(path, text):
     with open(path, "w") as f:
         f.write(text)
     print(f"wrote {path}")
+
+
+def print_table(lines, markdown_path=None):
+    """Prints Markdown lines as one text and writes it to markdown_path when given."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if markdown_path:
+        write_text(markdown_path, text)

@@ -17,7 +17,7 @@ import re
 import subprocess
 import sys
 
-from bench_io import write_text
+from bench_io import print_table
 
 
 def base_name(kernel):
@@ -69,10 +69,7 @@ def main():
               "", "| kernel | calls | ms | share |", "|---|---|---|---|"]
     for name, (calls, ns) in sorted(groups.items(), key=lambda item: -item[1][1]):
         lines.append(f"| {name} | {calls} | {ns * 1e-6:.3f} | {100 * ns * 1e-6 / total_ms:.1f}% |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.markdown:
-        write_text(args.markdown, text)
+    print_table(lines, args.markdown)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from bench_io import write_csv, write_text
+from bench_io import print_table, write_csv
 
 BACKENDS = {"torch-fa2": SDPBackend.FLASH_ATTENTION, "torch-cudnn": SDPBackend.CUDNN_ATTENTION}
 
@@ -165,10 +165,7 @@ def compare(args, torch_rows, device):
             cells.append(f"{mine / fa2['fwdbwd_tflops']:.2f}, {mine / cudnn['fwdbwd_tflops']:.2f}"
                          if fa2 and cudnn else "-")
         lines.append("| " + " | ".join(cells) + " |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.markdown:
-        write_text(args.markdown, text)
+    print_table(lines, args.markdown)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bench_io import write_csv, write_text
+from bench_io import print_table, write_csv
 
 
 class Block(nn.Module):
@@ -185,10 +185,7 @@ def compare(args, torch_rows, device):
                 compile_ratio = f"{float(flash['tokens_per_s']) / comp['tokens_per_s']:.2f}x"
             row += [fmt(comp)[0], compile_ratio]
         lines.append("| " + " | ".join(row) + " |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.markdown:
-        write_text(args.markdown, text)
+    print_table(lines, args.markdown)
 
 
 if __name__ == "__main__":
