@@ -36,12 +36,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--train", default="build/gpt2-train")
     parser.add_argument("--ncu", default="ncu")
+    parser.add_argument("--clock-control", default="base", choices=["base", "none"],
+                        help="ncu's: base pins the clocks (repeatable), none runs at the GPU's own")
     parser.add_argument("--markdown", help="write the table here")
     parser.add_argument("--title", default="", help="a line above the table")
     parser.add_argument("train_args", nargs="*", help="gpt2-train options (after --)")
     args = parser.parse_args()
 
-    command = [args.ncu, "--csv", "--print-units", "base", "--metrics", "gpu__time_duration.sum",
+    command = [args.ncu, "--csv", "--print-units", "base", "--clock-control", args.clock_control,
+               "--metrics", "gpu__time_duration.sum",
                args.train, "--device", "cuda", "--steps", "2", "--val-every", "0",
                "--sample-every", "0", "--checkpoint-every", "0", "--out",
                "/tmp/kernel_breakdown_run"] + args.train_args
