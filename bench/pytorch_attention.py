@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """PyTorch SDPA (FlashAttention-2 and cuDNN backends) on the shapes of gpt2-attention-bench.
 
-Times torch.nn.functional.scaled_dot_product_attention, causal, bf16, with q, k, v taken from
-one interleaved (B, T, 3, NH, HS) tensor exactly as a GPT-2 block splits its qkv projection (the
-layout gpt2-attention-bench feeds this project's kernels). Forward, backward (on a fresh forward
+Times torch.nn.functional.scaled_dot_product_attention, causal, bf16. --layout gpt2 (default):
+q, k, v are views of one interleaved (B, T, 3, NH, HS) tensor exactly as a GPT-2 block splits
+its qkv projection (the layout gpt2-attention-bench feeds this project's kernels), so PyTorch's
+own layout copies count. --layout separate: three contiguous (B, NH, T, HS) tensors, the
+kernels' best case (FlashAttention's benchmark layout), to compare kernel with kernel. Forward, backward (on a fresh forward
 graph, dqkv written into a cleared .grad) and forward+backward are timed with CUDA events: median
 of --repeats after --warmup, inputs rotated among enough sets to overflow the L2 cache. FLOPs by
 FlashAttention's convention: forward 4 B NH T^2 HS / 2 (causal), backward 2.5x, both 3.5x.
@@ -43,14 +45,26 @@ def median_ms(fn, warmup, repeats):
     return statistics.median(times)
 
 
-def time_backend(backend, B, T, NH, HS, sets, warmup, repeats):
-    qkvs = [torch.randn(B, T, 3, NH, HS, device="cuda", dtype=torch.bfloat16).requires_grad_()
-            for _ in range(sets)]
+def make_inputs(layout, B, T, NH, HS):
+    """One set of leaf tensors and the function giving q, k, v (B, NH, T, HS) from them."""
+    if layout == "gpt2":
+        qkv = torch.randn(B, T, 3, NH, HS, device="cuda", dtype=torch.bfloat16).requires_grad_()
+        return [qkv], lambda: [qkv[:, :, j].transpose(1, 2) for j in range(3)]
+    leaves = [torch.randn(B, NH, T, HS, device="cuda", dtype=torch.bfloat16).requires_grad_()
+              for _ in range(3)]
+    return leaves, lambda: leaves
+
+
+def time_backend(backend, layout, B, T, NH, HS, sets, warmup, repeats):
+    inputs = [make_inputs(layout, B, T, NH, HS) for _ in range(sets)]
     douts = [torch.randn(B, NH, T, HS, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
 
+    def clear_grads(i):
+        for leaf in inputs[i % sets][0]:
+            leaf.grad = None
+
     def attend(i):
-        qkv = qkvs[i % sets]
-        q, k, v = (qkv[:, :, j].transpose(1, 2) for j in range(3))
+        q, k, v = inputs[i % sets][1]()
         with sdpa_kernel(backend):
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
@@ -59,7 +73,7 @@ def time_backend(backend, B, T, NH, HS, sets, warmup, repeats):
             attend(i)
 
     def forward_backward(i):
-        qkvs[i % sets].grad = None
+        clear_grads(i)
         attend(i).backward(douts[i % sets])
 
     fwd = median_ms(forward, warmup, repeats)
@@ -69,7 +83,7 @@ def time_backend(backend, B, T, NH, HS, sets, warmup, repeats):
         forward_backward(i)
     times = []
     for i in range(repeats):
-        qkvs[i % sets].grad = None
+        clear_grads(i)
         out = attend(i)
         start = torch.cuda.Event(enable_timing=True)
         stop = torch.cuda.Event(enable_timing=True)
@@ -79,7 +93,7 @@ def time_backend(backend, B, T, NH, HS, sets, warmup, repeats):
         stop.synchronize()
         times.append(start.elapsed_time(stop))
     bwd = statistics.median(times)
-    del qkvs, douts
+    del inputs, douts
     torch.cuda.empty_cache()
     return fwd, bwd, both
 
@@ -92,6 +106,9 @@ def main():
     parser.add_argument("--head-sizes", default="64,128")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--layout", choices=("gpt2", "separate"), default="gpt2",
+                        help="q, k, v as views of GPT-2's (B,T,3,NH,HS) qkv, or 3 contiguous "
+                        "(B,NH,T,HS) tensors")
     parser.add_argument("--ours", help="gpt2-attention-bench CSV of the same run, to compare")
     parser.add_argument("--csv", default="out/pytorch_attention.csv")
     parser.add_argument("--markdown", help="write the comparison table here (Markdown)")
@@ -101,7 +118,7 @@ def main():
     device = torch.cuda.get_device_name()
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     print(f"PyTorch {torch.__version__} SDPA on {device}: bf16, causal, NH={args.heads}, "
-          f"median of {args.repeats} after {args.warmup}")
+          f"layout {args.layout}, median of {args.repeats} after {args.warmup}")
     rows = []
     for HS in (int(x) for x in args.head_sizes.split(",")):
         for T in (int(x) for x in args.seq_lens.split(",")):
@@ -111,14 +128,14 @@ def main():
             sets = max(1, min(8, 4 * l2 // set_bytes + 1))
             for name, backend in BACKENDS.items():
                 try:
-                    fwd, bwd, both = time_backend(backend, B, T, args.heads, HS, sets,
-                                                  args.warmup, args.repeats)
+                    fwd, bwd, both = time_backend(backend, args.layout, B, T, args.heads, HS,
+                                                  sets, args.warmup, args.repeats)
                 except RuntimeError as error:  # backend refuses the shape, or out of memory
                     print(f"{HS:4d} {T:6d} {B:3d} {name:<12} failed: {str(error).splitlines()[0]}")
                     torch.cuda.empty_cache()
                     fwd = bwd = both = math.nan
                 row = dict(device=device, head_size=HS, seq_len=T, batch=B, heads=args.heads,
-                           kernel=name, fwd_ms=fwd, bwd_ms=bwd, fwdbwd_ms=both,
+                           kernel=name, layout=args.layout, fwd_ms=fwd, bwd_ms=bwd, fwdbwd_ms=both,
                            fwd_tflops=fwd_flops / fwd / 1e9, bwd_tflops=2.5 * fwd_flops / bwd / 1e9,
                            fwdbwd_tflops=3.5 * fwd_flops / both / 1e9)
                 rows.append(row)
@@ -139,7 +156,7 @@ def compare(args, torch_rows, device):
     ref = {(r["head_size"], r["seq_len"], r["kernel"]): r for r in torch_rows}
     kernels = sorted({r["kernel"] for r in ours if r["kernel"] != "naive"})
     lines = [f"Attention kernels, TFLOP/s (forward / backward / forward+backward), causal, bf16, "
-             f"NH={args.heads}, B·T={args.tokens}; {device}, "
+             f"NH={args.heads}, B·T={args.tokens}, PyTorch's q/k/v layout: {args.layout}; {device}, "
              f"{datetime.date.today().isoformat()}, one run (ours and PyTorch "
              f"{torch.__version__} in the same device call).", ""]
     header = "| HS | T | " + " | ".join(f"{k} f/b/f+b" for k in kernels) + \

@@ -10,8 +10,10 @@
 #   SKIP_TESTS=1 tools/attention_check.sh         # build and benchmarks only
 #
 # Environment: BUILD_DIR (build-gpu), OUT_DIR (out/attention-check), CUDA_ARCH (90a), SEQ_LENS,
-# HEAD_SIZES (64,128), REPEATS (10), TEST_FILTER (attention and Hopper tests), SANITIZE (unset:
-# none; 1: memcheck, racecheck and synccheck on the small attention tests).
+# HEAD_SIZES (64,128), REPEATS (10), TORCH_LAYOUTS (gpt2,separate: PyTorch's q/k/v as views of
+# GPT-2's qkv, as our kernels read it, and as contiguous tensors, its kernels' best case),
+# TEST_FILTER (attention and Hopper tests), SANITIZE (unset: none; 1: memcheck, racecheck and
+# synccheck on the small attention tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +23,7 @@ CUDA_ARCH=${CUDA_ARCH:-90a}
 SEQ_LENS=${SEQ_LENS:-512,1024,2048,4096,8192,16384,32768,65536}
 HEAD_SIZES=${HEAD_SIZES:-64,128}
 REPEATS=${REPEATS:-10}
+TORCH_LAYOUTS=${TORCH_LAYOUTS:-gpt2,separate}
 TEST_FILTER=${TEST_FILTER:-*Attention*:*Hopper*:*CudaModelStep*}
 mkdir -p "$OUT_DIR"
 failed=0
@@ -78,11 +81,15 @@ if [ -z "${SKIP_BENCH:-}" ]; then
     --repeats "$REPEATS" --csv "$OUT_DIR/attention_bench.csv" >"$OUT_DIR/attention_bench.log" 2>&1 ||
     failed=1
   cat "$OUT_DIR/attention_bench.log"
-  PYTHONUNBUFFERED=1 timeout 900 python3 bench/pytorch_attention.py --seq-lens "$SEQ_LENS" \
-    --head-sizes "$HEAD_SIZES" --repeats "$REPEATS" --ours "$OUT_DIR/attention_bench.csv" \
-    --csv "$OUT_DIR/pytorch_attention.csv" --markdown "$OUT_DIR/attention_vs_pytorch.md" \
-    >"$OUT_DIR/pytorch_attention.log" 2>&1 || failed=1
-  cat "$OUT_DIR/pytorch_attention.log"
+  for layout in ${TORCH_LAYOUTS//,/ }; do
+    suffix=$([ "$layout" = gpt2 ] && echo "" || echo "_$layout")
+    PYTHONUNBUFFERED=1 timeout 900 python3 bench/pytorch_attention.py --seq-lens "$SEQ_LENS" \
+      --head-sizes "$HEAD_SIZES" --repeats "$REPEATS" --layout "$layout" \
+      --ours "$OUT_DIR/attention_bench.csv" --csv "$OUT_DIR/pytorch_attention$suffix.csv" \
+      --markdown "$OUT_DIR/attention_vs_pytorch$suffix.md" \
+      >"$OUT_DIR/pytorch_attention$suffix.log" 2>&1 || failed=1
+    cat "$OUT_DIR/pytorch_attention$suffix.log"
+  done
 fi
 if [ "$failed" -ne 0 ]; then section "attention_check: FAILED (see above)"; exit 1; fi
 section "attention_check: done"
