@@ -40,7 +40,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -60,6 +62,7 @@
 #include "kernels/gpu/layernorm.cuh"
 #include "kernels/gpu/matmul.cuh"
 #include "kernels/gpu/residual.cuh"
+#include "kernels/gpu/step_scalars.cuh"
 #include "model/cuda_data_parallel.h"
 #include "model/parameters.h"
 
@@ -75,10 +78,14 @@ enum GpuBuffer : int {
   kResidual2, kResidual3, kLnf, kLnfMean, kLnfRstd, kLogits, kLosses,
   kAtty, kAttSaved, kAttWorkspace, kDecodePartials,
   kProj, kDLnf, kDResidual,
-  kMatmulScratch, kLayernormScratch, kEncoderScratch, kNormPartials, kNormResult, kInputs,
-  kTargets,
+  kMatmulScratch, kLayernormScratch, kEncoderScratch, kNormPartials, kNormResult, kStepScalars,
+  kInputs, kTargets,
   kNumGpuBuffers
 };
+
+// The kStepScalars buffer: the training step's, and evaluate's (so that a validation pass
+// between micro-batches leaves the step's loss sum alone).
+enum StepScalarsSlot : int { kTrainingScalars, kEvaluationScalars, kNumStepScalars };
 
 struct GpuBufferSpec {
   const char* group = "";
@@ -261,6 +268,8 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   set(kNormPartials, "workspace", "gradient-norm partial sums fp32",
       static_cast<size_t>(gpu::global_norm_num_blocks(static_cast<int64_t>(num_params))) * f);
   set(kNormResult, "workspace", "gradient-norm result fp64", sizeof(double));
+  set(kStepScalars, "workspace", "step scalars: loss sum, norm, clip (training, evaluation)",
+      kNumStepScalars * sizeof(gpu::StepScalars));
   set(kInputs, "workspace", "inputs (B,T) int32", BT * sizeof(int));
   set(kTargets, "workspace", "targets (B,T) int32", BT * sizeof(int));
   if (!options.training) {
@@ -364,6 +373,9 @@ class CudaModel final : public CudaModelBase {
 
   void zero_grad() override;
   float forward_backward(const int* inputs, const int* targets, float loss_scale) override;
+  void queue_forward_backward(const int* inputs, const int* targets, float loss_scale) override;
+  StepOutcome finish_step(const cpu::AdamWHyper& hyper, int step, float grad_clip,
+                          int micro_batches) override;
   float evaluate(const int* inputs, const int* targets) override;
   void start_generation(int batch, int max_len) override;
   void prefill(const int* prompts, int length, float* logits) override;
@@ -422,7 +434,17 @@ class CudaModel final : public CudaModelBase {
   /// to the host. Synchronizes.
   void generation_logits(const T_* rows, float* logits);
   void backward(float loss_scale);
-  float mean_loss(int B, int T) const;
+  /// Forward, backward and the mean loss into the training scalars: as a CUDA graph once
+  /// captured (use_graphs_), else launch by launch.
+  void enqueue_forward_backward(float loss_scale);
+  /// The enqueue of forward, backward and the mean loss that enqueue_forward_backward runs or
+  /// captures.
+  void launch_forward_backward(float loss_scale);
+  gpu::StepScalars* step_scalars(StepScalarsSlot slot) const {
+    return buf<gpu::StepScalars>(kStepScalars) + slot;
+  }
+  /// The scalars of `slot`, brought to the host (synchronizes).
+  gpu::StepScalars read_step_scalars(StepScalarsSlot slot) const;
   void sample_memory();
   /// Data parallel: throws unless reduce_gradients ran since the step's gradients began.
   void check_reduced(const char* call) const;
@@ -440,6 +462,18 @@ class CudaModel final : public CudaModelBase {
   std::unique_ptr<gpu::Context> ctx_;
   std::vector<void*> buffers_;          // indexed by GpuBuffer; nullptr for empty items
   std::vector<int> inputs_host_;        // the last forward's inputs (encoder backward buckets)
+  // Token uploads go through page-locked staging (2 * B*T ints: inputs, targets), reused once
+  // the previous upload's copy has run (tokens_copied_).
+  int* pinned_tokens_ = nullptr;
+  cudaEvent_t tokens_copied_ = nullptr;
+  gpu::StepScalars* pinned_scalars_ = nullptr;  // read_step_scalars' landing place
+  // The training forward + backward as a CUDA graph (options_.cuda_graphs; not with data
+  // parallelism, whose backward interleaves with another stream's collectives). The first
+  // call runs eagerly (lazy module loading, cuBLASLt's algorithm choices), the second captures.
+  bool use_graphs_ = false;
+  bool ran_eagerly_ = false;
+  cudaGraphExec_t graph_ = nullptr;
+  float graph_loss_scale_ = 0.0f;  // the loss scale the graph was captured with
   int cur_B_ = 0, cur_T_ = 0;
   bool have_targets_ = false;
   size_t peak_used_bytes_ = 0;
@@ -466,7 +500,16 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
   ctx_ = std::make_unique<gpu::Context>();
   allocate_all(gpu_buffer_specs(options));
   inputs_host_.assign(static_cast<size_t>(options.batch_size) * options.seq_len, 0);
+  const size_t BT = static_cast<size_t>(options.batch_size) * options.seq_len;
+  GPT2_CUDA_CHECK(cudaMallocHost(&pinned_tokens_, 2 * BT * sizeof(int)));
+  GPT2_CUDA_CHECK(cudaMallocHost(&pinned_scalars_, sizeof(gpu::StepScalars)));
+  GPT2_CUDA_CHECK(cudaEventCreateWithFlags(&tokens_copied_, cudaEventDisableTiming));
+  GPT2_CUDA_CHECK(cudaMemsetAsync(buffers_[kStepScalars], 0, plan_.items[kStepScalars].bytes,
+                                  ctx_->stream()));
   DataParallelShape shape = data_parallel_shape(options);
+#ifndef GPT2_SYNC_LAUNCHES  // a synchronize after every launch cannot be captured
+  use_graphs_ = options.training && options.cuda_graphs && !shape.active;
+#endif
   if (options.training)
     adamw_table_ = gpu::upload_adamw_segments(buffers_[kAdamWSegments],
                                               adamw_segments(shape, layout_), ctx_->stream());
@@ -514,6 +557,10 @@ gpu::AttentionTensors CudaModel<T_>::attention_tensors(const gpu::AttentionConfi
 
 template <typename T_>
 CudaModel<T_>::~CudaModel() {
+  if (graph_ != nullptr) GPT2_CUDA_CHECK_NOTHROW(cudaGraphExecDestroy(graph_));
+  if (tokens_copied_ != nullptr) GPT2_CUDA_CHECK_NOTHROW(cudaEventDestroy(tokens_copied_));
+  if (pinned_scalars_ != nullptr) GPT2_CUDA_CHECK_NOTHROW(cudaFreeHost(pinned_scalars_));
+  if (pinned_tokens_ != nullptr) GPT2_CUDA_CHECK_NOTHROW(cudaFreeHost(pinned_tokens_));
   for (void* p : buffers_)
     if (p != nullptr) GPT2_CUDA_CHECK_NOTHROW(cudaFree(p));
 }
@@ -647,6 +694,8 @@ template <typename T_>
 void CudaModel<T_>::zero_grad() {
   if (buffers_[kGrads] == nullptr) return;  // inference only: no gradients to zero
   GPT2_CUDA_CHECK(cudaMemsetAsync(buffers_[kGrads], 0, plan_.items[kGrads].bytes, ctx_->stream()));
+  GPT2_CUDA_CHECK(cudaMemsetAsync(step_scalars(kTrainingScalars), 0, sizeof(gpu::StepScalars),
+                                  ctx_->stream()));
   if (dp_) dp_->begin_step();
   grads_reduced_ = false;
 }
@@ -690,11 +739,19 @@ void CudaModel<T_>::upload_tokens(const int* inputs, const int* targets, int B, 
                " at ", i, ", V=", V);
   }
   std::copy(inputs, inputs + n, inputs_host_.begin());
-  GPT2_CUDA_CHECK(cudaMemcpyAsync(buffers_[kInputs], inputs, n * sizeof(int),
+  // The staging is free once the previous upload's copy ran (at the start of its forward).
+  GPT2_CUDA_CHECK(cudaEventSynchronize(tokens_copied_));
+  int* staged_inputs = pinned_tokens_;
+  int* staged_targets = pinned_tokens_ + n;
+  std::copy(inputs, inputs + n, staged_inputs);
+  GPT2_CUDA_CHECK(cudaMemcpyAsync(buffers_[kInputs], staged_inputs, n * sizeof(int),
                                   cudaMemcpyHostToDevice, ctx_->stream()));
-  if (targets)
-    GPT2_CUDA_CHECK(cudaMemcpyAsync(buffers_[kTargets], targets, n * sizeof(int),
+  if (targets) {
+    std::copy(targets, targets + n, staged_targets);
+    GPT2_CUDA_CHECK(cudaMemcpyAsync(buffers_[kTargets], staged_targets, n * sizeof(int),
                                     cudaMemcpyHostToDevice, ctx_->stream()));
+  }
+  GPT2_CUDA_CHECK(cudaEventRecord(tokens_copied_, ctx_->stream()));
   cur_B_ = B;
   cur_T_ = T;
   have_targets_ = targets != nullptr;
@@ -880,32 +937,84 @@ void CudaModel<T_>::backward(float loss_scale) {
 }
 
 template <typename T_>
-float CudaModel<T_>::mean_loss(int B, int T) const {
-  const size_t n = static_cast<size_t>(B) * T;
-  std::vector<float> losses(n);
-  GPT2_CUDA_CHECK(cudaMemcpyAsync(losses.data(), buffers_[kLosses], n * sizeof(float),
+gpu::StepScalars CudaModel<T_>::read_step_scalars(StepScalarsSlot slot) const {
+  GPT2_CUDA_CHECK(cudaMemcpyAsync(pinned_scalars_, step_scalars(slot), sizeof(gpu::StepScalars),
                                   cudaMemcpyDeviceToHost, ctx_->stream()));
   ctx_->synchronize();
-  double sum = 0.0;
-  for (float x : losses) sum += x;  // in position order: deterministic
-  return static_cast<float>(sum / static_cast<double>(n));
+  return *pinned_scalars_;
 }
 
 template <typename T_>
 float CudaModel<T_>::forward_backward(const int* inputs, const int* targets, float loss_scale) {
+  queue_forward_backward(inputs, targets, loss_scale);
+  const float loss = read_step_scalars(kTrainingScalars).last_mean_loss;  // synchronizes
+  sample_memory();
+  return loss;
+}
+
+template <typename T_>
+void CudaModel<T_>::queue_forward_backward(const int* inputs, const int* targets,
+                                           float loss_scale) {
   check_training("forward_backward");
   GPT2_CHECK(targets != nullptr);
   if (dp_ && (dp_->launched_any() || grads_reduced_))
     GPT2_FAIL("forward_backward after the step's gradients began their reduction (the last "
               "micro-batch came before it): call zero_grad to start the next step");
-  const int B = options_.batch_size, T = options_.seq_len;
   gen_length_ = -1;  // ends a generation session (model.h)
-  upload_tokens(inputs, targets, B, T);
+  upload_tokens(inputs, targets, options_.batch_size, options_.seq_len);
+  enqueue_forward_backward(loss_scale);
+}
+
+template <typename T_>
+void CudaModel<T_>::launch_forward_backward(float loss_scale) {
+  const int B = options_.batch_size, T = options_.seq_len;
   forward(B, T);
   backward(loss_scale);
-  const float loss = mean_loss(B, T);  // synchronizes
-  sample_memory();
-  return loss;
+  gpu::mean_loss_accumulate(step_scalars(kTrainingScalars), buf<float>(kLosses),
+                            static_cast<int64_t>(B) * T, ctx_->stream());
+}
+
+template <typename T_>
+void CudaModel<T_>::enqueue_forward_backward(float loss_scale) {
+  cudaStream_t stream = ctx_->stream();
+  if (!use_graphs_ || !ran_eagerly_) {
+    launch_forward_backward(loss_scale);
+    ran_eagerly_ = true;
+    return;
+  }
+  if (graph_ == nullptr || graph_loss_scale_ != loss_scale) {
+    if (graph_ != nullptr) GPT2_CUDA_CHECK(cudaGraphExecDestroy(graph_));
+    graph_ = nullptr;
+    // Every launch of forward and backward is recorded, not run; the buffers, shapes and
+    // loss scale are fixed, so replaying the graph is the same work as the eager calls.
+    GPT2_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    cudaGraph_t graph = nullptr;
+    std::string failure;
+    try {
+      launch_forward_backward(loss_scale);
+    } catch (const Error& error) {
+      failure = error.what();
+    }
+    const cudaError_t captured = cudaStreamEndCapture(stream, &graph);
+    if (failure.empty() && captured != cudaSuccess) failure = cudaGetErrorString(captured);
+    if (failure.empty()) {
+      const cudaError_t instantiated = cudaGraphInstantiate(&graph_, graph, 0);
+      if (instantiated != cudaSuccess) failure = cudaGetErrorString(instantiated);
+    }
+    if (graph != nullptr) GPT2_CUDA_CHECK(cudaGraphDestroy(graph));
+    if (!failure.empty()) {
+      // Nothing of the capture ran: say why once, and go on launch by launch.
+      (void)cudaGetLastError();
+      graph_ = nullptr;
+      use_graphs_ = false;
+      std::fprintf(stderr, "warning: CUDA graph capture of the training step failed (%s); the "
+                   "step runs launch by launch\n", failure.c_str());
+      launch_forward_backward(loss_scale);
+      return;
+    }
+    graph_loss_scale_ = loss_scale;
+  }
+  GPT2_CUDA_CHECK(cudaGraphLaunch(graph_, stream));
 }
 
 template <typename T_>
@@ -916,7 +1025,11 @@ float CudaModel<T_>::evaluate(const int* inputs, const int* targets) {
   upload_tokens(inputs, targets, B, T);
   forward(B, T);
   classifier_losses(B, T);
-  const float loss = mean_loss(B, T);
+  GPT2_CUDA_CHECK(cudaMemsetAsync(step_scalars(kEvaluationScalars), 0, sizeof(gpu::StepScalars),
+                                  ctx_->stream()));
+  gpu::mean_loss_accumulate(step_scalars(kEvaluationScalars), buf<float>(kLosses),
+                            static_cast<int64_t>(B) * T, ctx_->stream());
+  const float loss = read_step_scalars(kEvaluationScalars).last_mean_loss;
   sample_memory();
   return loss;
 }
@@ -1061,6 +1174,34 @@ void CudaModel<T_>::adamw_step(const cpu::AdamWHyper& hyper, int step, float gra
                              grad_scale, ctx_->stream());
   ctx_->synchronize();
   sample_memory();
+}
+
+template <typename T_>
+Model::StepOutcome CudaModel<T_>::finish_step(const cpu::AdamWHyper& hyper, int step,
+                                              float grad_clip, int micro_batches) {
+  check_training("finish_step");
+  if (dp_) {  // the loss sum over the ranks is a host collective: the host path
+    const double local_loss_sum = read_step_scalars(kTrainingScalars).loss_sum;
+    return finish_step_on_host(hyper, step, grad_clip, micro_batches, local_loss_sum);
+  }
+  GPT2_CHECK(step >= 1, "AdamW steps are 1-based (got ", step, ")");
+  cudaStream_t stream = ctx_->stream();
+  gpu::StepScalars* scalars = step_scalars(kTrainingScalars);
+  // The norm, the decision and the update on the device: the same arithmetic as the host path
+  // (step_scalars.cuh), with one wait at the end for the values the metrics need.
+  gpu::global_norm_squared(&scalars->norm_squared, buf<T_>(kGrads),
+                           static_cast<int64_t>(layout_.total), buf<float>(kNormPartials), stream);
+  gpu::clip_decision(scalars, micro_batches, grad_clip, stream);
+  gpu::adamw_update_segments(buf<T_>(kParams), buf<float>(kMaster), buf<T_>(kGrads),
+                             buf<float>(kAdamM), buf<float>(kAdamV), adamw_table_, hyper, step,
+                             1.0f, stream, &scalars->control);
+  const gpu::StepScalars host = read_step_scalars(kTrainingScalars);
+  sample_memory();
+  StepOutcome outcome;
+  outcome.loss = static_cast<float>(host.loss_sum / micro_batches);
+  outcome.grad_norm = host.grad_norm;
+  outcome.applied = host.control.skip == 0;
+  return outcome;
 }
 
 template <typename T_>

@@ -1,6 +1,7 @@
 /**
  * @file model.cpp
- * @brief Names of the model enums, and the CUDA entry points of a build without CUDA.
+ * @brief Names of the model enums, the host-side default of a training step's end
+ *        (Model::finish_step), and the CUDA entry points of a build without CUDA.
  *
  * When the CUDA backend is compiled (GPT2_WITH_CUDA_BACKEND, set by model/CMakeLists.txt when
  * a CUDA compiler was found), make_cuda_model and cuda_backend_available live in the CUDA
@@ -8,6 +9,8 @@
  * trainer can print that reason for --device cuda instead of failing to link.
  */
 #include "model/model.h"
+
+#include <cmath>
 
 #include "base/error.h"
 #include "model/cpu_model.h"
@@ -39,6 +42,36 @@ const char* to_string(Precision precision) {
     case Precision::kBf16: return "bf16";
   }
   return "unknown";
+}
+
+Model::StepOutcome Model::finish_step(const cpu::AdamWHyper& hyper, int step, float grad_clip,
+                                      int micro_batches) {
+  const double local_loss_sum = queued_loss_sum_;
+  queued_loss_sum_ = 0.0;
+  return finish_step_on_host(hyper, step, grad_clip, micro_batches, local_loss_sum);
+}
+
+Model::StepOutcome Model::finish_step_on_host(const cpu::AdamWHyper& hyper, int step,
+                                              float grad_clip, int micro_batches,
+                                              double local_loss_sum) {
+  GPT2_CHECK(micro_batches >= 1, micro_batches, " micro-batches");
+  Communicator* comm = options().comm;
+  const double loss_sum = comm != nullptr && comm->world_size() > 1
+                              ? sum_in_rank_order(*comm, local_loss_sum)
+                              : local_loss_sum;
+  StepOutcome outcome;
+  outcome.loss = static_cast<float>(loss_sum / micro_batches);
+  outcome.grad_norm = grad_norm();
+  // A non-finite loss or norm would write NaN or inf into the parameters: no update. Both are
+  // the same on every rank, and so is this decision.
+  outcome.applied = std::isfinite(outcome.loss) && std::isfinite(outcome.grad_norm);
+  if (outcome.applied) {
+    const float grad_scale = (grad_clip > 0.0f && outcome.grad_norm > grad_clip)
+                                 ? grad_clip / outcome.grad_norm
+                                 : 1.0f;
+    adamw_step(hyper, step, grad_scale);
+  }
+  return outcome;
 }
 
 MemoryPlan plan_model_memory(const ModelOptions& options, DeviceKind device) {

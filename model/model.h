@@ -57,6 +57,11 @@ struct ModelOptions {
   /// recompute them in backward by the same fc GEMM (one more per layer): the same bits, and
   /// 2 (L-1) B T 4C fewer elements held (what grows with T besides attention's own).
   bool recompute_fc = false;
+  /// CUDA: replay a training micro-batch's forward and backward (about a thousand launches at
+  /// d12) as one CUDA graph, captured on the second call: the same kernels on the same buffers,
+  /// so the same bits, without the launch gaps. Not with data parallelism (its backward
+  /// interleaves with the collectives' stream). Ignored by the CPU backend.
+  bool cuda_graphs = true;
   /// false: inference only (generation, evaluate): no gradients, no AdamW moments and no
   /// backward workspace are planned or allocated; forward_backward, grad_norm, adamw_step and
   /// the optimizer-state calls throw gpt2::Error, zero_grad does nothing.
@@ -155,6 +160,32 @@ class Model {
   /// all-gather of the parameters).
   virtual void adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_scale) = 0;
 
+  // --- A training step with one host round trip ------------------------------------------------
+  //   zero_grad();
+  //   queue_forward_backward(...) per micro-batch;   // nothing waits for the device
+  //   reduce_gradients();
+  //   StepOutcome outcome = finish_step(hyper, step, grad_clip, micro_batches);
+  // gives the bits of forward_backward per micro-batch, grad_norm, the clipping and finiteness
+  // rule below and adamw_step, which the default implementations call. A GPU backend keeps the
+  // loss sum, the norm and the decision on the device and waits once, in finish_step.
+
+  /// forward_backward without waiting for its loss: the micro-batch's mean loss joins the
+  /// step's loss sum, which finish_step reads.
+  virtual void queue_forward_backward(const int* inputs, const int* targets, float loss_scale) {
+    queued_loss_sum_ += forward_backward(inputs, targets, loss_scale);
+  }
+  struct StepOutcome {
+    float loss = 0.0f;       // mean over the step's micro-batches (every rank's)
+    float grad_norm = 0.0f;  // of the summed gradients, before clipping
+    bool applied = false;    // false: the loss or the norm was not finite; nothing was updated
+  };
+  /// Ends a step: loss = float(sum of the queued mean losses (over the ranks, in rank order) /
+  /// micro_batches) with micro_batches the step's count over every rank; norm = grad_norm();
+  /// when both are finite, adamw_step(hyper, step, s), s = grad_clip / norm when
+  /// grad_clip > 0 and norm > grad_clip, else 1. Collective with several ranks.
+  virtual StepOutcome finish_step(const cpu::AdamWHyper& hyper, int step, float grad_clip,
+                                  int micro_batches);
+
   /// The whole AdamW m and v (ParameterLayout::total floats each). ZeRO-1: collective; the
   /// shards are all-gathered and every rank receives the whole state.
   virtual void get_optimizer_state(float* m, float* v) const = 0;
@@ -178,6 +209,13 @@ class Model {
   /// Measured high-water mark of memory on the model's device, in bytes (CPU: process max RSS;
   /// CUDA: device memory in use at its peak, measured).
   virtual size_t peak_memory_bytes() const = 0;
+
+ protected:
+  /// The loss sum of the default queue_forward_backward since the last finish_step.
+  double queued_loss_sum_ = 0.0;
+  /// finish_step after the loss sum is known: the rule above on the host, given this rank's sum.
+  StepOutcome finish_step_on_host(const cpu::AdamWHyper& hyper, int step, float grad_clip,
+                                  int micro_batches, double local_loss_sum);
 };
 
 /// The plan the backend for `device` would allocate by, computed without allocating (validates

@@ -68,6 +68,9 @@ cxxopts::Options make_options() {
       ("recompute", "--device cuda: none | fc (keep one layer's fc output and GELU instead of "
        "every layer's and recompute them in backward with one more fc GEMM per layer; the same "
        "bits, less memory for long context)", s()->default_value("none"))
+      ("cuda-graph", "--device cuda: on | off (replay each micro-batch's forward and backward as "
+       "one CUDA graph, captured at the second micro-batch: the same bits without the gaps "
+       "between a thousand launches; not with several GPUs)", s()->default_value("on"))
       ("h,help", "print this help");
   return options;
 }
@@ -269,6 +272,10 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   if (recompute != "none" && recompute != "fc")
     GPT2_USAGE_FAIL("--recompute must be none or fc (got '", recompute, "')");
   cli.recompute_fc = recompute == "fc";
+  const std::string cuda_graph = text("cuda-graph");
+  if (cuda_graph != "on" && cuda_graph != "off")
+    GPT2_USAGE_FAIL("--cuda-graph must be on or off (got '", cuda_graph, "')");
+  cli.cuda_graphs = cuda_graph == "on";
   return cli;
 }
 
@@ -310,6 +317,7 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
     GPT2_USAGE_FAIL("--classifier-chunk-rows needs --device cuda (the CPU backend holds the "
                     "logits of the whole micro-batch)");
   config.recompute_fc = cli.recompute_fc;
+  config.cuda_graphs = cli.cuda_graphs;
   if (!on_cuda && cli.recompute_fc)
     GPT2_USAGE_FAIL("--recompute fc needs --device cuda (the CPU backend keeps every "
                     "activation)");

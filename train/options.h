@@ -84,6 +84,7 @@ struct CommandLine {
   bool overlap_comm = true;
   int classifier_chunk_rows = 0;  // 0: automatic
   bool recompute_fc = false;      // --recompute fc
+  bool cuda_graphs = true;        // --cuda-graph on|off
   bool help = false;
 };
 
@@ -101,6 +102,7 @@ struct TrainConfig {
   bool deterministic_attention = false;                       // GPU flash backward
   int classifier_chunk_rows = 0;  // GPU: rows of logits held at once (0: automatic)
   bool recompute_fc = false;      // GPU: fc output and GELU recomputed in backward
+  bool cuda_graphs = true;        // GPU: each micro-batch's forward and backward as a graph
   Precision precision = Precision::kFp32;
   int batch_size = 0;  // B per micro-batch
   int seq_len = 0;     // T

@@ -62,6 +62,7 @@ ModelOptions model_options(const TrainConfig& config, Communicator& comm) {
   options.deterministic_attention = config.deterministic_attention;
   options.classifier_chunk_rows = config.classifier_chunk_rows;
   options.recompute_fc = config.recompute_fc;
+  options.cuda_graphs = config.cuda_graphs;
   return options;
 }
 
@@ -552,28 +553,24 @@ int run_training(const TrainConfig& config, Communicator& comm) {
     const Clock::time_point start = Clock::now();
     const double comm_start = comm.stats().seconds;
     model->zero_grad();
-    double loss_sum = 0.0;
     for (int micro = 0; micro < config.grad_accum_steps; ++micro) {
       if (!batch_pending) train_loader.next_batch(inputs.data(), targets.data());
       batch_pending = false;
       if (micro + 1 == config.grad_accum_steps) model->expect_last_micro_batch();
-      loss_sum += model->forward_backward(inputs.data(), targets.data(), loss_scale);
+      model->queue_forward_backward(inputs.data(), targets.data(), loss_scale);
     }
     model->reduce_gradients();
-    if (data_parallel) loss_sum = sum_in_rank_order(comm, loss_sum);
-    const float loss = static_cast<float>(loss_sum / micro_batches_per_step);
-    const float norm = model->grad_norm();
-    // A non-finite loss or norm means the update would write NaN or inf into the parameters:
-    // it is never applied (stop ends the run below, after the step's metrics line). Both are
-    // the same on every rank, and so is this decision.
-    const bool finite = std::isfinite(loss) && std::isfinite(norm);
     cpu::AdamWHyper hyper;
     hyper.lr = config.lr_schedule.at(step - 1);
     hyper.weight_decay = config.weight_decay;
+    // A non-finite loss or norm is never applied (model.h); stop ends the run below, after the
+    // step's metrics line. The decision is the same on every rank.
+    const Model::StepOutcome outcome =
+        model->finish_step(hyper, step, config.grad_clip, micro_batches_per_step);
+    const float loss = outcome.loss;
+    const float norm = outcome.grad_norm;
+    const bool finite = outcome.applied;
     if (finite) {
-      const float grad_scale =
-          (config.grad_clip > 0.0f && norm > config.grad_clip) ? config.grad_clip / norm : 1.0f;
-      model->adamw_step(hyper, step, grad_scale);
       skipped_in_a_row = 0;
     } else {
       ++skipped_in_a_row;

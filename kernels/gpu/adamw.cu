@@ -64,7 +64,12 @@ __global__ void adamw_kernel(T_* params, float* master, const G_* grads, float* 
 template <typename T_, typename G_>
 __global__ void adamw_segments_kernel(T_* params, float* master, const G_* grads, float* m,
                                       float* v, const SegmentEntry* segments, int num_segments,
-                                      int64_t total, AdamWStep s) {
+                                      int64_t total, AdamWStep s,
+                                      const AdamWDeviceControl* control) {
+  if (control != nullptr) {
+    if (control->skip) return;
+    s.grad_scale = control->grad_scale;
+  }
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= total) return;
@@ -147,7 +152,8 @@ AdamWSegmentTable upload_adamw_segments(void* device, const std::vector<AdamWSeg
 template <typename T_, typename G_>
 void adamw_update_segments(T_* params, float* master, const G_* grads, float* m, float* v,
                            const AdamWSegmentTable& table, const cpu::AdamWHyper& hyper, int t,
-                           float grad_scale, cudaStream_t stream) {
+                           float grad_scale, cudaStream_t stream,
+                           const AdamWDeviceControl* control) {
   check_master<T_>(master);
   const AdamWStep step = make_step(hyper, t, grad_scale);
   if (table.total == 0) return;
@@ -155,7 +161,7 @@ void adamw_update_segments(T_* params, float* master, const G_* grads, float* m,
              table.entries != nullptr);
   adamw_segments_kernel<<<blocks_for(table.total), kThreads, 0, stream>>>(
       params, master, grads, m, v, static_cast<const SegmentEntry*>(table.entries),
-      table.num_segments, table.total, step);
+      table.num_segments, table.total, step, control);
   GPT2_CUDA_CHECK_LAUNCH();
 }
 
@@ -176,7 +182,8 @@ void adamw_update(T_* params, float* master, const G_* grads, float* m, float* v
                                      const cpu::AdamWHyper&, int, float, cudaStream_t);        \
   template void adamw_update_segments<T_, G_>(T_*, float*, const G_*, float*, float*,           \
                                               const AdamWSegmentTable&,                         \
-                                              const cpu::AdamWHyper&, int, float, cudaStream_t);
+                                              const cpu::AdamWHyper&, int, float, cudaStream_t, \
+                                              const AdamWDeviceControl*);
 GPT2_INSTANTIATE_ADAMW(float, float)
 GPT2_INSTANTIATE_ADAMW(__nv_bfloat16, __nv_bfloat16)
 GPT2_INSTANTIATE_ADAMW(__nv_bfloat16, float)

@@ -19,6 +19,11 @@
  * two give the same bits. The table is uploaded once (upload_adamw_segments) into a device
  * buffer of adamw_segment_table_bytes; threads walk the concatenation of the segments and find
  * theirs by binary search once, then by stepping forward.
+ *
+ * Given a device `control` (AdamWDeviceControl, written by step_scalars.cuh's clip decision on
+ * the same stream), adamw_update_segments takes the gradient scale from it instead of
+ * grad_scale, and control->skip != 0 leaves params, master, m and v untouched: the decision
+ * needs no host round trip.
  */
 #pragma once
 
@@ -40,6 +45,12 @@ struct AdamWSegment {
   bool decays = true;  // false: weight_decay is 0 for this segment
 };
 
+/// An update's gradient scale and go-ahead, decided on the device (see the file comment).
+struct AdamWDeviceControl {
+  float grad_scale = 1.0f;
+  int skip = 0;  // nonzero: no update this step (a non-finite loss or gradient norm)
+};
+
 /// A segment table on the device, as upload_adamw_segments left it.
 struct AdamWSegmentTable {
   const void* entries = nullptr;  // device memory of adamw_segment_table_bytes(num_segments)
@@ -57,7 +68,8 @@ AdamWSegmentTable upload_adamw_segments(void* device, const std::vector<AdamWSeg
 template <typename T_, typename G_ = T_>
 void adamw_update_segments(T_* params, float* master, const G_* grads, float* m, float* v,
                            const AdamWSegmentTable& table, const cpu::AdamWHyper& hyper, int t,
-                           float grad_scale, cudaStream_t stream);
+                           float grad_scale, cudaStream_t stream,
+                           const AdamWDeviceControl* control = nullptr);
 
 template <typename T_, typename G_ = T_>
 void adamw_update(T_* params, float* master, const G_* grads, float* m, float* v, int64_t N,

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -315,6 +316,91 @@ TEST(CudaModel, RecomputedFcTrainsBitForBitLikeKeptActivations) {
     const size_t x = precision == Precision::kBf16 ? 2 : 4;
     EXPECT_EQ(plan_bytes[0] - plan_bytes[1],
               2 * size_t(config.num_layers - 1) * B * T * 4 * config.channels * x);
+  }
+}
+
+// The one-round-trip step (queue_forward_backward per micro-batch, finish_step: loss sum, norm,
+// clipping and AdamW decided on the device) with the micro-batches replayed as a CUDA graph is
+// bit for bit the step launch by launch with the host deciding (forward_backward, grad_norm,
+// adamw_step): losses, norms, gradients and parameters, fp32 and bf16, naive and flash, two
+// micro-batches a step, the clip active. A non-finite loss skips the update on the device:
+// parameters and AdamW moments stay as they were.
+TEST(CudaModel, GraphedDeviceStepTrainsBitForBitLikeEagerHostStep) {
+  GPT2_REQUIRE_GPU();
+  const ModelConfig config = small_model_config();
+  const int B = 2, T = 37, kSteps = 4, kMicro = 2;
+  const float kClip = 0.05f;  // below the norms: the scale is applied every step
+  const ParameterLayout layout = ParameterLayout::for_config(config);
+  std::vector<float> params(layout.total);
+  init_parameters(params.data(), config, 43);
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    for (AttentionKind attention : {AttentionKind::kNaive, AttentionKind::kFlash}) {
+      SCOPED_TRACE(std::string(to_string(precision)) + " " + to_string(attention));
+      std::vector<float> losses[2], norms[2], grads[2], finals[2];
+      for (int device_step = 0; device_step < 2; ++device_step) {
+        ModelOptions options{config, B, T, attention, precision};
+        options.cuda_graphs = device_step == 1;
+        auto gpu = make_gpu_model(options);
+        gpu->set_parameters(params.data());
+        cpu::AdamWHyper hyper;
+        hyper.lr = 1e-3f;
+        for (int step = 1; step <= kSteps; ++step) {
+          gpu->zero_grad();
+          double loss_sum = 0.0;
+          for (int micro = 0; micro < kMicro; ++micro) {
+            const int seed = 10 * step + micro;
+            const std::vector<int> inputs = random_ints(B * T, config.vocab_size, 500 + seed);
+            const std::vector<int> targets = random_ints(B * T, config.vocab_size, 600 + seed);
+            if (device_step)
+              gpu->queue_forward_backward(inputs.data(), targets.data(), 1.0f / kMicro);
+            else
+              loss_sum += gpu->forward_backward(inputs.data(), targets.data(), 1.0f / kMicro);
+          }
+          gpu->reduce_gradients();
+          if (device_step) {
+            const Model::StepOutcome outcome = gpu->finish_step(hyper, step, kClip, kMicro);
+            EXPECT_TRUE(outcome.applied);
+            losses[1].push_back(outcome.loss);
+            norms[1].push_back(outcome.grad_norm);
+          } else {
+            const float norm = gpu->grad_norm();
+            ASSERT_GT(norm, kClip);
+            gpu->adamw_step(hyper, step, kClip / norm);
+            losses[0].push_back(static_cast<float>(loss_sum / kMicro));
+            norms[0].push_back(norm);
+          }
+        }
+        grads[device_step].resize(layout.total);
+        gpu->get_gradients(grads[device_step].data());
+        finals[device_step].resize(layout.total);
+        gpu->get_parameters(finals[device_step].data());
+
+        if (device_step) {  // a NaN weight: a NaN loss, and the update is skipped
+          std::vector<float> poisoned = finals[1];
+          poisoned[layout.offsets[kLnfw]] = std::nanf("");
+          gpu->set_parameters(poisoned.data());
+          std::vector<float> m_before(layout.total), v_before(layout.total);
+          gpu->get_optimizer_state(m_before.data(), v_before.data());
+          gpu->zero_grad();
+          const std::vector<int> inputs = random_ints(B * T, config.vocab_size, 77);
+          gpu->queue_forward_backward(inputs.data(), inputs.data(), 1.0f);
+          gpu->reduce_gradients();
+          const Model::StepOutcome outcome = gpu->finish_step(hyper, kSteps + 1, kClip, 1);
+          EXPECT_FALSE(outcome.applied);
+          EXPECT_TRUE(std::isnan(outcome.loss));
+          std::vector<float> after(layout.total), m_after(layout.total), v_after(layout.total);
+          gpu->get_parameters(after.data());
+          gpu->get_optimizer_state(m_after.data(), v_after.data());
+          EXPECT_EQ(0, std::memcmp(after.data(), poisoned.data(), after.size() * sizeof(float)));
+          EXPECT_EQ(m_after, m_before);
+          EXPECT_EQ(v_after, v_before);
+        }
+      }
+      EXPECT_EQ(losses[0], losses[1]);
+      EXPECT_EQ(norms[0], norms[1]);
+      EXPECT_EQ(grads[0], grads[1]);
+      EXPECT_EQ(finals[0], finals[1]);
+    }
   }
 }
 

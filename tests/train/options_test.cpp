@@ -363,6 +363,15 @@ TEST(TrainOptions, ClassifierChunkRows) {
             std::string::npos);
 }
 
+// --cuda-graph on|off: on by default, passed through; anything else is refused.
+TEST(TrainOptions, CudaGraphSwitch) {
+  EXPECT_TRUE(resolve({"--device", "cuda"}, with_gpu()).cuda_graphs);
+  EXPECT_FALSE(resolve({"--device", "cuda", "--cuda-graph", "off"}, with_gpu()).cuda_graphs);
+  EXPECT_TRUE(resolve({"--device", "cuda", "--cuda-graph", "on"}, with_gpu()).cuda_graphs);
+  EXPECT_NE(usage_message({"--cuda-graph", "yes"}).find("--cuda-graph must be on or off"),
+            std::string::npos);
+}
+
 // --recompute none|fc: passed through to the CUDA model (none by default), refused on the CPU.
 TEST(TrainOptions, Recompute) {
   EXPECT_FALSE(resolve({"--device", "cuda"}, with_gpu()).recompute_fc);

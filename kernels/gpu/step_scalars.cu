@@ -1,0 +1,56 @@
+/**
+ * @file step_scalars.cu
+ * @brief The step's mean loss and clipping decision on the GPU; see step_scalars.cuh.
+ */
+#include "kernels/gpu/step_scalars.cuh"
+
+#include "base/error.h"
+#include "kernels/gpu/common.cuh"
+
+namespace gpt2::gpu {
+namespace {
+
+constexpr int kThreads = 1024;
+
+__global__ void mean_loss_accumulate_kernel(StepScalars* scalars, const float* losses,
+                                            int64_t n) {
+  __shared__ double scratch[32];
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += static_cast<double>(losses[i]);
+  sum = block_reduce_sum(sum, scratch);
+  if (threadIdx.x == 0) {
+    const float mean = static_cast<float>(sum / static_cast<double>(n));
+    scalars->last_mean_loss = mean;
+    scalars->loss_sum += static_cast<double>(mean);
+  }
+}
+
+__global__ void clip_decision_kernel(StepScalars* scalars, int micro_batches, float grad_clip) {
+  const float norm = static_cast<float>(sqrt(scalars->norm_squared));
+  const float loss = static_cast<float>(scalars->loss_sum / static_cast<double>(micro_batches));
+  scalars->grad_norm = norm;
+  scalars->control.skip = (isfinite(loss) && isfinite(norm)) ? 0 : 1;
+  // __fdiv_rn: IEEE round-to-nearest whatever the compiler's division flags, as on the host.
+  scalars->control.grad_scale =
+      (grad_clip > 0.0f && norm > grad_clip) ? __fdiv_rn(grad_clip, norm) : 1.0f;
+}
+
+}  // namespace
+
+void mean_loss_accumulate(StepScalars* scalars, const float* losses, int64_t n,
+                          cudaStream_t stream) {
+  GPT2_CHECK(n >= 1, "mean of ", n, " losses");
+  GPT2_CHECK(scalars != nullptr && losses != nullptr);
+  mean_loss_accumulate_kernel<<<1, kThreads, 0, stream>>>(scalars, losses, n);
+  GPT2_CUDA_CHECK_LAUNCH();
+}
+
+void clip_decision(StepScalars* scalars, int micro_batches, float grad_clip,
+                   cudaStream_t stream) {
+  GPT2_CHECK(micro_batches >= 1, micro_batches, " micro-batches");
+  GPT2_CHECK(scalars != nullptr);
+  clip_decision_kernel<<<1, 1, 0, stream>>>(scalars, micro_batches, grad_clip);
+  GPT2_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace gpt2::gpu
