@@ -263,8 +263,8 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   set(kMatmulScratch, "workspace", "matmul bias-gradient partial sums fp32", matmul_scratch * f);
   set(kLayernormScratch, "workspace", "layernorm parameter-gradient partial sums fp32",
       static_cast<size_t>(gpu::layernorm_backward_scratch_floats(Bi, Ti, Ci)) * f);
-  set(kEncoderScratch, "workspace", "encoder-gradient token buckets int32",
-      static_cast<size_t>(gpu::encoder_backward_scratch_ints(Bi, Ti)) * sizeof(int));
+  set(kEncoderScratch, "workspace", "encoder-gradient radix sort int32 + CUB temp",
+      gpu::encoder_backward_scratch_bytes(Bi, Ti, cfg.padded_vocab_size));
   set(kNormPartials, "workspace", "gradient-norm partial sums fp32",
       static_cast<size_t>(gpu::global_norm_num_blocks(static_cast<int64_t>(num_params))) * f);
   set(kNormResult, "workspace", "gradient-norm result fp64", sizeof(double));
@@ -461,7 +461,6 @@ class CudaModel final : public CudaModelBase {
   int classifier_chunk_rows_ = 0;   // rows of the kLogits buffer
   std::unique_ptr<gpu::Context> ctx_;
   std::vector<void*> buffers_;          // indexed by GpuBuffer; nullptr for empty items
-  std::vector<int> inputs_host_;        // the last forward's inputs (encoder backward buckets)
   // Token uploads go through page-locked staging (2 * B*T ints: inputs, targets), reused once
   // the previous upload's copy has run (tokens_copied_).
   int* pinned_tokens_ = nullptr;
@@ -499,7 +498,6 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
   layout_ = ParameterLayout::for_config(config_);
   ctx_ = std::make_unique<gpu::Context>();
   allocate_all(gpu_buffer_specs(options));
-  inputs_host_.assign(static_cast<size_t>(options.batch_size) * options.seq_len, 0);
   const size_t BT = static_cast<size_t>(options.batch_size) * options.seq_len;
   GPT2_CUDA_CHECK(cudaMallocHost(&pinned_tokens_, 2 * BT * sizeof(int)));
   GPT2_CUDA_CHECK(cudaMallocHost(&pinned_scalars_, sizeof(gpu::StepScalars)));
@@ -738,7 +736,6 @@ void CudaModel<T_>::upload_tokens(const int* inputs, const int* targets, int B, 
     GPT2_CHECK(!targets || (targets[i] >= 0 && targets[i] < V), "target token ", targets[i],
                " at ", i, ", V=", V);
   }
-  std::copy(inputs, inputs + n, inputs_host_.begin());
   // The staging is free once the previous upload's copy ran (at the start of its forward).
   GPT2_CUDA_CHECK(cudaEventSynchronize(tokens_copied_));
   int* staged_inputs = pinned_tokens_;
@@ -932,7 +929,7 @@ void CudaModel<T_>::backward(float loss_scale) {
     if (dp_) dp_->backward_point(L - l);  // layer l done
   }
   gpu::encoder_backward(grad(kWte), grad(kWpe), dresidual, buf<int>(kInputs), B, T, C,
-                        inputs_host_.data(), buf<int>(kEncoderScratch), stream);
+                        config_.padded_vocab_size, buffers_[kEncoderScratch], stream);
   if (dp_) dp_->backward_point(L + 1);  // wte and wpe done
 }
 

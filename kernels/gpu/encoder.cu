@@ -2,14 +2,17 @@
  * @file encoder.cu
  * @brief Token + position embedding forward and deterministic backward; see encoder.cuh.
  *
- * bucket_scratch layout: positions[B*T] (bt indices sorted by (token, bt)), then
- * starts[num_buckets + 1] (bucket k owns positions[starts[k] .. starts[k+1])). A bucket's
- * token is read back as inp[positions[starts[k]]], so inp and inp_host must agree.
+ * Backward scratch layout (byte offsets from `scratch`, each part 256-byte aligned):
+ *   keys[0], keys[1]            B*T int32 each: the token ids, CUB's key double buffer
+ *   positions[0], positions[1]  B*T int32 each: the bt indices 0..B*T-1, its value double buffer
+ *   sort_temp                   kSortTempBaseBytes + B*T bytes: CUB's temporary storage
+ * After the sort, whichever buffer of each pair CUB names current holds the positions ordered
+ * by (token, bt) and their tokens; the number of radix passes, and so which buffer that is,
+ * depends only on B*T and Vp, never on the ids.
  */
 #include "kernels/gpu/encoder.cuh"
 
-#include <algorithm>
-#include <vector>
+#include <cub/device/device_radix_sort.cuh>
 
 #include "base/error.h"
 #include "kernels/gpu/common.cuh"
@@ -18,6 +21,49 @@ namespace gpt2::gpu {
 namespace {
 
 constexpr int kThreads = 256;
+// Elements of a token's run whose loads the backward keeps in flight together before adding
+// them in order (a run is summed serially, so without this each element costs a full latency).
+constexpr int kRunUnroll = 8;
+constexpr size_t kScratchAlignment = 256;
+// CUB's temporary storage is reserved as kSortTempBaseBytes + B*T bytes. CUB 3.0's onesweep
+// sort of int32 keys and values with 32-bit offsets (its path on every architecture from sm_60
+// on) needs <= 4 KiB of digit bins (<= 4 passes x 256 digits x 4 B), 1 KiB of lookback per tile
+// (tiles of 7680 to 11776 items; 8832 on sm_90 and sm_100), a few counters and <= 256 B of
+// rounding per part: under 8 KiB + 0.14 B*T bytes. The bound allows 8x that, and tiles down to
+// 1024 items; encoder_backward checks CUB's exact figure against it on every call.
+constexpr size_t kSortTempBaseBytes = 64 * 1024;
+
+size_t round_up(size_t n, size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+/// Byte offsets of the backward's scratch parts for BT = B*T positions (see the file comment).
+struct BackwardScratchLayout {
+  size_t keys[2];
+  size_t positions[2];
+  size_t sort_temp;
+  size_t sort_temp_bytes;
+  size_t total_bytes;
+};
+
+BackwardScratchLayout backward_scratch_layout(int64_t BT) {
+  const size_t ints_bytes = round_up(static_cast<size_t>(BT) * sizeof(int), kScratchAlignment);
+  BackwardScratchLayout layout;
+  layout.keys[0] = 0;
+  layout.keys[1] = ints_bytes;
+  layout.positions[0] = 2 * ints_bytes;
+  layout.positions[1] = 3 * ints_bytes;
+  layout.sort_temp = 4 * ints_bytes;
+  layout.sort_temp_bytes = round_up(kSortTempBaseBytes + static_cast<size_t>(BT),
+                                    kScratchAlignment);
+  layout.total_bytes = layout.sort_temp + layout.sort_temp_bytes;
+  return layout;
+}
+
+/// Key bits the sort must look at: those of Vp - 1, at least 1 (ids are in [0, Vp)).
+int token_bits(int Vp) {
+  int bits = 1;
+  while (bits < 31 && ((Vp - 1) >> bits) != 0) ++bits;
+  return bits;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Kernels
@@ -36,18 +82,46 @@ __global__ void encoder_forward_kernel(T_* out, const int* inp, const T_* wte, c
   out[i] = from_float<T_>(sum);
 }
 
-/// Grid (num_buckets, ceil(C / blockDim.x)): thread = (token bucket, channel).
+/// One thread per position: the sort's input, keys = token ids, values = positions 0..BT-1.
+__global__ void encoder_sort_init_kernel(int* keys, int* positions, const int* inp, int BT) {
+  const int64_t bt = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (bt >= BT) return;
+  keys[bt] = inp[bt];
+  positions[bt] = static_cast<int>(bt);
+}
+
+/// Grid (BT, ceil(C / blockDim.x)): block x = index k into the sorted (token, position) pairs,
+/// thread = channel. Only the block at the first index of a run of equal tokens works: it sums
+/// the run's dout rows in position order and adds the sum to the token's dwte row once.
 template <typename T_>
-__global__ void encoder_backward_wte_kernel(T_* dwte, const T_* dout, const int* inp,
-                                            const int* positions, const int* starts, int C) {
+__global__ void encoder_backward_wte_kernel(T_* dwte, const T_* dout, const int* sorted_tokens,
+                                            const int* sorted_positions, int BT, int C, int Vp) {
   const int c = blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  const int begin = starts[blockIdx.x];
-  const int end = starts[blockIdx.x + 1];
+  const int64_t run_begin = blockIdx.x;
+  const int token = sorted_tokens[run_begin];
+  if (run_begin > 0 && sorted_tokens[run_begin - 1] == token) return;  // not the run's owner
+  if (token < 0 || token >= Vp) return;  // a broken precondition: never write outside dwte
   float sum = 0.0f;
-  for (int k = begin; k < end; ++k)
-    sum += to_float(dout[static_cast<int64_t>(positions[k]) * C + c]);
-  T_* row = dwte + static_cast<int64_t>(inp[positions[begin]]) * C;
+  for (int64_t chunk = run_begin; chunk < BT; chunk += kRunUnroll) {
+    bool in_run[kRunUnroll];
+    float values[kRunUnroll];
+#pragma unroll
+    for (int u = 0; u < kRunUnroll; ++u) {
+      const int64_t k = chunk + u;
+      // Token and position loaded together (-1 never equals a valid token), dout only in run.
+      const int k_token = k < BT ? sorted_tokens[k] : -1;
+      const int64_t position = k < BT ? sorted_positions[k] : 0;
+      in_run[u] = k_token == token;
+      values[u] = in_run[u] ? to_float(dout[position * C + c]) : 0.0f;
+    }
+    // in_run holds on a prefix of the chunk (the tokens are sorted): the adds are in run order.
+#pragma unroll
+    for (int u = 0; u < kRunUnroll; ++u)
+      if (in_run[u]) sum += values[u];
+    if (!in_run[kRunUnroll - 1]) break;
+  }
+  T_* row = dwte + static_cast<int64_t>(token) * C;
   row[c] = from_float<T_>(to_float(row[c]) + sum);
 }
 
@@ -77,47 +151,56 @@ void encoder_forward(T_* out, const int* inp, const T_* wte, const T_* wpe, int 
   GPT2_CUDA_CHECK_LAUNCH();
 }
 
-int64_t encoder_backward_scratch_ints(int B, int T) {
-  return 2 * static_cast<int64_t>(B) * T + 1;
+size_t encoder_backward_scratch_bytes(int B, int T, int Vp) {
+  GPT2_CHECK(B >= 1 && T >= 1 && Vp >= 1, "B=", B, " T=", T, " Vp=", Vp);
+  return backward_scratch_layout(static_cast<int64_t>(B) * T).total_bytes;
 }
 
 template <typename T_>
 void encoder_backward(T_* dwte, T_* dwpe, const T_* dout, const int* inp, int B, int T, int C,
-                      const int* inp_host, int* bucket_scratch, cudaStream_t stream) {
-  GPT2_CHECK(B >= 1 && T >= 1 && C >= 1, "B=", B, " T=", T, " C=", C);
+                      int Vp, void* scratch, cudaStream_t stream) {
+  GPT2_CHECK(B >= 1 && T >= 1 && C >= 1 && Vp >= 1, "B=", B, " T=", T, " C=", C, " Vp=", Vp);
   GPT2_CHECK(dwte != nullptr && dwpe != nullptr && dout != nullptr && inp != nullptr);
-  GPT2_CHECK(inp_host != nullptr && bucket_scratch != nullptr);
+  GPT2_CHECK(scratch != nullptr);
+  GPT2_CHECK(reinterpret_cast<uintptr_t>(scratch) % kScratchAlignment == 0,
+             "encoder_backward scratch must be ", kScratchAlignment, "-byte aligned");
   const int64_t BT = static_cast<int64_t>(B) * T;
   GPT2_CHECK(BT <= INT32_MAX, "B*T = ", BT, " does not fit the int positions");
   GPT2_CHECK(C <= 65535LL * kThreads, "C = ", C, " exceeds the grid's y dimension");
+  const int num_positions = static_cast<int>(BT);
 
-  // Sort keys (token << 32 | bt): ordered by token, then by position within a token.
-  std::vector<uint64_t> keys(static_cast<size_t>(BT));
-  for (int64_t bt = 0; bt < BT; ++bt) {
-    GPT2_CHECK(inp_host[bt] >= 0, "negative token id ", inp_host[bt], " at position ", bt);
-    keys[bt] = (static_cast<uint64_t>(inp_host[bt]) << 32) | static_cast<uint64_t>(bt);
-  }
-  std::sort(keys.begin(), keys.end());
-  std::vector<int> buckets;  // positions, then starts
-  buckets.reserve(static_cast<size_t>(2 * BT + 1));
-  for (uint64_t key : keys) buckets.push_back(static_cast<int>(key & 0xffffffffu));
-  int num_buckets = 0;
-  for (int64_t k = 0; k < BT; ++k) {
-    if (k == 0 || (keys[k] >> 32) != (keys[k - 1] >> 32)) {
-      buckets.push_back(static_cast<int>(k));
-      ++num_buckets;
-    }
-  }
-  buckets.push_back(static_cast<int>(BT));
-  GPT2_CUDA_CHECK(cudaMemcpyAsync(bucket_scratch, buckets.data(), buckets.size() * sizeof(int),
-                                  cudaMemcpyHostToDevice, stream));
-  const int* positions = bucket_scratch;
-  const int* starts = bucket_scratch + BT;
+  const BackwardScratchLayout layout = backward_scratch_layout(BT);
+  char* scratch_bytes = static_cast<char*>(scratch);
+  int* keys[2] = {reinterpret_cast<int*>(scratch_bytes + layout.keys[0]),
+                  reinterpret_cast<int*>(scratch_bytes + layout.keys[1])};
+  int* positions[2] = {reinterpret_cast<int*>(scratch_bytes + layout.positions[0]),
+                       reinterpret_cast<int*>(scratch_bytes + layout.positions[1])};
+  encoder_sort_init_kernel<<<grid_size(BT, kThreads), kThreads, 0, stream>>>(
+      keys[0], positions[0], inp, num_positions);
+  GPT2_CUDA_CHECK_LAUNCH();
 
-  const dim3 wte_grid(static_cast<unsigned int>(num_buckets),
+  // Stable LSD radix sort over the bits of Vp - 1: positions end up by (token, bt).
+  const int end_bit = token_bits(Vp);
+  cub::DoubleBuffer<int> sort_keys(keys[0], keys[1]);
+  cub::DoubleBuffer<int> sort_positions(positions[0], positions[1]);
+  size_t sort_temp_needed = 0;
+  GPT2_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_temp_needed, sort_keys,
+                                                  sort_positions, num_positions, 0, end_bit,
+                                                  stream));
+  GPT2_CHECK(sort_temp_needed <= layout.sort_temp_bytes, "CUB's radix sort of ", BT,
+             " positions needs ", sort_temp_needed, " bytes of temporary storage, but "
+             "encoder_backward_scratch_bytes reserves ", layout.sort_temp_bytes,
+             " (kSortTempBaseBytes + B*T): raise the bound in kernels/gpu/encoder.cu");
+  size_t sort_temp_bytes = layout.sort_temp_bytes;
+  GPT2_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(scratch_bytes + layout.sort_temp,
+                                                  sort_temp_bytes, sort_keys, sort_positions,
+                                                  num_positions, 0, end_bit, stream));
+  GPT2_CUDA_CHECK_LAUNCH();
+
+  const dim3 wte_grid(static_cast<unsigned int>(num_positions),
                       static_cast<unsigned int>(ceil_div(C, kThreads)));
-  encoder_backward_wte_kernel<<<wte_grid, kThreads, 0, stream>>>(dwte, dout, inp, positions,
-                                                                 starts, C);
+  encoder_backward_wte_kernel<<<wte_grid, kThreads, 0, stream>>>(
+      dwte, dout, sort_keys.Current(), sort_positions.Current(), num_positions, C, Vp);
   GPT2_CUDA_CHECK_LAUNCH();
 
   const int64_t TC = static_cast<int64_t>(T) * C;
@@ -131,9 +214,9 @@ template void encoder_forward<float>(float*, const int*, const float*, const flo
 template void encoder_forward<__nv_bfloat16>(__nv_bfloat16*, const int*, const __nv_bfloat16*,
                                              const __nv_bfloat16*, int, int, int, cudaStream_t);
 template void encoder_backward<float>(float*, float*, const float*, const int*, int, int, int,
-                                      const int*, int*, cudaStream_t);
+                                      int, void*, cudaStream_t);
 template void encoder_backward<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*,
                                               const __nv_bfloat16*, const int*, int, int, int,
-                                              const int*, int*, cudaStream_t);
+                                              int, void*, cudaStream_t);
 
 }  // namespace gpt2::gpu

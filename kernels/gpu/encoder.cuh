@@ -6,19 +6,22 @@
  *   out (B,T,C), inp (B,T) device token ids in [0, Vp), wte (Vp,C), wpe (maxT,C), T <= maxT.
  *   One thread per output element; the add in fp32, rounded once to T_.
  * Backward: dwte[inp[b,t], :] += dout[b,t,:];  dwpe[t,:] += dout[b,t,:]   (accumulated, +=)
- *   Deterministic without atomics. The ids are known on the host when the model calls this, so
- *   the caller also passes them there (inp_host, the same B*T ids as inp). The launcher sorts
- *   the positions by token on the host (stable: position order within a token), uploads the
- *   buckets into bucket_scratch (encoder_backward_scratch_ints(B,T) ints, one cudaMemcpyAsync
- *   from pageable memory: it returns once the data is staged, so nothing outlives the call),
- *   and then one thread per (token bucket, channel) sums its positions' dout in position order
- *   in fp32 and adds the sum to dwte once; one thread per (t, channel) sums over b = 0..B-1 in
- *   order and adds to dwpe. Each gradient element has one writer, so there are no races.
- *   The host work makes the call synchronous with respect to the host for the sort (O(BT log BT)).
+ *   inp (B,T) device token ids in [0, Vp) (an id outside is never written through, but leaves
+ *   dwte undefined), dwte (Vp,C), dwpe (maxT,C). Deterministic (bitwise, run to run) without
+ *   atomics, all on the GPU: a stable CUB radix sort orders the B*T positions by token (over
+ *   the bits of Vp-1), so each token's positions are a run in ascending order; the first
+ *   position of each run owns it and, per channel, sums dout over the run in that order in fp32
+ *   and adds the sum to dwte once. dwpe: one thread per (t, channel) sums over b = 0..B-1 in
+ *   order. Each gradient element has one writer, so there are no races.
+ *   Everything is enqueued on `stream`: no host synchronization, no allocation, and a grid that
+ *   does not depend on the ids, so the call can be captured in a CUDA graph. Scratch: `scratch`
+ *   holds encoder_backward_scratch_bytes(B,T,Vp) bytes, 256-byte aligned (as cudaMalloc gives),
+ *   and is not read before it is written; the call checks that CUB's own requirement fits it.
  * T_ = float or __nv_bfloat16; offsets into (B,T,C) and (Vp,C) are 64-bit.
  */
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include <cuda_bf16.h>
@@ -30,11 +33,15 @@ template <typename T_>
 void encoder_forward(T_* out, const int* inp, const T_* wte, const T_* wpe, int B, int T, int C,
                      cudaStream_t stream);
 
-/// Ints of bucket_scratch encoder_backward needs: B*T positions + (B*T + 1) bucket starts.
-int64_t encoder_backward_scratch_ints(int B, int T);
+/// Bytes of `scratch` encoder_backward needs: the radix sort's double-buffered keys (token ids)
+/// and values (positions), 4 x B*T int32, plus a bound on CUB's temporary storage of
+/// 64 KiB + B*T bytes (that bound holds for every Vp); each part rounded up to 256 bytes. Host
+/// arithmetic only (no device call), so memory plans can be built without a GPU. Enough for any
+/// call with a smaller B*T too.
+size_t encoder_backward_scratch_bytes(int B, int T, int Vp);
 
 template <typename T_>
 void encoder_backward(T_* dwte, T_* dwpe, const T_* dout, const int* inp, int B, int T, int C,
-                      const int* inp_host, int* bucket_scratch, cudaStream_t stream);
+                      int Vp, void* scratch, cudaStream_t stream);
 
 }  // namespace gpt2::gpu
