@@ -150,6 +150,13 @@ def main():
         compare(args, rows, device)
 
 
+def training_flops_per_token(model_name, T):
+    """The trainer's MFU numerator (train/metrics.cpp): 6 (N - maxT C) + 6 L T C, maxT = T."""
+    L, _, C = model_shape(model_name)
+    num_params = 50304 * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+    return 6.0 * (num_params - T * C) + 6.0 * L * T * C
+
+
 def compare(args, torch_rows, device):
     with open(args.sweep_csv) as f:
         ours = list(csv.DictReader(f))
@@ -163,27 +170,39 @@ def compare(args, torch_rows, device):
             return r["status"], "-"
         return f"{float(r[key]):.0f}", f"{float(r['peak_mem_bytes']) / 2**30:.2f} GiB"
 
+    def mfu(r, T, peak):
+        if r is None or r["status"] != "ok" or not peak:
+            return "-"
+        return f"{100 * float(r['tokens_per_s']) * training_flops_per_token(args.model, T) / peak:.1f}%"
+
     lines = [f"{args.model} training, bf16, tokens/s and peak memory; {device}, "
              f"{datetime.date.today().isoformat()}, one device call (gpt2-sweep, then PyTorch "
              f"{torch.__version__} eager with SDPA{' and torch.compile' if args.compile else ''}).",
              "",
-             "| T | B | flash tokens/s | flash memory | naive tokens/s | naive memory | "
-             "PyTorch eager tokens/s | PyTorch memory | flash / PyTorch |"
-             + (" torch.compile tokens/s | flash / compile |" if args.compile else ""),
-             "|" + " --- |" * (9 + (2 if args.compile else 0))]
+             "| T | B | flash tokens/s | flash memory | flash MFU | naive tokens/s | naive memory | "
+             "PyTorch eager tokens/s | PyTorch memory | eager MFU | flash / PyTorch |"
+             + (" torch.compile tokens/s | compile memory | compile MFU | flash / compile |"
+                if args.compile else ""),
+             "|" + " --- |" * (11 + (4 if args.compile else 0))]
     for T in sorted({int(r["seq_len"]) for r in ours}):
         flash, naive = by_key.get((T, "flash")), by_key.get((T, "naive"))
         eager, comp = torch_by_key.get((T, "eager")), torch_by_key.get((T, "compile"))
         B = (flash or naive)["batch_size"]
+        # The device's peak as the trainer took it (its MFU = tokens/s x FLOPs/token / peak).
+        peak = None
+        if flash and flash["status"] == "ok" and float(flash.get("mfu") or 0) > 0:
+            peak = float(flash["tokens_per_s"]) * training_flops_per_token(args.model, T) / \
+                float(flash["mfu"])
         ratio = "-"
         if flash and eager and flash["status"] == "ok" and eager["status"] == "ok":
             ratio = f"{float(flash['tokens_per_s']) / eager['tokens_per_s']:.2f}x"
-        row = [str(T), str(B), *fmt(flash), *fmt(naive), *fmt(eager), ratio]
+        row = [str(T), str(B), *fmt(flash), mfu(flash, T, peak), *fmt(naive), *fmt(eager),
+               mfu(eager, T, peak), ratio]
         if args.compile:
             compile_ratio = "-"
             if comp and flash and comp["status"] == "ok" and flash["status"] == "ok":
                 compile_ratio = f"{float(flash['tokens_per_s']) / comp['tokens_per_s']:.2f}x"
-            row += [fmt(comp)[0], compile_ratio]
+            row += [*fmt(comp), mfu(comp, T, peak), compile_ratio]
         lines.append("| " + " | ".join(row) + " |")
     print_table(lines, args.markdown)
 

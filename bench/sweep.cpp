@@ -127,7 +127,6 @@ RunResult run_one(const SweepOptions& o, int T, const std::string& attn) {
   const Json summary = parse_json(read_file_text(summary_file), summary_file);
   r.peak_mem_bytes = json_number(summary, "peak_mem_bytes");
   r.planned_mem_bytes = json_number(summary, "planned_mem_bytes");
-  r.mfu = json_number(summary, "mfu");
   r.final_loss = json_number(summary, "final_train_loss");
   r.device_name = summary.value("device_name", "");
   std::vector<double> step_ms;
@@ -147,6 +146,11 @@ RunResult run_one(const SweepOptions& o, int T, const std::string& attn) {
   const size_t n = step_ms.size();
   r.median_step_ms = n % 2 ? step_ms[n / 2] : 0.5 * (step_ms[n / 2 - 1] + step_ms[n / 2]);
   r.tokens_per_s = static_cast<double>(r.batch_size) * T / (r.median_step_ms / 1000.0);
+  // MFU of the tokens/s reported here (the median step), not of the trainer's mean: its FLOPs
+  // per token over the device's peak (absent where the trainer knows no peak for the device).
+  if (summary.contains("peak_flops"))
+    r.mfu = r.tokens_per_s * json_number(summary, "flops_per_token") /
+            json_number(summary, "peak_flops");
   r.status = "ok";
   std::printf("%.0f tokens/s, peak %s\n", r.tokens_per_s,
               format_bytes(static_cast<size_t>(r.peak_mem_bytes)).c_str());
