@@ -20,21 +20,29 @@ struct RowSoftmax {
   float sum;  // sum of exp(logit - max) over the V real columns
 };
 
+// exp(d) for d = x - max <= 0 as 2^(d log2 e): the hardware's exp2 (2 ulp) after one rounding
+// of the argument, |d| u32 like expf's own, in 3 instructions instead of expf's ~10 (the
+// cross-entropy kernels compute two per logit and are as much compute as memory bound).
+__device__ __forceinline__ float exp_of_difference(float d) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  return exp2f(d * kLog2e);
+}
+
 // Online softmax statistics: (max, sum of exp(x - max)) updated one value at a time with one
 // exp per value, and merged pairwise; a NaN logit propagates into the sum.
 __device__ __forceinline__ void accumulate(RowSoftmax& stats, float x) {
   if (x > stats.max) {
-    stats.sum = stats.sum * expf(stats.max - x) + 1.0f;
+    stats.sum = stats.sum * exp_of_difference(stats.max - x) + 1.0f;
     stats.max = x;
   } else {
-    stats.sum += expf(x - stats.max);
+    stats.sum += exp_of_difference(x - stats.max);
   }
 }
 
 __device__ __forceinline__ void merge(RowSoftmax& a, const RowSoftmax& b) {
   const float m = fmaxf(a.max, b.max);
   if (m == -INFINITY) return;  // both empty so far
-  a.sum = a.sum * expf(a.max - m) + b.sum * expf(b.max - m);
+  a.sum = a.sum * exp_of_difference(a.max - m) + b.sum * exp_of_difference(b.max - m);
   a.max = m;
 }
 
@@ -106,7 +114,7 @@ __device__ void write_dlogits_row(T_* dx, const T_* x, const RowSoftmax& stats, 
   const float inv_sum = 1.0f / stats.sum;
   auto gradient = [&](int v, float logit) {
     if (v >= V) return 0.0f;  // padding columns
-    const float prob = expf(logit - stats.max) * inv_sum;
+    const float prob = exp_of_difference(logit - stats.max) * inv_sum;
     return (prob - (v == target ? 1.0f : 0.0f)) * dloss;
   };
   if (packed) {
