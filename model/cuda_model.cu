@@ -23,7 +23,9 @@
  * (B,T,4C) buffers instead: every layer's forward writes them, and its backward first runs the
  * very same fc GEMM (GELU_AUX epilogue) again, which gives the same bits.
  * The forward's per-layer code is one function (block_forward) over a BlockActivations of
- * pointers, with the attention step passed in; training, prefill and decode all run it.
+ * pointers, with the attention step passed in; training, prefill and decode all run it. Each
+ * residual add is fused with the LayerNorm that reads it (ln2 inside the block; the next
+ * block's ln1, or lnf, at its end): the same bits as the add then the LayerNorm.
  * Generation keeps a key/value cache per layer, (gen_B, NH, max_len, HS) in the storage type,
  * in buffers a session may overwrite: the key caches in ln1, the value caches in ln2 (each
  * L*B*T*C elements, the caches' size at max_len = T). Prefill runs the blocks over the prompt,
@@ -352,6 +354,17 @@ struct BlockActivations {
   T_* proj = nullptr;       // attproj / fcproj output (B,T,C), shared
 };
 
+/// The LayerNorm that follows a block's output (the next block's ln1, or lnf after the last),
+/// fused with the block's final residual add; out == nullptr: none (the add alone).
+template <typename T_>
+struct FollowingLayerNorm {
+  T_* out = nullptr;
+  float* mean = nullptr;
+  float* rstd = nullptr;
+  const T_* weight = nullptr;
+  const T_* bias = nullptr;
+};
+
 // ---------------------------------------------------------------------------------------------
 
 template <typename T_>
@@ -412,15 +425,20 @@ class CudaModel final : public CudaModelBase {
   void upload_tokens(const int* inputs, const int* targets, int B, int T);
   /// Encoder, layers and the final layernorm (lnf); the classifier is one of the three below.
   void forward(int B, int T);
-  /// The encoder and the L blocks over the uploaded (B,T) tokens, attention by the model's
-  /// kernel; every layer's activations kept (backward and prefill read them).
+  /// The encoder, layer 0's ln1, the L blocks (each ending with its residual add fused with
+  /// the next ln1, the last one's with lnf) over the uploaded (B,T) tokens, attention by the
+  /// model's kernel; every layer's activations kept (backward and prefill read them).
   void forward_blocks(int B, int T);
   /// Layer l's slices of the per-layer buffers in a forward over BT = B*T rows.
   BlockActivations<T_> block_activations(int l, size_t BT) const;
-  /// Block l over (B,T) rows: ln1, qkv, attend() (which fills a.atty from a.qkv), attproj,
-  /// residual, ln2, fc + gelu, fcproj, residual.
+  /// Block l over (B,T) rows whose ln1 (a.ln1, a.ln1_mean, a.ln1_rstd) is already computed:
+  /// qkv, attend() (which fills a.atty from a.qkv), attproj, residual + ln2 (one pass), fc +
+  /// gelu, fcproj, then the residual add fused with `next` (the following LayerNorm).
   template <typename Attend>
-  void block_forward(int l, const BlockActivations<T_>& a, int B, int T, Attend&& attend);
+  void block_forward(int l, const BlockActivations<T_>& a, int B, int T, Attend&& attend,
+                     const FollowingLayerNorm<T_>& next);
+  /// Layer l's ln1 over (B,T) rows of a, as `next` of block l-1 (the encoder's for l = 0).
+  FollowingLayerNorm<T_> ln1_of(int l, const BlockActivations<T_>& a) const;
   /// Evaluation: the losses (B,T) of the forward's lnf, chunk by chunk (classifier_chunk_rows_).
   void classifier_losses(int B, int T);
   /// Training: per chunk the losses, then dlnf (=) and dwte (+=) through the fused
@@ -756,15 +774,7 @@ void CudaModel<T_>::upload_tokens(const int* inputs, const int* targets, int B, 
 
 template <typename T_>
 void CudaModel<T_>::forward(int B, int T) {
-  const gpu::Context& ctx = *ctx_;
-  cudaStream_t stream = ctx.stream();
-  const int C = config_.channels, L = config_.num_layers;
-  const size_t BT = static_cast<size_t>(B) * T, Cs = C;
-
-  forward_blocks(B, T);
-  gpu::layernorm_forward(act(kLnf), buf<float>(kLnfMean), buf<float>(kLnfRstd),
-                         act(kResidual3) + (L - 1) * BT * Cs, param(kLnfw), param(kLnfb), B, T, C,
-                         stream);
+  forward_blocks(B, T);  // ends with lnf, fused with the last residual add
 }
 
 template <typename T_>
@@ -807,13 +817,27 @@ void CudaModel<T_>::forward_blocks(int B, int T) {
   const gpu::Context& ctx = *ctx_;
   const size_t BT = static_cast<size_t>(B) * T;
   const gpu::AttentionConfig attention = attention_at(B, T);
+  const int L = config_.num_layers;
   gpu::encoder_forward(act(kEncoded), buf<int>(kInputs), param(kWte), param(kWpe), B, T,
                        config_.channels, ctx.stream());
-  for (int l = 0; l < config_.num_layers; ++l) {
+  const FollowingLayerNorm<T_> first = ln1_of(0, block_activations(0, BT));
+  gpu::layernorm_forward(first.out, first.mean, first.rstd, act(kEncoded), first.weight,
+                         first.bias, B, T, config_.channels, ctx.stream());
+  const FollowingLayerNorm<T_> lnf{act(kLnf), buf<float>(kLnfMean), buf<float>(kLnfRstd),
+                             param(kLnfw), param(kLnfb)};
+  for (int l = 0; l < L; ++l) {
+    const FollowingLayerNorm<T_> next =
+        l + 1 < L ? ln1_of(l + 1, block_activations(l + 1, BT)) : lnf;
     block_forward(l, block_activations(l, BT), B, T, [&] {
       gpu::attention_forward(attention, attention_tensors(attention, l), ctx);
-    });
+    }, next);
   }
+}
+
+template <typename T_>
+FollowingLayerNorm<T_> CudaModel<T_>::ln1_of(int l, const BlockActivations<T_>& a) const {
+  const size_t Cs = config_.channels;
+  return {a.ln1, a.ln1_mean, a.ln1_rstd, param(kLn1w) + l * Cs, param(kLn1b) + l * Cs};
 }
 
 template <typename T_>
@@ -841,27 +865,28 @@ BlockActivations<T_> CudaModel<T_>::block_activations(int l, size_t BT) const {
 template <typename T_>
 template <typename Attend>
 void CudaModel<T_>::block_forward(int l, const BlockActivations<T_>& a, int B, int T,
-                                  Attend&& attend) {
+                                  Attend&& attend, const FollowingLayerNorm<T_>& next) {
   const gpu::Context& ctx = *ctx_;
   cudaStream_t stream = ctx.stream();
   const int C = config_.channels;
   const size_t Cs = C;
   const int64_t rows_x_channels = static_cast<int64_t>(B) * T * C;
-  gpu::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.residual, param(kLn1w) + l * Cs,
-                         param(kLn1b) + l * Cs, B, T, C, stream);
   gpu::matmul_forward(a.qkv, a.ln1, param(kQkvw) + l * 3 * Cs * Cs, param(kQkvb) + l * 3 * Cs, B,
                       T, C, 3 * C, ctx);
   attend();
   gpu::matmul_forward(a.proj, a.atty, param(kAttprojw) + l * Cs * Cs, param(kAttprojb) + l * Cs,
                       B, T, C, C, ctx);
-  gpu::residual_forward(a.residual2, a.residual, a.proj, rows_x_channels, stream);
-  gpu::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, param(kLn2w) + l * Cs,
-                         param(kLn2b) + l * Cs, B, T, C, stream);
+  gpu::residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual, a.proj,
+                                  param(kLn2w) + l * Cs, param(kLn2b) + l * Cs, B, T, C, stream);
   gpu::matmul_forward_gelu(a.fch_gelu, a.fch, a.ln2, param(kFcw) + l * 4 * Cs * Cs,
                            param(kFcb) + l * 4 * Cs, B, T, C, 4 * C, ctx);
   gpu::matmul_forward(a.proj, a.fch_gelu, param(kFcprojw) + l * Cs * 4 * Cs,
                       param(kFcprojb) + l * Cs, B, T, 4 * C, C, ctx);
-  gpu::residual_forward(a.residual3, a.residual2, a.proj, rows_x_channels, stream);
+  if (next.out != nullptr)
+    gpu::residual_layernorm_forward(a.residual3, next.out, next.mean, next.rstd, a.residual2,
+                                    a.proj, next.weight, next.bias, B, T, C, stream);
+  else
+    gpu::residual_forward(a.residual3, a.residual2, a.proj, rows_x_channels, stream);
 }
 
 template <typename T_>
@@ -1098,15 +1123,25 @@ void CudaModel<T_>::decode_step(const int* next_tokens, float* logits) {
   // Position pos: wpe's row pos is row 0 of wpe + pos*C.
   gpu::encoder_forward(act(kEncoded), buf<int>(kInputs), param(kWte), param(kWpe) + pos * Cs, B,
                        1, C, stream);
-  for (int l = 0; l < L; ++l) {
+  const auto decode_activations = [&](int l) {
     BlockActivations<T_> a = block_activations(l, static_cast<size_t>(B));
     a.ln1 = a.ln2 = act(kLnf);  // ln1 and ln2 hold the caches
+    return a;
+  };
+  const FollowingLayerNorm<T_> first = ln1_of(0, decode_activations(0));
+  gpu::layernorm_forward(first.out, first.mean, first.rstd, act(kEncoded), first.weight,
+                         first.bias, B, 1, C, stream);
+  for (int l = 0; l < L; ++l) {
+    const BlockActivations<T_> a = decode_activations(l);
+    // After the last block, generation_logits normalizes the rows it keeps.
+    const FollowingLayerNorm<T_> next =
+        l + 1 < L ? ln1_of(l + 1, decode_activations(l + 1)) : FollowingLayerNorm<T_>{};
     block_forward(l, a, B, 1, [&] {
       gpu::attention_kv_cache_write(key_cache(l), value_cache(l), a.qkv, B, 1, C, NH, pos,
                                     gen_max_len_, stream);
       gpu::attention_decode_forward(a.atty, a.qkv, key_cache(l), value_cache(l), B, C, NH,
                                     pos + 1, gen_max_len_, buf<float>(kDecodePartials), stream);
-    });
+    }, next);
   }
   generation_logits(act(kResidual3) + (L - 1) * static_cast<size_t>(B) * Cs, logits);
   gen_length_ = pos + 1;

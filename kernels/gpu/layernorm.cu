@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/gpu/common.cuh"
+#include "kernels/gpu/residual.cuh"
 
 namespace gpt2::gpu {
 namespace {
@@ -128,10 +129,13 @@ bool packed_rows_fit(int C, std::initializer_list<const void*> pointers) {
   return true;
 }
 
+/// With `addend` set (residual_layernorm_forward) the row is first inp + addend, rounded to T_
+/// as residual_forward rounds it and stored to residual_out; the normalization then reads those
+/// very values from registers, so the pair's bits come out of one read of each input.
 template <typename T_>
 __global__ void layernorm_forward_packed_kernel(T_* out, float* mean, float* rstd, const T_* inp,
                                                 const T_* weight, const T_* bias, int64_t rows,
-                                                int C) {
+                                                int C, const T_* addend, T_* residual_out) {
   constexpr int kPack = Pack16<T_>::kSize;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -145,6 +149,13 @@ __global__ void layernorm_forward_packed_kernel(T_* out, float* mean, float* rst
     const int p = lane + 32 * i;
     if (p < packs) {
       xs[i] = load_pack16(x + p * kPack);
+      if (addend != nullptr) {
+        const Pack16<T_> a = load_pack16(addend + row * C + p * kPack);
+#pragma unroll
+        for (int j = 0; j < kPack; ++j)
+          xs[i].values[j] = from_float<T_>(to_float(xs[i].values[j]) + to_float(a.values[j]));
+        store_pack16(residual_out + row * C + p * kPack, xs[i]);
+      }
 #pragma unroll
       for (int j = 0; j < kPack; ++j) sum += to_float(xs[i].values[j]);
     }
@@ -330,12 +341,31 @@ void layernorm_forward(T_* out, float* mean, float* rstd, const T_* inp, const T
   const int64_t rows = static_cast<int64_t>(B) * T;
   if (packed_rows_fit<T_>(C, {out, inp, weight, bias})) {
     layernorm_forward_packed_kernel<<<grid_size(rows, kWarpsPerBlock), kRowThreads, 0, stream>>>(
-        out, mean, rstd, inp, weight, bias, rows, C);
+        out, mean, rstd, inp, weight, bias, rows, C, static_cast<const T_*>(nullptr),
+        static_cast<T_*>(nullptr));
   } else {
     layernorm_forward_kernel<<<grid_size(rows, kWarpsPerBlock), kRowThreads, 0, stream>>>(
         out, mean, rstd, inp, weight, bias, rows, C);
   }
   GPT2_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T_>
+void residual_layernorm_forward(T_* residual_out, T_* out, float* mean, float* rstd,
+                                const T_* residual, const T_* addend, const T_* weight,
+                                const T_* bias, int B, int T, int C, cudaStream_t stream) {
+  GPT2_CHECK(B >= 1 && T >= 1 && C >= 1, "B=", B, " T=", T, " C=", C);
+  GPT2_CHECK(residual_out != nullptr && out != nullptr && residual != nullptr &&
+             addend != nullptr && weight != nullptr && bias != nullptr);
+  const int64_t rows = static_cast<int64_t>(B) * T;
+  if (packed_rows_fit<T_>(C, {out, residual, addend, residual_out, weight, bias})) {
+    layernorm_forward_packed_kernel<<<grid_size(rows, kWarpsPerBlock), kRowThreads, 0, stream>>>(
+        out, mean, rstd, residual, weight, bias, rows, C, addend, residual_out);
+    GPT2_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  residual_forward(residual_out, residual, addend, rows * C, stream);
+  layernorm_forward(out, mean, rstd, residual_out, weight, bias, B, T, C, stream);
 }
 
 int64_t layernorm_backward_scratch_floats(int B, int T, int C) {
@@ -394,6 +424,12 @@ template void layernorm_forward<__nv_bfloat16>(__nv_bfloat16*, float*, float*,
                                                const __nv_bfloat16*, const __nv_bfloat16*,
                                                const __nv_bfloat16*, int, int, int,
                                                cudaStream_t);
+template void residual_layernorm_forward<float>(float*, float*, float*, float*, const float*,
+                                                const float*, const float*, const float*, int,
+                                                int, int, cudaStream_t);
+template void residual_layernorm_forward<__nv_bfloat16>(
+    __nv_bfloat16*, __nv_bfloat16*, float*, float*, const __nv_bfloat16*, const __nv_bfloat16*,
+    const __nv_bfloat16*, const __nv_bfloat16*, int, int, int, cudaStream_t);
 template void layernorm_backward<float>(float*, float*, float*, const float*, const float*,
                                         const float*, const float*, const float*, int, int, int,
                                         float*, cudaStream_t);

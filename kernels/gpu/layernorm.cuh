@@ -35,6 +35,16 @@ template <typename T_>
 void layernorm_forward(T_* out, float* mean, float* rstd, const T_* inp, const T_* weight,
                        const T_* bias, int B, int T, int C, cudaStream_t stream);
 
+/// The residual add and the LayerNorm that follows it, in one pass when the packed form
+/// applies: residual_out = residual + addend (each sum rounded once to T_, as residual_forward),
+/// then out, mean, rstd = layernorm_forward of residual_out. The same bits as residual_forward
+/// then layernorm_forward (which it runs when the rows are not packable); each input is read
+/// once. residual_out (B,T,C) must not overlap the other arguments.
+template <typename T_>
+void residual_layernorm_forward(T_* residual_out, T_* out, float* mean, float* rstd,
+                                const T_* residual, const T_* addend, const T_* weight,
+                                const T_* bias, int B, int T, int C, cudaStream_t stream);
+
 /// Floats of scratch layernorm_backward needs.
 int64_t layernorm_backward_scratch_floats(int B, int T, int C);
 

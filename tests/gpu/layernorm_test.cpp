@@ -20,6 +20,7 @@
 #include "gpu_test_util.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/gpu/layernorm.cuh"
+#include "kernels/gpu/residual.cuh"
 
 namespace gpt2::gpu::test {
 namespace {
@@ -101,6 +102,53 @@ TYPED_TEST(GpuLayerNorm, ForwardMatchesCpu) {
                       d_x.get(), d_w.get(), d_b.get(), s.B, s.T, C, nullptr);
     EXPECT_TRUE(bitwise_equal("layernorm_forward without mean/rstd", d_out2.download_bytes(),
                               d_out.download_bytes()));
+  }
+}
+
+// residual_layernorm_forward: the residual add and the LayerNorm in one pass (packed shapes)
+// or as the two calls (the others), bit for bit the pair residual_forward + layernorm_forward,
+// whose parts are checked against the CPU twins; the sum itself is each x + a rounded once.
+TYPED_TEST(GpuLayerNorm, ResidualFusedForwardIsTheAddThenTheLayerNormBitForBit) {
+  GPT2_REQUIRE_GPU();
+  using T_ = TypeParam;
+  for (const LayerNormShape& s : kShapes) {
+    const int C = s.C;
+    const int64_t BT = int64_t(s.B) * s.T, BTC = BT * C;
+    const Inputs in = make_inputs<T_>(s, 311);
+    const std::vector<float> addend = round_through<T_>(random_normal(BTC, 317, 0.7));
+    DeviceBuffer<T_> d_x(BTC), d_a(BTC), d_w(C), d_b(C);
+    upload_floats(d_x, in.x);
+    upload_floats(d_a, addend);
+    upload_floats(d_w, in.weight);
+    upload_floats(d_b, in.bias);
+    DeviceBuffer<T_> d_sum[2] = {DeviceBuffer<T_>(BTC), DeviceBuffer<T_>(BTC)};
+    DeviceBuffer<T_> d_out[2] = {DeviceBuffer<T_>(BTC), DeviceBuffer<T_>(BTC)};
+    DeviceBuffer<float> d_mean[2] = {DeviceBuffer<float>(BT), DeviceBuffer<float>(BT)};
+    DeviceBuffer<float> d_rstd[2] = {DeviceBuffer<float>(BT), DeviceBuffer<float>(BT)};
+    for (int k = 0; k < 2; ++k) {
+      d_sum[k].poison();
+      d_out[k].poison();
+      d_mean[k].poison();
+      d_rstd[k].poison();
+    }
+    residual_layernorm_forward(d_sum[0].get(), d_out[0].get(), d_mean[0].get(), d_rstd[0].get(),
+                               d_x.get(), d_a.get(), d_w.get(), d_b.get(), s.B, s.T, C, nullptr);
+    residual_forward(d_sum[1].get(), d_x.get(), d_a.get(), BTC, nullptr);
+    layernorm_forward(d_out[1].get(), d_mean[1].get(), d_rstd[1].get(), d_sum[1].get(), d_w.get(),
+                      d_b.get(), s.B, s.T, C, nullptr);
+    const std::string dtype = Storage<T_>::kName;
+    EXPECT_TRUE(bitwise_equal(shape_tag("fused residual", dtype.c_str(), s),
+                              d_sum[0].download_bytes(), d_sum[1].download_bytes()));
+    EXPECT_TRUE(bitwise_equal(shape_tag("fused layernorm out", dtype.c_str(), s),
+                              d_out[0].download_bytes(), d_out[1].download_bytes()));
+    EXPECT_TRUE(bitwise_equal(shape_tag("fused mean", dtype.c_str(), s),
+                              d_mean[0].download_bytes(), d_mean[1].download_bytes()));
+    EXPECT_TRUE(bitwise_equal(shape_tag("fused rstd", dtype.c_str(), s),
+                              d_rstd[0].download_bytes(), d_rstd[1].download_bytes()));
+    std::vector<float> expected_sum(BTC);
+    for (int64_t i = 0; i < BTC; ++i) expected_sum[i] = in.x[i] + addend[i];
+    EXPECT_EQ(download_floats(d_sum[0]), round_through<T_>(expected_sum))
+        << shape_tag("sum", dtype.c_str(), s);
   }
 }
 
