@@ -6,8 +6,8 @@
  * bf16 only, head size 64 or 128, causal, any B, T >= 1, NH. Same tensors and contracts as
  * the portable flash kernels: forward writes out (B,T,C) and lse (B,NH,T) fp32; backward
  * overwrites dqkv (B,T,3C) in full. The backward needs attention_hopper_workspace_bytes() of
- * device workspace: the log2-domain lse and D = rowsum(dO * O) padded to 64-row tiles, the fp32
- * dQ accumulator and the per-tile semaphores of the deterministic dQ order. With
+ * device workspace: the log2-domain lse and D = rowsum(dO * O) padded to whole query tiles, the
+ * fp32 dQ accumulator and the per-tile semaphores of the deterministic dQ order. With
  * deterministic = true the dQ additions happen in a fixed order (bit-identical runs); with
  * false they race (faster, last bits vary).
  */

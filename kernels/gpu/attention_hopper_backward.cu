@@ -4,33 +4,35 @@
  *
  * dqkv (B,T,3C) bf16 (=) from dout (B,T,C), qkv, out and lse (B,NH,T); causal; head size 64 or
  * 128; any T. CPU twin: cpu::attention_flash_backward. Three launches:
- *  1. Preprocess, a warp per (b, h, t) of the tile-padded length: lse2 = lse * log2(e) and
+ *  1. Preprocess, HS/8 lanes per (b, h, t) of the tile-padded length: lse2 = lse * log2(e) and
  *     D = rowsum(dO * O) (padding rows: lse2 = +inf, D = 0, so their P is exactly 0); the fp32
  *     dQ accumulator and the semaphores are zeroed.
  *  2. Main kernel, one block per (128 keys, b, h), blocks ordered longest first (key tile 0
  *     meets every query tile). Warpgroup 0 is the producer: one thread issues TMA copies of the
- *     K and V tiles once, then a ring of kStages (Q, dO, lse2, D) query tiles of 64 rows, from
- *     the diagonal to T; another thread is the dQ writer (below). Warpgroups 1 and 2 own 64
- *     keys each and, per query tile:
+ *     K and V tiles once, then a ring of kStages (Q, dO, lse2, D) query tiles of kBlockM rows
+ *     (128 at head size 64, 64 at 128), from the diagonal to T; another thread is the dQ writer
+ *     (below). Warpgroups 1 and 2 own 64 keys each and, per query tile:
  *       S^T = K Q^T and dP^T = V dO^T        (wgmma, both operands in shared memory)
  *       P^T = exp2(S^T scale log2e - lse2), dS^T = P^T (dP^T - D)   (registers)
  *       dV += P^T dO, dK += dS^T Q            (wgmma, P^T and dS^T as register A operands)
- *       dQ_partial = dS K over the warpgroup's 64 keys (dS^T staged in shared memory, M-major)
- *     Warpgroup 2 stages its dQ partial in a ring of kDqStages fp32 tiles, warpgroup 1 adds its
- *     own in place, and the writer adds the tile into the fp32 accumulator with one bulk
- *     reduce-add (copy engine), so the consumers never wait on global memory. Deterministic
- *     mode: key block n adds into query tile m only after key block n - 1 has (a per-tile
- *     semaphore counts the additions), so every tile is summed in the same order on every run;
- *     a block waits only on blocks launched before it, and only its writer thread waits.
- *     dK (times the scale) and dV are written from registers.
+ *       dS^T to shared memory (double-buffered), one barrier between the two warpgroups, then
+ *       each computes one 64 x 64 block of dQ = dS K over all 128 keys: the block of its query
+ *       half at head size 64 (kBlockM = 128), of its head-dim half at 128 (kBlockM = 64).
+ *     Each warpgroup stages its block in its own fp32 slot, and the writer adds it into the fp32
+ *     accumulator with one bulk reduce-add (copy engine), so the consumers never wait on global
+ *     memory. Deterministic mode: key block n adds into query tile m only after key block
+ *     n - 1 has (a per-tile semaphore counts the additions), so every tile is summed in the same
+ *     order on every run; a block waits only on blocks launched before it, and only its writer
+ *     thread waits. dK (times the scale) and dV are written from registers.
  *  3. dQ * scale converted to bf16 into dqkv's query columns.
- * The dQ accumulator keeps each 64 x HS tile in the order the accumulator fragments are held
- * (float2 [reg pair][thread]), so staging writes are conflict-free and one bulk copy moves a
- * whole tile; launch 3 undoes the permutation.
+ * The dQ accumulator is a sequence of 64 x HS tiles, each 64 x 64 block in the order the
+ * accumulator fragments are held (float2 [reg pair][thread]), so staging writes are
+ * conflict-free and one bulk copy moves a whole block; launch 3 undoes the permutation.
  */
 #include "kernels/gpu/attention_hopper.cuh"
 
 #include <cmath>
+#include <type_traits>
 
 #include "base/error.h"
 #include "kernels/gpu/attention_flash_tiles.cuh"
@@ -44,21 +46,29 @@ namespace {
 using bf16 = __nv_bfloat16;
 using hopper::SmemTile;
 
-constexpr int kQueryTile = 64;  // query rows per step (and the padding unit of the workspace)
+constexpr int kDqTileRows = 64;  // rows of one tile of the dQ accumulator
+
+/// Query rows per step of the backward: 128 at head size 64 (S^T and dP^T are 64 x 128 per
+/// warpgroup), 64 at head size 128 (where 128 would not fit the registers beside dK and dV).
+constexpr int query_tile_rows(int head_size) { return head_size == 64 ? 128 : 64; }
 
 /// Where the pieces of the backward workspace live, for (B, T, C, NH); base may be null (sizes).
 struct HopperBackwardWorkspace {
   float* lse2 = nullptr;      // (B*NH, T_pad)
   float* dsum = nullptr;      // (B*NH, T_pad)
-  float* dq_accum = nullptr;  // (B*NH, num_m_tiles, 64 * HS) in fragment order
+  float* dq_accum = nullptr;  // (B*NH, T_pad / 64, 64 * HS) in fragment order
   int* semaphores = nullptr;  // (B*NH, num_m_tiles)
-  int num_m_tiles = 0;
+  int block_m = 0;            // query rows per tile
+  int num_m_tiles = 0;        // query tiles
+  int T_pad = 0;              // num_m_tiles * block_m
   size_t bytes = 0;
 
   HopperBackwardWorkspace(void* base, int B, int T, int C, int NH) {
-    num_m_tiles = (T + kQueryTile - 1) / kQueryTile;
-    const size_t rows = static_cast<size_t>(B) * NH * num_m_tiles * kQueryTile;
     const size_t head_size = static_cast<size_t>(C / NH);
+    block_m = query_tile_rows(static_cast<int>(head_size));
+    num_m_tiles = (T + block_m - 1) / block_m;
+    T_pad = num_m_tiles * block_m;
+    const size_t rows = static_cast<size_t>(B) * NH * T_pad;
     const size_t dsum_offset = rows * sizeof(float);
     const size_t dq_offset = 2 * rows * sizeof(float);
     const size_t semaphore_offset = dq_offset + rows * head_size * sizeof(float);
@@ -91,8 +101,13 @@ struct HopperBackwardTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumers = 2;             // consumer warpgroups, 64 keys each
   static constexpr int kBlockN = 64 * kConsumers;  // keys per block
-  static constexpr int kBlockM = kQueryTile;       // queries per step
+  static constexpr int kBlockM = query_tile_rows(kHeadDim);  // queries per step
+  // Each consumer computes one 64 x 64 block of the kBlockM x kHeadDim dQ tile: split by query
+  // halves (kBlockM = 128, head size 64) or by head-dim halves (kBlockM = 64, head size 128).
+  static constexpr bool kDqSplitsQueries = kBlockM == 128;
+  static_assert(kBlockM * kHeadDim == kConsumers * 64 * 64, "one 64 x 64 dQ block per consumer");
   static constexpr int kStages = 2;
+  static constexpr int kDsBuffers = 2;  // dS^T double-buffered: one barrier per step suffices
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
@@ -100,20 +115,18 @@ struct HopperBackwardTraits {
   using QTile = SmemTile<kBlockM, kHeadDim>;      // Q and dO
   using DsTile = SmemTile<64, kBlockM>;            // dS^T of one warpgroup: keys x queries
   static constexpr int kStatsBytes = 2 * kBlockM * 4;              // lse2 and D of a stage
-  static constexpr int kDqStages = 2;                              // dQ staging ring
-  static constexpr int kDqStageBytes = kBlockM * kHeadDim * 4;     // one query tile's dQ, fp32
+  static constexpr int kDqBlockBytes = 64 * 64 * 4;                // one consumer's dQ, fp32
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = kKOffset + KVTile::kBytes;
   static constexpr int kQOffset = kVOffset + KVTile::kBytes;
   static constexpr int kDoOffset = kQOffset + kStages * QTile::kBytes;
   static constexpr int kDsOffset = kDoOffset + kStages * QTile::kBytes;
-  static constexpr int kDqOffset = kDsOffset + kConsumers * DsTile::kBytes;
-  static constexpr int kStatsOffset = kDqOffset + kDqStages * kDqStageBytes;
+  static constexpr int kDqOffset = kDsOffset + kDsBuffers * kConsumers * DsTile::kBytes;
+  static constexpr int kStatsOffset = kDqOffset + kConsumers * kDqBlockBytes;
   static constexpr int kBarrierOffset = kStatsOffset + kStages * kStatsBytes;
-  // kv_full, full[kStages], empty[kStages], then per dQ stage: partial (warpgroup 2's half is
-  // staged), full (the sum is staged), empty (the writer's bulk reduce has read it).
-  static constexpr int kNumBarriers = 1 + 2 * kStages + 3 * kDqStages;
-  static_assert(kConsumers == 2, "dQ is the sum of exactly two warpgroups' partials");
+  // kv_full, full[kStages], empty[kStages], then per consumer: dq_full (its block is staged)
+  // and dq_empty (the writer's bulk reduce has read it).
+  static constexpr int kNumBarriers = 1 + 2 * kStages + 2 * kConsumers;
   static constexpr int kSmemBytes = kBarrierOffset + 8 * kNumBarriers + 1024;  // + alignment
   static_assert((kConsumers * kConsumerRegisters + kProducerRegisters) * 128 <= 65536,
                 "setmaxnreg budgets exceed the register file");
@@ -136,6 +149,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kStages = Traits::kStages;
+  constexpr int kConsumers = Traits::kConsumers;
   using KVTile = typename Traits::KVTile;
   using QTile = typename Traits::QTile;
   using DsTile = typename Traits::DsTile;
@@ -147,15 +161,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const KVTile v_tile{smem + Traits::kVOffset};
   auto q_tile = [&](int s) { return QTile{smem + Traits::kQOffset + s * QTile::kBytes}; };
   auto do_tile = [&](int s) { return QTile{smem + Traits::kDoOffset + s * QTile::kBytes}; };
+  auto ds_tile = [&](int buffer, int c) {
+    return DsTile{smem + Traits::kDsOffset + (buffer * kConsumers + c) * DsTile::kBytes};
+  };
   auto stats = [&](int s) { return Traits::kStatsOffset + s * Traits::kStatsBytes; };
+  auto dq_block = [&](int c) { return Traits::kDqOffset + c * Traits::kDqBlockBytes; };
   const uint32_t bars = smem + Traits::kBarrierOffset;
   const uint32_t kv_full = bars;
   auto full = [&](int s) { return bars + 8 * (1 + s); };
   auto empty = [&](int s) { return bars + 8 * (1 + kStages + s); };
-  auto dq_partial = [&](int s) { return bars + 8 * (1 + 2 * kStages + s); };
-  auto dq_full = [&](int s) { return bars + 8 * (1 + 2 * kStages + Traits::kDqStages + s); };
-  auto dq_empty = [&](int s) { return bars + 8 * (1 + 2 * kStages + 2 * Traits::kDqStages + s); };
-  auto dq_stage = [&](int s) { return Traits::kDqOffset + s * Traits::kDqStageBytes; };
+  auto dq_full = [&](int c) { return bars + 8 * (1 + 2 * kStages + c); };
+  auto dq_empty = [&](int c) { return bars + 8 * (1 + 2 * kStages + kConsumers + c); };
 
   const int n_block = static_cast<int>(blockIdx.x) / p.BH;
   const int bh = static_cast<int>(blockIdx.x) % p.BH;
@@ -170,12 +186,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     hopper::mbarrier_init(kv_full, 1);
     for (int s = 0; s < kStages; ++s) {
       hopper::mbarrier_init(full(s), 1);
-      hopper::mbarrier_init(empty(s), Traits::kConsumers * 128);
+      hopper::mbarrier_init(empty(s), kConsumers * 128);
     }
-    for (int s = 0; s < Traits::kDqStages; ++s) {
-      hopper::mbarrier_init(dq_partial(s), 128);
-      hopper::mbarrier_init(dq_full(s), 128);
-      hopper::mbarrier_init(dq_empty(s), 1);
+    for (int c = 0; c < kConsumers; ++c) {
+      hopper::mbarrier_init(dq_full(c), 128);
+      hopper::mbarrier_init(dq_empty(c), 1);
     }
     hopper::fence_barrier_init();
   }
@@ -205,7 +220,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         hopper::bulk_load(smem + stats(s) + kBlockM * 4, p.dsum + row, kBlockM * 4, full(s));
       }
     } else if (threadIdx.x == 32) {
-      // dQ writer: adds each staged tile into the fp32 accumulator with one bulk reduce and
+      // dQ writer: adds each staged block into the fp32 accumulator with one bulk reduce and
       // frees the staging slot once the copy engine has read it. In deterministic mode key
       // block n adds tile m only after key block n - 1 has (the per-tile semaphore counts the
       // additions); it passes tile m on when its next tile is staged (or at the end), by which
@@ -219,20 +234,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       };
       for (int m = m_begin; m < m_end; ++m) {
         const int it = m - m_begin;
-        const int s = it % Traits::kDqStages;
-        hopper::mbarrier_wait(dq_full(s), (it / Traits::kDqStages) & 1);
         const int64_t tile = static_cast<int64_t>(bh) * p.num_m_tiles + m;
-        if (p.deterministic) {
-          if (pending) pass_on();
-          while (load_acquire(p.semaphores + tile) != n_block) {
+        for (int c = 0; c < kConsumers; ++c) {
+          hopper::mbarrier_wait(dq_full(c), it & 1);
+          if (p.deterministic && c == 0) {
+            if (pending) pass_on();
+            while (load_acquire(p.semaphores + tile) != n_block) {
+            }
+            pending = p.semaphores + tile;
           }
-          pending = p.semaphores + tile;
+          hopper::bulk_reduce_add_f32(p.dq_accum + (tile * kConsumers + c) * 64 * 64,
+                                      smem + dq_block(c), Traits::kDqBlockBytes);
+          hopper::bulk_commit_group();
+          hopper::bulk_wait_group_read<0>();
+          hopper::mbarrier_arrive(dq_empty(c));
         }
-        hopper::bulk_reduce_add_f32(p.dq_accum + tile * kBlockM * kHeadDim, smem + dq_stage(s),
-                                    Traits::kDqStageBytes);
-        hopper::bulk_commit_group();
-        hopper::bulk_wait_group_read<0>();
-        hopper::mbarrier_arrive(dq_empty(s));
       }
       if (pending) pass_on();
       hopper::bulk_wait_group<0>();
@@ -248,12 +264,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int key_local = 16 * warp + lane / 4;  // this thread's keys: + 0 and + 8 (of 64)
   const int key0 = n0 + 64 * c + key_local;
   const int col_pair = 2 * (lane % 4);
-  const DsTile ds_tile{smem + Traits::kDsOffset + c * DsTile::kBytes};
-  constexpr int kSRegs = kBlockM / 2;       // S^T, dP^T accumulators (64 keys x 64 queries)
+  const int store_row = 16 * warp + lane % 8 + 8 * ((lane / 8) % 2);  // of dS^T, by stmatrix
+  const int store_col = 8 * (lane / 16);
+  constexpr int kSRegs = kBlockM / 2;       // S^T, dP^T accumulators (64 keys x kBlockM)
   constexpr int kGradRegs = kHeadDim / 2;   // dK, dV accumulators (64 keys x kHeadDim)
   constexpr int kSlabs = kBlockM / 16;      // k16 slabs of the query dimension
-  constexpr int kDqPasses = kHeadDim / 64;  // dQ computed 64 head dims at a time
-  const int barrier_id = 1 + c;             // this warpgroup's named barrier
+  constexpr int kConsumerBarrier = 1;       // named barrier of the two consumer warpgroups
+  // This consumer's dQ block: columns of the dS^T tiles (queries) and of K (head dims).
+  constexpr bool kSplitQueries = Traits::kDqSplitsQueries;
+  const int ds_column_block = kSplitQueries ? c : 0;
+  const int k_column_block = kSplitQueries ? 0 : c;
 
   float dk_acc[kGradRegs];
   float dv_acc[kGradRegs];
@@ -284,17 +304,39 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     hopper::fence_operands(st);
     hopper::fence_operands(dpt);
 
-    const float* lse2 = reinterpret_cast<const float*>(smem_generic + stats(s));
-    const float* dsum = lse2 + kBlockM;
-    const bool needs_mask = m0 < n0 + 64 * c + 63;  // some key of this warpgroup > some query
+    // Accumulator i is query column 8 (i / 4) + col_pair + (i % 2) (scalar loads: the four
+    // addresses of a warp share one wavefront, and wider loads hold registers S^T needs).
+    const float* lse2_row = reinterpret_cast<const float*>(smem_generic + stats(s)) + col_pair;
+    const float* dsum_row = lse2_row + kBlockM;
+    // P^T = exp2(S^T scale log2e - lse2) (0 above the diagonal), dS^T = P^T (dP^T - D); the
+    // masked variant only where some key of this warpgroup is past some query of the tile.
+    auto probabilities = [&](auto masked) {
 #pragma unroll
-    for (int i = 0; i < kSRegs; ++i) {
-      const int col = 8 * (i / 4) + col_pair + (i % 2);  // query - m0
-      const int key = key0 + ((i % 4) >= 2 ? 8 : 0);
-      float prob = hopper::exp2_approx(fmaf(st[i], p.scale_log2, -lse2[col]));
-      if (needs_mask && key > m0 + col) prob = 0.f;
-      st[i] = prob;
-      dpt[i] = prob * (dpt[i] - dsum[col]);
+      for (int g = 0; g < kBlockM / 16; ++g) {
+        // Columns 16 g + col_pair + {0, 1, 8, 9}: accumulators 8 g .. 8 g + 7.
+        const float* lp = lse2_row + 16 * g;
+        const float* dp = dsum_row + 16 * g;
+        const float lse2[4] = {lp[0], lp[1], lp[8], lp[9]};
+        const float dsum[4] = {dp[0], dp[1], dp[8], dp[9]};
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+          const int i = 8 * g + u;
+          const int v = 2 * (u / 4) + (u % 2);
+          float prob = hopper::exp2_approx(fmaf(st[i], p.scale_log2, -lse2[v]));
+          if constexpr (decltype(masked)::value) {
+            const int col = 8 * (i / 4) + col_pair + (i % 2);  // query - m0
+            const int key = key0 + ((i % 4) >= 2 ? 8 : 0);
+            if (key > m0 + col) prob = 0.f;
+          }
+          st[i] = prob;
+          dpt[i] = prob * (dpt[i] - dsum[v]);
+        }
+      }
+    };
+    if (m0 < n0 + 64 * c + 63) {
+      probabilities(std::true_type{});
+    } else {
+      probabilities(std::false_type{});
     }
     uint32_t p_frag[kSlabs][4];
     uint32_t ds_frag[kSlabs][4];
@@ -303,20 +345,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       hopper::accumulators_to_a_fragment(p_frag[kk], st, kk);
       hopper::accumulators_to_a_fragment(ds_frag[kk], dpt, kk);
     }
-    // dS^T to shared memory (rows = keys, columns = queries) for dQ = dS K. The last iteration's
-    // dQ wgmma read this tile; every warp of the warpgroup finished it before the S^T wgmma
-    // above could complete (wgmma is collective over the warpgroup).
-#pragma unroll
-    for (int kk = 0; kk < kSlabs; ++kk) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = key_local + ((e % 2) ? 8 : 0);
-        const int col = 16 * kk + ((e >= 2) ? 8 : 0) + col_pair;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_tile.element(row, col)),
-                     "r"(ds_frag[kk][e]));
-      }
-    }
-    hopper::fence_proxy_async_shared();
 
     hopper::wgmma_fence();
 #pragma unroll
@@ -326,50 +354,44 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     for (int kk = 0; kk < kSlabs; ++kk)
       hopper::wgmma_rs<kHeadDim, 1>(dk_acc, ds_frag[kk], q_tile(s).mn_major(16 * kk), true);
     hopper::wgmma_commit_group();
-    hopper::named_barrier_sync(barrier_id, 128);  // every thread's dS^T is in shared memory
 
-    // dQ partial = dS K over this warpgroup's 64 keys; warpgroup 2 stages its partial, warpgroup
-    // 1 adds its own to it in place (fragment order: float2 j of this thread at
-    // [(pass * 16 + j) * 128 + tid], the same (row, column) in both warpgroups) and hands the
-    // sum to the writer.
-    const int ds = it % Traits::kDqStages;
-    const uint32_t dq_phase = (it / Traits::kDqStages) & 1;
-    float2* staged = reinterpret_cast<float2*>(smem_generic + dq_stage(ds));
+    // dS^T to shared memory (rows = keys, columns = queries) for dQ = dS K. This buffer was
+    // last read by both warpgroups' dQ wgmma two steps ago: this warpgroup waited for its own,
+    // and the other one finished its before it reached last step's barrier.
+    // One stmatrix per 16 x 16 block: lane l addresses row l % 8 (+ 8 for matrices 1 and 3) and
+    // column 8 (l / 16) of the slab.
+    const int buffer = it % Traits::kDsBuffers;
+    const DsTile my_ds = ds_tile(buffer, c);
 #pragma unroll
-    for (int pass = 0; pass < kDqPasses; ++pass) {
-      float dq[32];
-      hopper::wgmma_fence();
+    for (int kk = 0; kk < kSlabs; ++kk)
+      hopper::stmatrix_x4(my_ds.element(store_row, 16 * kk + store_col), ds_frag[kk]);
+    hopper::fence_proxy_async_shared();
+    hopper::named_barrier_sync(kConsumerBarrier, kConsumers * 128);  // both dS^T are stored
+
+    // This consumer's 64 x 64 block of dQ over all 128 keys (both warpgroups' dS^T).
+    float dq[32];
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int w = 0; w < kConsumers; ++w)
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
-        hopper::wgmma_ss<64, 1, 1>(dq, ds_tile.mn_major(16 * kk),
-                                   k_tile.mn_major(64 * c + 16 * kk, pass), kk > 0);
-      hopper::wgmma_commit_group();
-      hopper::wgmma_wait_group<0>();
-      hopper::fence_operands(dq);
-      if (pass == 0) {
-        hopper::fence_operands(dk_acc);
-        hopper::fence_operands(dv_acc);
-        hopper::mbarrier_arrive(empty(s));  // Q, dO and the stats of this stage are consumed
-        if (c == 1) {
-          if (it >= Traits::kDqStages) hopper::mbarrier_wait(dq_empty(ds), dq_phase ^ 1);
-        } else {
-          hopper::mbarrier_wait(dq_partial(ds), dq_phase);
-        }
-      }
+        hopper::wgmma_ss<64, 1, 1>(dq, ds_tile(buffer, w).mn_major(16 * kk, ds_column_block),
+                                   k_tile.mn_major(64 * w + 16 * kk, k_column_block),
+                                   w > 0 || kk > 0);
+    hopper::wgmma_commit_group();
+    hopper::wgmma_wait_group<0>();
+    hopper::fence_operands(dq);
+    hopper::fence_operands(dk_acc);
+    hopper::fence_operands(dv_acc);
+    hopper::mbarrier_arrive(empty(s));  // Q, dO and the stats of this stage are consumed
+
+    // Stage the block (fragment order: float2 j of this thread at [j * 128 + tid]).
+    if (it > 0) hopper::mbarrier_wait(dq_empty(c), (it - 1) & 1);
+    float2* staged = reinterpret_cast<float2*>(smem_generic + dq_block(c));
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        float2* slot = staged + (pass * 16 + j) * 128 + tid;
-        float2 value = make_float2(dq[2 * j], dq[2 * j + 1]);
-        if (c == 0) {
-          const float2 other = *slot;
-          value.x += other.x;
-          value.y += other.y;
-        }
-        *slot = value;
-      }
-    }
+    for (int j = 0; j < 16; ++j) staged[j * 128 + tid] = make_float2(dq[2 * j], dq[2 * j + 1]);
     hopper::fence_proxy_async_shared();
-    hopper::mbarrier_arrive(c == 1 ? dq_partial(ds) : dq_full(ds));
+    hopper::mbarrier_arrive(dq_full(c));
   }
 
   // dK = scale * dS^T Q and dV, rows = this thread's keys.
@@ -433,26 +455,26 @@ __global__ void hopper_backward_preprocess_kernel(float* lse2, float* dsum, cons
   }
 }
 
-// dqkv[b, t, h*HS + d] = bf16(scale * dQ) from the fragment-ordered fp32 tiles: one thread per
-// float2 of the accumulator.
+// dqkv[b, t, h*HS + d] = bf16(scale * dQ) from the fragment-ordered fp32 tiles of 64 rows (each
+// 64 x 64 block of one at [block][j][thread] as float2): one thread per float2.
 template <int kHeadDim>
 __global__ void hopper_backward_write_dq_kernel(bf16* dqkv, const float* dq_accum, int T, int C,
-                                                int NH, int num_m_tiles, int64_t pairs,
+                                                int NH, int num_dq_tiles, int64_t pairs,
                                                 float scale) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= pairs) return;
   constexpr int kPairsPerTile = 64 * kHeadDim / 2;
   const int64_t tile = i / kPairsPerTile;
   const int within = static_cast<int>(i % kPairsPerTile);
-  const int slot = within / 128;  // pass * 16 + j
+  const int slot = within / 128;  // block * 16 + j
   const int tid = within % 128;
-  const int pass = slot / 16, j = slot % 16;
+  const int block = slot / 16, j = slot % 16;
   const int lane = tid % 32;
   const int row = 16 * (tid / 32) + lane / 4 + 8 * (j % 2);
-  const int col = 64 * pass + 8 * (j / 2) + 2 * (lane % 4);
-  const int m = static_cast<int>(tile % num_m_tiles);
-  const int64_t bh = tile / num_m_tiles;
-  const int t = m * kQueryTile + row;
+  const int col = 64 * block + 8 * (j / 2) + 2 * (lane % 4);
+  const int m = static_cast<int>(tile % num_dq_tiles);
+  const int64_t bh = tile / num_dq_tiles;
+  const int t = m * kDqTileRows + row;
   if (t >= T) return;
   const int64_t b = bh / NH;
   const int h = static_cast<int>(bh % NH);
@@ -467,8 +489,9 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
                             bool deterministic, cudaStream_t stream) {
   constexpr int kHeadDim = Traits::kHeadDim;
   const HopperBackwardWorkspace ws(workspace, B, T, C, NH);
+  GPT2_CHECK(ws.block_m == Traits::kBlockM, "backward workspace laid out for another tile");
   const int BH = B * NH;
-  const int T_pad = ws.num_m_tiles * kQueryTile;
+  const int T_pad = ws.T_pad;
   const int64_t stat_rows = static_cast<int64_t>(BH) * T_pad;
   GPT2_CUDA_CHECK(cudaMemsetAsync(ws.dq_accum, 0,
                                   stat_rows * kHeadDim * sizeof(float) +
@@ -478,9 +501,9 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
     const int warps = 8;
     const int64_t rows_per_block = warps * 32 / (kHeadDim / 8);
     const int64_t blocks = (stat_rows + rows_per_block - 1) / rows_per_block;
-    hopper_backward_preprocess_kernel<kHeadDim><<<static_cast<unsigned>(blocks), 32 * warps, 0,
-                                                  stream>>>(ws.lse2, ws.dsum, lse, dout, out, T,
-                                                            T_pad, NH, stat_rows);
+    hopper_backward_preprocess_kernel<kHeadDim>
+        <<<static_cast<unsigned>(blocks), 32 * warps, 0, stream>>>(ws.lse2, ws.dsum, lse, dout,
+                                                                     out, T, T_pad, NH, stat_rows);
     GPT2_CUDA_CHECK_LAUNCH();
   }
 
@@ -512,7 +535,7 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
   const int threads = 256;
   hopper_backward_write_dq_kernel<kHeadDim>
       <<<static_cast<unsigned>((pairs + threads - 1) / threads), threads, 0, stream>>>(
-          dqkv, ws.dq_accum, T, C, NH, ws.num_m_tiles, pairs, scale);
+          dqkv, ws.dq_accum, T, C, NH, T_pad / kDqTileRows, pairs, scale);
   GPT2_CUDA_CHECK_LAUNCH();
 }
 

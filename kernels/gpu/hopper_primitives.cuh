@@ -21,6 +21,8 @@
  *   K-major operand (K contiguous) advances along K by adding 32 bytes per k16 step; an
  *   MN-major operand (M or N contiguous, imm-trans = 1) advances along K by 16 rows (2048 B).
  *   Head dims of 128 are stored as two such 64-column tiles (the LBO of MN-major descriptors).
+ * - stmatrix [stmatrix.sync.aligned] stores mma-layout bf16 fragments to shared memory, a
+ *   16 x 16 block per instruction.
  * - setmaxnreg moves registers between producer and consumer warpgroups (needs
  *   __launch_bounds__(threads, 1)); named barriers [bar.sync id, n] sync a subset of warps.
  */
@@ -294,6 +296,16 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
   } else {
     wgmma_rs_128<kTransB>(d, a, b, accumulate);
   }
+}
+
+/// Stores four 8 x 8 bf16 matrices [stmatrix.m8n8.x4]: register i of each thread (lane = 4 g + t)
+/// holds row g, columns 2t and 2t + 1 of matrix i, and lane l gives the shared address of row
+/// l % 8 of matrix l / 8. With the matrices ordered (rows 0-7, 8-15) x (columns 0-7, 8-15) of a
+/// 16 x 16 block, the registers are exactly a register A fragment (accumulators_to_a_fragment).
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
 }
 
 /// Two floats to a bf16x2 register (round to nearest even), lo in the low half.
