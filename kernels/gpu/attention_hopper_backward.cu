@@ -6,7 +6,7 @@
  * 128; any T. CPU twin: cpu::attention_flash_backward. Three launches:
  *  1. Preprocess, HS/8 lanes per (b, h, t) of the tile-padded length: lse2 = lse * log2(e) and
  *     D = rowsum(dO * O) (padding rows: lse2 = +inf, D = 0, so their P is exactly 0); the fp32
- *     dQ accumulator and the semaphores are zeroed.
+ *     dQ accumulator and the semaphores are zeroed in the same pass.
  *  2. Main kernel, one block per (128 keys, b, h), blocks ordered longest first (key tile 0
  *     meets every query tile). Warpgroup 0 is the producer: one thread issues TMA copies of the
  *     K and V tiles once, then a ring of kStages (Q, dO, lse2, D) query tiles of kBlockM rows
@@ -415,10 +415,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #endif
 }
 
-// lse2 = lse * log2(e) and D = rowsum(dO * O) for t < T; +inf and 0 on the padding rows.
-// HS/8 lanes per (bh, t) with t < T_pad, a 16-byte pack each, summed by a butterfly among them.
-template <int kHeadDim>
-__global__ void hopper_backward_preprocess_kernel(float* lse2, float* dsum, const float* lse,
+// lse2 = lse * log2(e) and D = rowsum(dO * O) for t < T; +inf and 0 on the padding rows; the
+// dQ accumulator and the semaphores zeroed. HS/8 lanes per (bh, t) with t < T_pad, a 16-byte
+// pack each, summed by a butterfly among them.
+template <int kHeadDim, int kBlockM>
+__global__ void hopper_backward_preprocess_kernel(float* lse2, float* dsum, float* dq_accum,
+                                                  int* semaphores, const float* lse,
                                                   const bf16* dout, const bf16* out, int T,
                                                   int T_pad, int NH, int64_t rows) {
   constexpr int kLanesPerRow = kHeadDim / 8;  // a 16-byte pack of the row per lane
@@ -452,6 +454,13 @@ __global__ void hopper_backward_preprocess_kernel(float* lse2, float* dsum, cons
   if (in_range && part == 0) {
     dsum[row] = sum;
     lse2[row] = t < T ? lse[bh * T + t] * flash::kLog2e : INFINITY;
+    if (t % kBlockM == 0) semaphores[row / kBlockM] = 0;
+  }
+  // The dQ accumulator holds HS floats per padded row (in another order): this lane zeroes 8.
+  if (in_range) {
+    float4* zero = reinterpret_cast<float4*>(dq_accum + row * kHeadDim + part * 8);
+    zero[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+    zero[1] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
 }
 
@@ -493,17 +502,14 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
   const int BH = B * NH;
   const int T_pad = ws.T_pad;
   const int64_t stat_rows = static_cast<int64_t>(BH) * T_pad;
-  GPT2_CUDA_CHECK(cudaMemsetAsync(ws.dq_accum, 0,
-                                  stat_rows * kHeadDim * sizeof(float) +
-                                      static_cast<size_t>(BH) * ws.num_m_tiles * sizeof(int),
-                                  stream));
   {
     const int warps = 8;
     const int64_t rows_per_block = warps * 32 / (kHeadDim / 8);
     const int64_t blocks = (stat_rows + rows_per_block - 1) / rows_per_block;
-    hopper_backward_preprocess_kernel<kHeadDim>
-        <<<static_cast<unsigned>(blocks), 32 * warps, 0, stream>>>(ws.lse2, ws.dsum, lse, dout,
-                                                                     out, T, T_pad, NH, stat_rows);
+    hopper_backward_preprocess_kernel<kHeadDim, Traits::kBlockM>
+        <<<static_cast<unsigned>(blocks), 32 * warps, 0, stream>>>(
+            ws.lse2, ws.dsum, ws.dq_accum, ws.semaphores, lse, dout, out, T, T_pad, NH,
+            stat_rows);
     GPT2_CUDA_CHECK_LAUNCH();
   }
 
