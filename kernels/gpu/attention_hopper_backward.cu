@@ -7,11 +7,13 @@
  *  1. Preprocess, HS/8 lanes per (b, h, t) of the tile-padded length: lse2 = lse * log2(e) and
  *     D = rowsum(dO * O) (padding rows: lse2 = +inf, D = 0, so their P is exactly 0); the fp32
  *     dQ accumulator and the semaphores are zeroed in the same pass.
- *  2. Main kernel, one block per (128 keys, b, h), blocks ordered longest first (key tile 0
- *     meets every query tile). Warpgroup 0 is the producer: one thread issues TMA copies of the
- *     K and V tiles once, then a ring of kStages (Q, dO, lse2, D) query tiles of kBlockM rows
- *     (128 at head size 64, 64 at 128), from the diagonal to T; another thread is the dQ writer
- *     (below). Warpgroups 1 and 2 own 64 keys each and, per query tile:
+ *  2. Main kernel, persistent: one block per SM takes work items (128 keys, b, h) from a global
+ *     counter, longest first (key tile 0 meets every query tile). Warpgroup 0 is the producer:
+ *     one thread issues, per item, TMA copies of the K and V tiles (once the consumers are done
+ *     with the previous item's: its dK/dV stores overlap the load), then a ring of kStages (Q,
+ *     dO, lse2, D) query tiles of kBlockM rows (128 at head size 64, 64 at 128), from the
+ *     diagonal to T; another thread is the dQ writer (below). Warpgroups 1 and 2 own 64 keys
+ *     each and, per query tile:
  *       S^T = K Q^T and dP^T = V dO^T        (wgmma, both operands in shared memory)
  *       P^T = exp2(S^T scale log2e - lse2), dS^T = P^T (dP^T - D)   (registers)
  *       dV += P^T dO, dK += dS^T Q            (wgmma, P^T and dS^T as register A operands)
@@ -22,8 +24,8 @@
  *     accumulator with one bulk reduce-add (copy engine), so the consumers never wait on global
  *     memory. Deterministic mode: key block n adds into query tile m only after key block
  *     n - 1 has (a per-tile semaphore counts the additions), so every tile is summed in the same
- *     order on every run; a block waits only on blocks launched before it, and only its writer
- *     thread waits. dK (times the scale) and dV are written from registers.
+ *     order on every run; an item waits only on items taken before it (so by running blocks),
+ *     and only its writer thread waits. dK (times the scale) and dV are written from registers.
  *  3. dQ * scale converted to bf16 into dqkv's query columns.
  * The dQ accumulator is a sequence of 64 x HS tiles, each 64 x 64 block in the order the
  * accumulator fragments are held (float2 [reg pair][thread]), so staging writes are
@@ -31,6 +33,7 @@
  */
 #include "kernels/gpu/attention_hopper.cuh"
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -57,7 +60,8 @@ struct HopperBackwardWorkspace {
   float* lse2 = nullptr;      // (B*NH, T_pad)
   float* dsum = nullptr;      // (B*NH, T_pad)
   float* dq_accum = nullptr;  // (B*NH, T_pad / 64, 64 * HS) in fragment order
-  int* semaphores = nullptr;  // (B*NH, num_m_tiles)
+  int* semaphores = nullptr;  // (B*NH, num_m_tiles), then the schedule's work counter
+  int* work_counter = nullptr;
   int block_m = 0;            // query rows per tile
   int num_m_tiles = 0;        // query tiles
   int T_pad = 0;              // num_m_tiles * block_m
@@ -72,13 +76,15 @@ struct HopperBackwardWorkspace {
     const size_t dsum_offset = rows * sizeof(float);
     const size_t dq_offset = 2 * rows * sizeof(float);
     const size_t semaphore_offset = dq_offset + rows * head_size * sizeof(float);
-    bytes = semaphore_offset + static_cast<size_t>(B) * NH * num_m_tiles * sizeof(int);
+    const size_t num_semaphores = static_cast<size_t>(B) * NH * num_m_tiles;
+    bytes = semaphore_offset + (num_semaphores + 1) * sizeof(int);
     if (base != nullptr) {
       char* p = static_cast<char*>(base);
       lse2 = reinterpret_cast<float*>(p);
       dsum = reinterpret_cast<float*>(p + dsum_offset);
       dq_accum = reinterpret_cast<float*>(p + dq_offset);
       semaphores = reinterpret_cast<int*>(p + semaphore_offset);
+      work_counter = semaphores + num_semaphores;
     }
   }
 };
@@ -88,9 +94,11 @@ struct HopperBackwardParams {
   const float* dsum;
   float* dq_accum;
   int* semaphores;
+  int* work_counter;  // the next item of the schedule (zeroed by the preprocess)
   bf16* dqkv;
   int T, C, NH, BH;
   int num_m_tiles;
+  int num_items;  // key blocks * BH
   int deterministic;
   float scale;       // 1/sqrt(HS)
   float scale_log2;  // scale * log2(e)
@@ -125,9 +133,11 @@ struct HopperBackwardTraits {
   static constexpr int kStatsOffset = kDqOffset + kConsumers * kDqBlockBytes;
   static constexpr int kBarrierOffset = kStatsOffset + kStages * kStatsBytes;
   // kv_full, full[kStages], empty[kStages], then per consumer: dq_full (its block is staged)
-  // and dq_empty (the writer's bulk reduce has read it).
-  static constexpr int kNumBarriers = 1 + 2 * kStages + 2 * kConsumers;
-  static constexpr int kSmemBytes = kBarrierOffset + 8 * kNumBarriers + 1024;  // + alignment
+  // and dq_empty (the writer's bulk reduce has read it); last kv_empty (the consumers are done
+  // with an item's K and V).
+  static constexpr int kNumBarriers = 2 + 2 * kStages + 2 * kConsumers;
+  static constexpr int kSlotOffset = kBarrierOffset + 8 * kNumBarriers;  // 6 ints (schedule)
+  static constexpr int kSmemBytes = kSlotOffset + 6 * 4 + 1024;          // + alignment
   static_assert((kConsumers * kConsumerRegisters + kProducerRegisters) * 128 <= 65536,
                 "setmaxnreg budgets exceed the register file");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
@@ -172,18 +182,33 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   auto empty = [&](int s) { return bars + 8 * (1 + kStages + s); };
   auto dq_full = [&](int c) { return bars + 8 * (1 + 2 * kStages + c); };
   auto dq_empty = [&](int c) { return bars + 8 * (1 + 2 * kStages + kConsumers + c); };
+  const uint32_t kv_empty = bars + 8 * (1 + 2 * kStages + 2 * kConsumers);
 
-  const int n_block = static_cast<int>(blockIdx.x) / p.BH;
-  const int bh = static_cast<int>(blockIdx.x) % p.BH;
-  const int b = bh / p.NH;
-  const int h = bh % p.NH;
-  const int n0 = n_block * Traits::kBlockN;
-  const int m_begin = n0 / kBlockM;  // first query tile with a query >= n0
+  // The schedule: item w = n_block * BH + bh (key block n_block of head bh), longest first;
+  // each block takes the next item from a global counter until none is left. item_slot[count %
+  // 2] hands item number `count` of this block (or -1: no more) from the loader to the
+  // consumers with kv_full; dq_tile[c] tells the writer which tile a staged block belongs to.
+  volatile int* item_slot = reinterpret_cast<volatile int*>(smem_generic + Traits::kSlotOffset);
+  volatile int* dq_tile = item_slot + 2;  // [c]: tile index (bh * num_m_tiles + m), or -1
+  volatile int* dq_n_block = item_slot + 4;  // [c]: the key block that staged it
+  struct Item {
+    int n_block, bh, b, h, n0, m_begin;
+  };
+  auto item_of = [&](int w) {
+    Item item;
+    item.n_block = w / p.BH;
+    item.bh = w % p.BH;
+    item.b = item.bh / p.NH;
+    item.h = item.bh % p.NH;
+    item.n0 = item.n_block * Traits::kBlockN;
+    item.m_begin = item.n0 / kBlockM;  // first query tile with a query >= n0
+    return item;
+  };
   const int m_end = p.num_m_tiles;
-  const int64_t stats_row0 = static_cast<int64_t>(bh) * p.num_m_tiles * kBlockM;
 
   if (threadIdx.x == 0) {
     hopper::mbarrier_init(kv_full, 1);
+    hopper::mbarrier_init(kv_empty, kConsumers * 128);
     for (int s = 0; s < kStages; ++s) {
       hopper::mbarrier_init(full(s), 1);
       hopper::mbarrier_init(empty(s), kConsumers * 128);
@@ -200,24 +225,39 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (warpgroup == 0) {
     hopper::setmaxnreg_dec<Traits::kProducerRegisters>();
     if (threadIdx.x == 0) {
-      // Loader: K and V once, then the ring of query tiles.
+      // Loader: per item, K and V (once the consumers are done with the last item's), then the
+      // ring of query tiles; the item's first query tile is issued before waiting for K and V
+      // to be free, so it lands while the consumers finish the last item.
       hopper::prefetch_tensor_map(&kv_map);
       hopper::prefetch_tensor_map(&q_map);
       hopper::prefetch_tensor_map(&dout_map);
-      const int head_col = h * kHeadDim;
-      hopper::mbarrier_arrive_expect_tx(kv_full, 2 * KVTile::kBytes);
-      k_tile.load(&kv_map, kv_full, p.C + head_col, n0, b);
-      v_tile.load(&kv_map, kv_full, 2 * p.C + head_col, n0, b);
-      for (int m = m_begin; m < m_end; ++m) {
-        const int it = m - m_begin;
-        const int s = it % kStages;
-        if (it >= kStages) hopper::mbarrier_wait(empty(s), ((it / kStages) - 1) & 1);
+      int step = 0;  // query tiles issued so far, over all items
+      auto load_query_tile = [&](const Item& item, int m) {
+        const int s = step % kStages;
+        if (step >= kStages) hopper::mbarrier_wait(empty(s), ((step / kStages) - 1) & 1);
         hopper::mbarrier_arrive_expect_tx(full(s), 2 * QTile::kBytes + Traits::kStatsBytes);
-        q_tile(s).load(&q_map, full(s), head_col, m * kBlockM, b);
-        do_tile(s).load(&dout_map, full(s), head_col, m * kBlockM, b);
-        const int64_t row = stats_row0 + static_cast<int64_t>(m) * kBlockM;
+        q_tile(s).load(&q_map, full(s), item.h * kHeadDim, m * kBlockM, item.b);
+        do_tile(s).load(&dout_map, full(s), item.h * kHeadDim, m * kBlockM, item.b);
+        const int64_t row = (static_cast<int64_t>(item.bh) * p.num_m_tiles + m) * kBlockM;
         hopper::bulk_load(smem + stats(s), p.lse2 + row, kBlockM * 4, full(s));
         hopper::bulk_load(smem + stats(s) + kBlockM * 4, p.dsum + row, kBlockM * 4, full(s));
+        ++step;
+      };
+      for (int count = 0;; ++count) {
+        const int w = atomicAdd(p.work_counter, 1);
+        const bool done = w >= p.num_items;
+        const Item item = item_of(done ? 0 : w);
+        if (!done) load_query_tile(item, item.m_begin);
+        if (count > 0) hopper::mbarrier_wait(kv_empty, (count - 1) & 1);
+        item_slot[count % 2] = done ? -1 : w;
+        if (done) {
+          hopper::mbarrier_arrive(kv_full);  // the consumers read -1 and stop
+          break;
+        }
+        hopper::mbarrier_arrive_expect_tx(kv_full, 2 * KVTile::kBytes);
+        k_tile.load(&kv_map, kv_full, p.C + item.h * kHeadDim, item.n0, item.b);
+        v_tile.load(&kv_map, kv_full, 2 * p.C + item.h * kHeadDim, item.n0, item.b);
+        for (int m = item.m_begin + 1; m < m_end; ++m) load_query_tile(item, m);
       }
     } else if (threadIdx.x == 32) {
       // dQ writer: adds each staged block into the fp32 accumulator with one bulk reduce and
@@ -232,19 +272,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         atomicAdd(pending, 1);
         pending = nullptr;
       };
-      for (int m = m_begin; m < m_end; ++m) {
-        const int it = m - m_begin;
-        const int64_t tile = static_cast<int64_t>(bh) * p.num_m_tiles + m;
+      bool end = false;
+      for (int step = 0; !end; ++step) {
         for (int c = 0; c < kConsumers; ++c) {
-          hopper::mbarrier_wait(dq_full(c), it & 1);
+          hopper::mbarrier_wait(dq_full(c), step & 1);
+          const int tile = dq_tile[c];
+          if (tile < 0) {  // only consumer 0 stages the end mark
+            end = true;
+            break;
+          }
           if (p.deterministic && c == 0) {
             if (pending) pass_on();
+            const int n_block = dq_n_block[c];
             while (load_acquire(p.semaphores + tile) != n_block) {
             }
             pending = p.semaphores + tile;
           }
-          hopper::bulk_reduce_add_f32(p.dq_accum + (tile * kConsumers + c) * 64 * 64,
-                                      smem + dq_block(c), Traits::kDqBlockBytes);
+          hopper::bulk_reduce_add_f32(
+              p.dq_accum + (static_cast<int64_t>(tile) * kConsumers + c) * 64 * 64,
+              smem + dq_block(c), Traits::kDqBlockBytes);
           hopper::bulk_commit_group();
           hopper::bulk_wait_group_read<0>();
           hopper::mbarrier_arrive(dq_empty(c));
@@ -262,7 +308,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int lane = threadIdx.x % 32;
   const int warp = tid / 32;
   const int key_local = 16 * warp + lane / 4;  // this thread's keys: + 0 and + 8 (of 64)
-  const int key0 = n0 + 64 * c + key_local;
   const int col_pair = 2 * (lane % 4);
   const int store_row = 16 * warp + lane % 8 + 8 * ((lane / 8) % 2);  // of dS^T, by stmatrix
   const int store_col = 8 * (lane / 16);
@@ -275,140 +320,160 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int ds_column_block = kSplitQueries ? c : 0;
   const int k_column_block = kSplitQueries ? 0 : c;
 
-  float dk_acc[kGradRegs];
-  float dv_acc[kGradRegs];
-#pragma unroll
-  for (int i = 0; i < kGradRegs; ++i) dk_acc[i] = dv_acc[i] = 0.f;
+  int step = 0;  // query tiles processed so far, over all items (ring stages and phases)
+  for (int count = 0;; ++count) {
+    hopper::mbarrier_wait(kv_full, count & 1);
+    const int w = item_slot[count % 2];
+    if (w < 0) break;
+    const Item item = item_of(w);
+    const int key0 = item.n0 + 64 * c + key_local;
 
-  hopper::mbarrier_wait(kv_full, 0);
+    float dk_acc[kGradRegs];
+    float dv_acc[kGradRegs];
+#pragma unroll
+    for (int i = 0; i < kGradRegs; ++i) dk_acc[i] = dv_acc[i] = 0.f;
 
-  for (int m = m_begin; m < m_end; ++m) {
-    const int it = m - m_begin;
-    const int s = it % kStages;
-    const int m0 = m * kBlockM;
-    hopper::mbarrier_wait(full(s), (it / kStages) & 1);
+    for (int m = item.m_begin; m < m_end; ++m, ++step) {
+      const int s = step % kStages;
+      const int m0 = m * kBlockM;
+      hopper::mbarrier_wait(full(s), (step / kStages) & 1);
 
-    float st[kSRegs];   // S^T, then P^T
-    float dpt[kSRegs];  // dP^T, then dS^T
-    hopper::wgmma_fence();
+      float st[kSRegs];   // S^T, then P^T
+      float dpt[kSRegs];  // dP^T, then dS^T
+      hopper::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk)
-      hopper::wgmma_ss<kBlockM, 0, 0>(st, k_tile.k_major(64 * c, kk), q_tile(s).k_major(0, kk),
-                                      kk > 0);
+      for (int kk = 0; kk < kHeadDim / 16; ++kk)
+        hopper::wgmma_ss<kBlockM, 0, 0>(st, k_tile.k_major(64 * c, kk),
+                                        q_tile(s).k_major(0, kk), kk > 0);
 #pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk)
-      hopper::wgmma_ss<kBlockM, 0, 0>(dpt, v_tile.k_major(64 * c, kk), do_tile(s).k_major(0, kk),
-                                      kk > 0);
-    hopper::wgmma_commit_group();
-    hopper::wgmma_wait_group<0>();
-    hopper::fence_operands(st);
-    hopper::fence_operands(dpt);
+      for (int kk = 0; kk < kHeadDim / 16; ++kk)
+        hopper::wgmma_ss<kBlockM, 0, 0>(dpt, v_tile.k_major(64 * c, kk),
+                                        do_tile(s).k_major(0, kk), kk > 0);
+      hopper::wgmma_commit_group();
+      hopper::wgmma_wait_group<0>();
+      hopper::fence_operands(st);
+      hopper::fence_operands(dpt);
 
-    // Accumulator i is query column 8 (i / 4) + col_pair + (i % 2) (scalar loads: the four
-    // addresses of a warp share one wavefront, and wider loads hold registers S^T needs).
-    const float* lse2_row = reinterpret_cast<const float*>(smem_generic + stats(s)) + col_pair;
-    const float* dsum_row = lse2_row + kBlockM;
-    // P^T = exp2(S^T scale log2e - lse2) (0 above the diagonal), dS^T = P^T (dP^T - D); the
-    // masked variant only where some key of this warpgroup is past some query of the tile.
-    auto probabilities = [&](auto masked) {
+      // Accumulator i is query column 8 (i / 4) + col_pair + (i % 2) (scalar loads: the four
+      // addresses of a warp share one wavefront, and wider loads hold registers S^T needs).
+      const float* lse2_row =
+          reinterpret_cast<const float*>(smem_generic + stats(s)) + col_pair;
+      const float* dsum_row = lse2_row + kBlockM;
+      // P^T = exp2(S^T scale log2e - lse2) (0 above the diagonal), dS^T = P^T (dP^T - D); the
+      // masked variant only where some key of this warpgroup is past some query of the tile.
+      auto probabilities = [&](auto masked) {
 #pragma unroll
-      for (int g = 0; g < kBlockM / 16; ++g) {
-        // Columns 16 g + col_pair + {0, 1, 8, 9}: accumulators 8 g .. 8 g + 7.
-        const float* lp = lse2_row + 16 * g;
-        const float* dp = dsum_row + 16 * g;
-        const float lse2[4] = {lp[0], lp[1], lp[8], lp[9]};
-        const float dsum[4] = {dp[0], dp[1], dp[8], dp[9]};
+        for (int g = 0; g < kBlockM / 16; ++g) {
+          // Columns 16 g + col_pair + {0, 1, 8, 9}: accumulators 8 g .. 8 g + 7.
+          const float* lp = lse2_row + 16 * g;
+          const float* dp = dsum_row + 16 * g;
+          const float lse2[4] = {lp[0], lp[1], lp[8], lp[9]};
+          const float dsum[4] = {dp[0], dp[1], dp[8], dp[9]};
 #pragma unroll
-        for (int u = 0; u < 8; ++u) {
-          const int i = 8 * g + u;
-          const int v = 2 * (u / 4) + (u % 2);
-          float prob = hopper::exp2_approx(fmaf(st[i], p.scale_log2, -lse2[v]));
-          if constexpr (decltype(masked)::value) {
-            const int col = 8 * (i / 4) + col_pair + (i % 2);  // query - m0
-            const int key = key0 + ((i % 4) >= 2 ? 8 : 0);
-            if (key > m0 + col) prob = 0.f;
+          for (int u = 0; u < 8; ++u) {
+            const int i = 8 * g + u;
+            const int v = 2 * (u / 4) + (u % 2);
+            float prob = hopper::exp2_approx(fmaf(st[i], p.scale_log2, -lse2[v]));
+            if constexpr (decltype(masked)::value) {
+              const int col = 8 * (i / 4) + col_pair + (i % 2);  // query - m0
+              const int key = key0 + ((i % 4) >= 2 ? 8 : 0);
+              if (key > m0 + col) prob = 0.f;
+            }
+            st[i] = prob;
+            dpt[i] = prob * (dpt[i] - dsum[v]);
           }
-          st[i] = prob;
-          dpt[i] = prob * (dpt[i] - dsum[v]);
+        }
+      };
+      if (m0 < item.n0 + 64 * c + 63) {
+        probabilities(std::true_type{});
+      } else {
+        probabilities(std::false_type{});
+      }
+      uint32_t p_frag[kSlabs][4];
+      uint32_t ds_frag[kSlabs][4];
+#pragma unroll
+      for (int kk = 0; kk < kSlabs; ++kk) {
+        hopper::accumulators_to_a_fragment(p_frag[kk], st, kk);
+        hopper::accumulators_to_a_fragment(ds_frag[kk], dpt, kk);
+      }
+
+      hopper::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kSlabs; ++kk)
+        hopper::wgmma_rs<kHeadDim, 1>(dv_acc, p_frag[kk], do_tile(s).mn_major(16 * kk), true);
+#pragma unroll
+      for (int kk = 0; kk < kSlabs; ++kk)
+        hopper::wgmma_rs<kHeadDim, 1>(dk_acc, ds_frag[kk], q_tile(s).mn_major(16 * kk), true);
+      hopper::wgmma_commit_group();
+
+      // dS^T to shared memory (rows = keys, columns = queries) for dQ = dS K. This buffer was
+      // last read by both warpgroups' dQ wgmma two steps ago: this warpgroup waited for its
+      // own, and the other one finished its before it reached last step's barrier. One
+      // stmatrix per 16 x 16 block: lane l addresses row l % 8 (+ 8 for matrices 1 and 3) and
+      // column 8 (l / 16) of the slab.
+      const int buffer = step % Traits::kDsBuffers;
+      const DsTile my_ds = ds_tile(buffer, c);
+#pragma unroll
+      for (int kk = 0; kk < kSlabs; ++kk)
+        hopper::stmatrix_x4(my_ds.element(store_row, 16 * kk + store_col), ds_frag[kk]);
+      hopper::fence_proxy_async_shared();
+      hopper::named_barrier_sync(kConsumerBarrier, kConsumers * 128);  // both dS^T are stored
+
+      // This consumer's 64 x 64 block of dQ over all 128 keys (both warpgroups' dS^T).
+      float dq[32];
+      hopper::wgmma_fence();
+#pragma unroll
+      for (int w2 = 0; w2 < kConsumers; ++w2)
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          hopper::wgmma_ss<64, 1, 1>(dq, ds_tile(buffer, w2).mn_major(16 * kk, ds_column_block),
+                                     k_tile.mn_major(64 * w2 + 16 * kk, k_column_block),
+                                     w2 > 0 || kk > 0);
+      hopper::wgmma_commit_group();
+      hopper::wgmma_wait_group<0>();
+      hopper::fence_operands(dq);
+      hopper::fence_operands(dk_acc);
+      hopper::fence_operands(dv_acc);
+      hopper::mbarrier_arrive(empty(s));  // Q, dO and the stats of this stage are consumed
+      if (m + 1 == m_end) hopper::mbarrier_arrive(kv_empty);  // K and V are free too
+
+      // Stage the block (fragment order: float2 j of this thread at [j * 128 + tid]).
+      if (step > 0) hopper::mbarrier_wait(dq_empty(c), (step - 1) & 1);
+      float2* staged = reinterpret_cast<float2*>(smem_generic + dq_block(c));
+#pragma unroll
+      for (int j = 0; j < 16; ++j) staged[j * 128 + tid] = make_float2(dq[2 * j], dq[2 * j + 1]);
+      if (tid == 0) {
+        dq_tile[c] = item.bh * p.num_m_tiles + m;
+        dq_n_block[c] = item.n_block;
+      }
+      hopper::fence_proxy_async_shared();
+      hopper::mbarrier_arrive(dq_full(c));
+    }
+
+    // dK = scale * dS^T Q and dV, rows = this thread's keys (while the loader fetches the next
+    // item's K and V).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int key = key0 + 8 * r;
+      if (key < p.T) {
+        bf16* dk_row = p.dqkv + (static_cast<int64_t>(item.b) * p.T + key) * 3 * p.C + p.C +
+                       item.h * kHeadDim;
+        bf16* dv_row = dk_row + p.C;
+#pragma unroll
+        for (int i = 0; i < kGradRegs; i += 4) {
+          *reinterpret_cast<__nv_bfloat162*>(dk_row + 2 * i + col_pair) = __floats2bfloat162_rn(
+              dk_acc[i + 2 * r] * p.scale, dk_acc[i + 2 * r + 1] * p.scale);
+          *reinterpret_cast<__nv_bfloat162*>(dv_row + 2 * i + col_pair) =
+              __floats2bfloat162_rn(dv_acc[i + 2 * r], dv_acc[i + 2 * r + 1]);
         }
       }
-    };
-    if (m0 < n0 + 64 * c + 63) {
-      probabilities(std::true_type{});
-    } else {
-      probabilities(std::false_type{});
     }
-    uint32_t p_frag[kSlabs][4];
-    uint32_t ds_frag[kSlabs][4];
-#pragma unroll
-    for (int kk = 0; kk < kSlabs; ++kk) {
-      hopper::accumulators_to_a_fragment(p_frag[kk], st, kk);
-      hopper::accumulators_to_a_fragment(ds_frag[kk], dpt, kk);
-    }
-
-    hopper::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kSlabs; ++kk)
-      hopper::wgmma_rs<kHeadDim, 1>(dv_acc, p_frag[kk], do_tile(s).mn_major(16 * kk), true);
-#pragma unroll
-    for (int kk = 0; kk < kSlabs; ++kk)
-      hopper::wgmma_rs<kHeadDim, 1>(dk_acc, ds_frag[kk], q_tile(s).mn_major(16 * kk), true);
-    hopper::wgmma_commit_group();
-
-    // dS^T to shared memory (rows = keys, columns = queries) for dQ = dS K. This buffer was
-    // last read by both warpgroups' dQ wgmma two steps ago: this warpgroup waited for its own,
-    // and the other one finished its before it reached last step's barrier.
-    // One stmatrix per 16 x 16 block: lane l addresses row l % 8 (+ 8 for matrices 1 and 3) and
-    // column 8 (l / 16) of the slab.
-    const int buffer = it % Traits::kDsBuffers;
-    const DsTile my_ds = ds_tile(buffer, c);
-#pragma unroll
-    for (int kk = 0; kk < kSlabs; ++kk)
-      hopper::stmatrix_x4(my_ds.element(store_row, 16 * kk + store_col), ds_frag[kk]);
-    hopper::fence_proxy_async_shared();
-    hopper::named_barrier_sync(kConsumerBarrier, kConsumers * 128);  // both dS^T are stored
-
-    // This consumer's 64 x 64 block of dQ over all 128 keys (both warpgroups' dS^T).
-    float dq[32];
-    hopper::wgmma_fence();
-#pragma unroll
-    for (int w = 0; w < kConsumers; ++w)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        hopper::wgmma_ss<64, 1, 1>(dq, ds_tile(buffer, w).mn_major(16 * kk, ds_column_block),
-                                   k_tile.mn_major(64 * w + 16 * kk, k_column_block),
-                                   w > 0 || kk > 0);
-    hopper::wgmma_commit_group();
-    hopper::wgmma_wait_group<0>();
-    hopper::fence_operands(dq);
-    hopper::fence_operands(dk_acc);
-    hopper::fence_operands(dv_acc);
-    hopper::mbarrier_arrive(empty(s));  // Q, dO and the stats of this stage are consumed
-
-    // Stage the block (fragment order: float2 j of this thread at [j * 128 + tid]).
-    if (it > 0) hopper::mbarrier_wait(dq_empty(c), (it - 1) & 1);
-    float2* staged = reinterpret_cast<float2*>(smem_generic + dq_block(c));
-#pragma unroll
-    for (int j = 0; j < 16; ++j) staged[j * 128 + tid] = make_float2(dq[2 * j], dq[2 * j + 1]);
-    hopper::fence_proxy_async_shared();
-    hopper::mbarrier_arrive(dq_full(c));
   }
-
-  // dK = scale * dS^T Q and dV, rows = this thread's keys.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int key = key0 + 8 * r;
-    if (key < p.T) {
-      bf16* dk_row = p.dqkv + (static_cast<int64_t>(b) * p.T + key) * 3 * p.C + p.C + h * kHeadDim;
-      bf16* dv_row = dk_row + p.C;
-#pragma unroll
-      for (int i = 0; i < kGradRegs; i += 4) {
-        *reinterpret_cast<__nv_bfloat162*>(dk_row + 2 * i + col_pair) = __floats2bfloat162_rn(
-            dk_acc[i + 2 * r] * p.scale, dk_acc[i + 2 * r + 1] * p.scale);
-        *reinterpret_cast<__nv_bfloat162*>(dv_row + 2 * i + col_pair) =
-            __floats2bfloat162_rn(dv_acc[i + 2 * r], dv_acc[i + 2 * r + 1]);
-      }
-    }
+  // The end mark for the writer, staged like a block by consumer 0.
+  if (c == 0) {
+    if (step > 0) hopper::mbarrier_wait(dq_empty(0), (step - 1) & 1);
+    if (tid == 0) dq_tile[0] = -1;
+    hopper::mbarrier_arrive(dq_full(0));
   }
 #else
   __trap();  // built without sm_90a code: the dispatch never launches this
@@ -420,7 +485,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 // pack each, summed by a butterfly among them.
 template <int kHeadDim, int kBlockM>
 __global__ void hopper_backward_preprocess_kernel(float* lse2, float* dsum, float* dq_accum,
-                                                  int* semaphores, const float* lse,
+                                                  int* semaphores, int* work_counter,
+                                                  const float* lse,
                                                   const bf16* dout, const bf16* out, int T,
                                                   int T_pad, int NH, int64_t rows) {
   constexpr int kLanesPerRow = kHeadDim / 8;  // a 16-byte pack of the row per lane
@@ -455,6 +521,7 @@ __global__ void hopper_backward_preprocess_kernel(float* lse2, float* dsum, floa
     dsum[row] = sum;
     lse2[row] = t < T ? lse[bh * T + t] * flash::kLog2e : INFINITY;
     if (t % kBlockM == 0) semaphores[row / kBlockM] = 0;
+    if (row == 0) *work_counter = 0;
   }
   // The dQ accumulator holds HS floats per padded row (in another order): this lane zeroes 8.
   if (in_range) {
@@ -508,8 +575,8 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
     const int64_t blocks = (stat_rows + rows_per_block - 1) / rows_per_block;
     hopper_backward_preprocess_kernel<kHeadDim, Traits::kBlockM>
         <<<static_cast<unsigned>(blocks), 32 * warps, 0, stream>>>(
-            ws.lse2, ws.dsum, ws.dq_accum, ws.semaphores, lse, dout, out, T, T_pad, NH,
-            stat_rows);
+            ws.lse2, ws.dsum, ws.dq_accum, ws.semaphores, ws.work_counter, lse, dout, out, T,
+            T_pad, NH, stat_rows);
     GPT2_CUDA_CHECK_LAUNCH();
   }
 
@@ -523,18 +590,35 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
   const CUtensorMap dout_map =
       make_tensor_map_bf16_3d(dout, dout_dims, 1ull * C * 2, 1ull * C * 2 * T, 64, Traits::kBlockM);
   const float scale = static_cast<float>(1.0 / std::sqrt(double(kHeadDim)));
-  HopperBackwardParams params{ws.lse2,   ws.dsum,         ws.dq_accum, ws.semaphores,
-                              dqkv,      T,               C,           NH,
-                              BH,        ws.num_m_tiles,  deterministic ? 1 : 0,
-                              scale,     scale * flash::kLog2e};
+  const int n_blocks = (T + Traits::kBlockN - 1) / Traits::kBlockN;
+  const int64_t items = static_cast<int64_t>(n_blocks) * BH;
+  GPT2_CHECK(items < (int64_t{1} << 31), "too many attention work items: ", items);
+  HopperBackwardParams params{};
+  params.lse2 = ws.lse2;
+  params.dsum = ws.dsum;
+  params.dq_accum = ws.dq_accum;
+  params.semaphores = ws.semaphores;
+  params.work_counter = ws.work_counter;
+  params.dqkv = dqkv;
+  params.T = T;
+  params.C = C;
+  params.NH = NH;
+  params.BH = BH;
+  params.num_m_tiles = ws.num_m_tiles;
+  params.num_items = static_cast<int>(items);
+  params.deterministic = deterministic ? 1 : 0;
+  params.scale = scale;
+  params.scale_log2 = scale * flash::kLog2e;
   auto kernel = hopper_backward_kernel<Traits>;
   GPT2_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        Traits::kSmemBytes));
-  const int n_blocks = (T + Traits::kBlockN - 1) / Traits::kBlockN;
-  const int64_t blocks = static_cast<int64_t>(n_blocks) * BH;
-  GPT2_CHECK(blocks < (int64_t{1} << 31), "too many attention blocks: ", blocks);
-  kernel<<<static_cast<unsigned>(blocks), Traits::kThreads, Traits::kSmemBytes, stream>>>(
-      kv_map, q_map, dout_map, params);
+  // Persistent: one block per SM (the shared memory allows no more), each taking items until
+  // none is left.
+  int device = 0, sms = 0;
+  GPT2_CUDA_CHECK(cudaGetDevice(&device));
+  GPT2_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int grid = static_cast<int>(std::min<int64_t>(items, sms));
+  kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(kv_map, q_map, dout_map, params);
   GPT2_CUDA_CHECK_LAUNCH();
 
   const int64_t pairs = stat_rows * kHeadDim / 2;
