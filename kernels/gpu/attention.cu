@@ -70,7 +70,8 @@ void backward_typed(const AttentionConfig& c, const AttentionTensors& t, const C
       if constexpr (std::is_same_v<T_, bf16>) {
         attention_hopper_backward(dqkv, dout, qkv, static_cast<const bf16*>(t.out),
                                   static_cast<const float*>(t.saved), c.B, c.T, c.C, c.NH,
-                                  t.workspace, c.deterministic, ctx.stream());
+                                  t.workspace, c.deterministic, c.backward_max_blocks,
+                                  ctx.stream());
         return;
       }
       break;

@@ -57,6 +57,9 @@ struct AttentionConfig {
   bool bf16 = true;  // storage type; fp32 otherwise
   AttentionKernel kernel = AttentionKernel::kFlashPortable;
   bool deterministic = true;  // Hopper backward: fixed-order dQ (the portable bf16 one races)
+  // Hopper backward: most blocks of its persistent grid (0: one per SM). Tests set a few, so
+  // that small shapes give every block many work items.
+  int backward_max_blocks = 0;
 };
 
 /// The tensors of one call (storage type per config.bf16). Forward reads qkv and writes out and

@@ -9,7 +9,8 @@
  * device workspace: the log2-domain lse and D = rowsum(dO * O) padded to whole query tiles, the
  * fp32 dQ accumulator and the per-tile semaphores of the deterministic dQ order. With
  * deterministic = true the dQ additions happen in a fixed order (bit-identical runs); with
- * false they race (faster, last bits vary).
+ * false they race (faster, last bits vary). The backward is persistent: max_blocks > 0 caps its
+ * grid below one block per SM (for tests).
  */
 #pragma once
 
@@ -29,7 +30,7 @@ void attention_hopper_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat1
 void attention_hopper_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout,
                                const __nv_bfloat16* qkv, const __nv_bfloat16* out,
                                const float* lse, int B, int T, int C, int NH, void* workspace,
-                               bool deterministic, cudaStream_t stream);
+                               bool deterministic, int max_blocks, cudaStream_t stream);
 
 size_t attention_hopper_workspace_bytes(int B, int T, int C, int NH);
 

@@ -562,7 +562,7 @@ __global__ void hopper_backward_write_dq_kernel(bf16* dqkv, const float* dq_accu
 template <typename Traits>
 void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                             const float* lse, int B, int T, int C, int NH, void* workspace,
-                            bool deterministic, cudaStream_t stream) {
+                            bool deterministic, int max_blocks, cudaStream_t stream) {
   constexpr int kHeadDim = Traits::kHeadDim;
   const HopperBackwardWorkspace ws(workspace, B, T, C, NH);
   GPT2_CHECK(ws.block_m == Traits::kBlockM, "backward workspace laid out for another tile");
@@ -617,7 +617,9 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
   int device = 0, sms = 0;
   GPT2_CUDA_CHECK(cudaGetDevice(&device));
   GPT2_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int grid = static_cast<int>(std::min<int64_t>(items, sms));
+  GPT2_CHECK(max_blocks >= 0, "max_blocks = ", max_blocks, " (0: one block per SM)");
+  const int grid = static_cast<int>(
+      std::min<int64_t>({items, sms, max_blocks > 0 ? max_blocks : int64_t{sms}}));
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(kv_map, q_map, dout_map, params);
   GPT2_CUDA_CHECK_LAUNCH();
 
@@ -637,14 +639,16 @@ size_t attention_hopper_workspace_bytes(int B, int T, int C, int NH) {
 
 void attention_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                                const float* lse, int B, int T, int C, int NH, void* workspace,
-                               bool deterministic, cudaStream_t stream) {
+                               bool deterministic, int max_blocks, cudaStream_t stream) {
   const int head_size = flash::checked_head_size(B, T, C, NH);
   if (head_size == 64) {
     launch_hopper_backward<HopperBackwardTraits<64>>(dqkv, dout, qkv, out, lse, B, T, C, NH,
-                                                     workspace, deterministic, stream);
+                                                     workspace, deterministic, max_blocks,
+                                                     stream);
   } else {
     launch_hopper_backward<HopperBackwardTraits<128>>(dqkv, dout, qkv, out, lse, B, T, C, NH,
-                                                      workspace, deterministic, stream);
+                                                      workspace, deterministic, max_blocks,
+                                                     stream);
   }
 }
 

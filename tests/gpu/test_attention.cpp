@@ -76,7 +76,8 @@ Reference reference_attention(const std::vector<float>& qkv, const std::vector<f
 template <typename T_>
 AttentionResult run_attention(AttentionKernel kernel, const std::vector<float>& qkv,
                               const std::vector<float>& dout, const AttentionShape& s,
-                              const Context& ctx, bool deterministic = true) {
+                              const Context& ctx, bool deterministic = true,
+                              int backward_max_blocks = 0) {
   const int C = s.NH * s.HS;
   const int64_t n_out = static_cast<int64_t>(s.B) * s.T * C;
   AttentionConfig config;
@@ -87,6 +88,7 @@ AttentionResult run_attention(AttentionKernel kernel, const std::vector<float>& 
   config.bf16 = std::is_same_v<T_, bf16>;
   config.kernel = kernel;
   config.deterministic = deterministic;
+  config.backward_max_blocks = backward_max_blocks;
   DeviceBuffer<T_> d_qkv(3 * n_out), d_dout(n_out), d_out(n_out), d_dqkv(3 * n_out);
   DeviceBuffer<unsigned char> saved(static_cast<int64_t>(attention_saved_bytes(config)));
   DeviceBuffer<unsigned char> workspace(static_cast<int64_t>(attention_workspace_bytes(config)));
@@ -132,14 +134,15 @@ bool kernel_runs_here(AttentionKernel kernel, int head_size, std::string* why) {
 // The kernel against fp64 and against naive attention of the same storage type (the FA2 rule).
 template <typename T_>
 void check_attention(AttentionKernel kernel, const AttentionShape& s, uint64_t seed,
-                     bool deterministic = true) {
+                     bool deterministic = true, int backward_max_blocks = 0) {
   const int C = s.NH * s.HS;
   const int64_t n_out = static_cast<int64_t>(s.B) * s.T * C;
   const std::vector<float> qkv = round_through<T_>(random_normal(3 * n_out, seed, s.input_scale));
   const std::vector<float> dout = round_through<T_>(random_normal(n_out, seed + 1));
   const Reference ref = reference_attention(qkv, dout, s);
   Context ctx;
-  const AttentionResult flash = run_attention<T_>(kernel, qkv, dout, s, ctx, deterministic);
+  const AttentionResult flash =
+      run_attention<T_>(kernel, qkv, dout, s, ctx, deterministic, backward_max_blocks);
   const AttentionResult naive = run_attention<T_>(AttentionKernel::kNaive, qkv, dout, s, ctx);
 
   bool finite = true;
@@ -340,6 +343,30 @@ TEST(GpuAttentionDeterminism, HopperDeterministicModeGivesIdenticalBits) {
       EXPECT_EQ(a.lse, b.lse) << describe(s);
       EXPECT_EQ(a.dqkv, b.dqkv) << describe(s) << " repeat " << repeat;
     }
+  }
+}
+
+// The persistent Hopper backward with three blocks: 42 work items (7 key blocks x 6 heads), about
+// 14 per block in turn, reusing K/V tiles, rings and barriers across items; both dQ orders
+// against fp64, and the fixed order gives the same bits as with one block per SM.
+TEST(GpuAttentionHopper, FewPersistentBlocksTakeManyItemsEach) {
+  GPT2_REQUIRE_GPU();
+  for (const int head_size : {64, 128}) {
+    GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, head_size);
+    const AttentionShape s{2, 777, 3, head_size, 1.0};
+    for (const bool deterministic : {true, false})
+      check_attention<bf16>(AttentionKernel::kFlashHopper, s, 41, deterministic,
+                            /*backward_max_blocks=*/3);
+    const int C = s.NH * s.HS;
+    const int64_t n_out = static_cast<int64_t>(s.B) * s.T * C;
+    const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 43));
+    const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 44));
+    Context ctx;
+    const AttentionResult few =
+        run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx, true, 3);
+    const AttentionResult all =
+        run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx);
+    EXPECT_EQ(few.dqkv, all.dqkv) << describe(s);
   }
 }
 
