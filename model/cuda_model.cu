@@ -657,9 +657,11 @@ void CudaModel<T_>::set_parameters(const float* params) {
     return;
   }
   if constexpr (std::is_same_v<T_, float>) {
-    GPT2_CUDA_CHECK(cudaMemcpy(buffers_[kParams], params, n * sizeof(float), cudaMemcpyHostToDevice));
+    GPT2_CUDA_CHECK(
+        cudaMemcpy(buffers_[kParams], params, n * sizeof(float), cudaMemcpyHostToDevice));
   } else {
-    GPT2_CUDA_CHECK(cudaMemcpy(buffers_[kMaster], params, n * sizeof(float), cudaMemcpyHostToDevice));
+    GPT2_CUDA_CHECK(
+        cudaMemcpy(buffers_[kMaster], params, n * sizeof(float), cudaMemcpyHostToDevice));
     convert(buf<bf16>(kParams), buf<float>(kMaster), static_cast<int64_t>(n), stream);
   }
   ctx_->synchronize();
@@ -683,7 +685,8 @@ void CudaModel<T_>::get_gradients(float* grads) const {
   const size_t n = layout_.total;
   std::vector<T_> host(n);
   ctx_->synchronize();
-  GPT2_CUDA_CHECK(cudaMemcpy(host.data(), buffers_[kGrads], n * sizeof(T_), cudaMemcpyDeviceToHost));
+  GPT2_CUDA_CHECK(
+      cudaMemcpy(host.data(), buffers_[kGrads], n * sizeof(T_), cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < n; ++i) grads[i] = host_float(host[i]);
 }
 

@@ -50,8 +50,9 @@ struct ModelOptions {
   FlashKernelChoice flash_kernel = FlashKernelChoice::kAuto;  // GPU only
   bool deterministic_attention = false;  // GPU flash backward bit-identical run to run (slower)
   /// CUDA: rows of (B*T) whose logits the classifier holds at once (0: automatic, what fits in
-  /// the backward workspace or a 256 MiB budget; see classifier_chunk_rows in cuda_model.h). The same losses and gradients for any
-  /// value up to GEMM summation order (bf16: wte's gradient takes one rounding per chunk).
+  /// the backward workspace or a 256 MiB budget; see classifier_chunk_rows in cuda_model.h).
+  /// The same losses and gradients for any value up to GEMM summation order (bf16: wte's
+  /// gradient takes one rounding per chunk).
   int classifier_chunk_rows = 0;
   /// CUDA: keep one layer's fc output and GELU (B,T,4C) instead of every layer's, and
   /// recompute them in backward by the same fc GEMM (one more per layer): the same bits, and
