@@ -118,20 +118,41 @@ std::vector<int> parse_int_list(const std::string& text, const char* option) {
   return values;
 }
 
-/// A kernel as benchmarked: the Hopper backward once in each dQ mode.
+/// A kernel as benchmarked: the Hopper backward once in each dQ mode; the Hopper forward with
+/// the block shape it picks, or a forced one (suffix /fwd64 or /fwd128).
 struct BenchKernel {
   AttentionKernel kernel;
   bool deterministic;
-  std::string name;  // "flash-hopper" (default mode) or "flash-hopper-det"
+  int forward_block_rows;  // 0: the kernel's pick
+  std::string name;        // e.g. "flash-hopper", "flash-hopper-det", "flash-hopper/fwd64"
 };
 
 BenchKernel parse_kernel(const std::string& name) {
+  const size_t slash = name.find('/');
+  const std::string base = name.substr(0, slash);
+  BenchKernel parsed{AttentionKernel::kNaive, false, 0, name};
+  bool known = base == "flash-hopper-det";
+  if (known) {
+    parsed.kernel = AttentionKernel::kFlashHopper;
+    parsed.deterministic = true;
+  }
   for (AttentionKernel k : {AttentionKernel::kNaive, AttentionKernel::kFlashPortable,
                             AttentionKernel::kFlashHopper})
-    if (name == gpu::to_string(k)) return {k, false, name};
-  if (name == "flash-hopper-det") return {AttentionKernel::kFlashHopper, true, name};
-  GPT2_USAGE_FAIL("--kernels takes naive, flash-portable, flash-hopper, flash-hopper-det (got '",
-                  name, "')");
+    if (base == gpu::to_string(k)) {
+      parsed.kernel = k;
+      known = true;
+    }
+  if (!known)
+    GPT2_USAGE_FAIL("--kernels takes naive, flash-portable, flash-hopper, flash-hopper-det (got '",
+                    name, "')");
+  if (slash != std::string::npos) {
+    const std::string shape = name.substr(slash + 1);
+    if (parsed.kernel != AttentionKernel::kFlashHopper || (shape != "fwd64" && shape != "fwd128"))
+      GPT2_USAGE_FAIL("--kernels: only flash-hopper(-det) takes a forward shape, /fwd64 or "
+                      "/fwd128 (got '", name, "')");
+    parsed.forward_block_rows = shape == "fwd64" ? 64 : 128;
+  }
+  return parsed;
 }
 
 /// One input set: qkv and dO, plus what forward leaves for backward.
@@ -159,7 +180,7 @@ int bench_main(int argc, char** argv) {
       ("tokens", "B = max(1, tokens / T)", cxxopts::value<int>()->default_value("16384"))
       ("heads", "NH", cxxopts::value<int>()->default_value("12"))
       ("head-sizes", "comma-separated HS (64, 128)", cxxopts::value<std::string>()->default_value("64,128"))
-      ("kernels", "comma-separated: naive, flash-portable, flash-hopper, flash-hopper-det (deterministic dQ); default: all that run here", cxxopts::value<std::string>()->default_value(""))
+      ("kernels", "comma-separated: naive, flash-portable, flash-hopper, flash-hopper-det (deterministic dQ), the last two with /fwd64 or /fwd128 to force the forward's block rows; default: all that run here", cxxopts::value<std::string>()->default_value(""))
       ("sets", "input sets rotated between runs (0: enough to exceed 4x the L2 cache)", cxxopts::value<int>()->default_value("0"))
       ("warmup", "untimed runs", cxxopts::value<int>()->default_value("3"))
       ("repeats", "timed runs", cxxopts::value<int>()->default_value("10"))
@@ -233,6 +254,7 @@ int bench_main(int argc, char** argv) {
         config.bf16 = true;
         config.kernel = kernels[k].kernel;
         config.deterministic = kernels[k].deterministic;
+        config.forward_block_rows = kernels[k].forward_block_rows;
         const size_t saved_bytes = gpu::attention_saved_bytes(config);
         const size_t workspace_bytes = gpu::attention_workspace_bytes(config);
         size_t free_bytes = 0, total_bytes = 0;

@@ -5,10 +5,14 @@ Times torch.nn.functional.scaled_dot_product_attention, causal, bf16. --layout g
 q, k, v are views of one interleaved (B, T, 3, NH, HS) tensor exactly as a GPT-2 block splits
 its qkv projection (the layout gpt2-attention-bench feeds this project's kernels), so PyTorch's
 own layout copies count. --layout separate: three contiguous (B, NH, T, HS) tensors, the
-kernels' best case (FlashAttention's benchmark layout), to compare kernel with kernel. Forward, backward (on a fresh forward
-graph, dqkv written into a cleared .grad) and forward+backward are timed with CUDA events: median
-of --repeats after --warmup, inputs rotated among enough sets to overflow the L2 cache. FLOPs by
-FlashAttention's convention: forward 4 B NH T^2 HS / 2 (causal), backward 2.5x, both 3.5x.
+kernels' best case (FlashAttention's benchmark layout), to compare kernel with kernel. Forward,
+backward (dqkv written into a cleared .grad) and forward+backward are timed with CUDA events:
+median of --repeats after --warmup, inputs rotated among enough sets to overflow the L2 cache.
+--timing graph (default): each step is captured once per input set in a CUDA graph and the
+events time one replay, so Python's and the dispatcher's host time (which at short T exceeds the
+kernels' and varies between machines) is not counted; --timing eager: events around the Python
+calls. FLOPs by FlashAttention's convention: forward 4 B NH T^2 HS / 2 (causal), backward 2.5x,
+both 3.5x.
 
 With --ours CSV (written by gpt2-attention-bench in the same run on the same device) it prints one
 table of TFLOP/s with the ratios ours / FlashAttention-2 and ours / cuDNN, and writes it as
@@ -30,11 +34,17 @@ from bench_io import print_table, write_csv
 BACKENDS = {"torch-fa2": SDPBackend.FLASH_ATTENTION, "torch-cudnn": SDPBackend.CUDNN_ATTENTION}
 
 
-def median_ms(fn, warmup, repeats):
+def median_ms(fn, warmup, repeats, prepare=None):
+    """Median event time of fn(i) over repeats, after warmup untimed calls; prepare(i), if
+    given, runs untimed before each."""
     for i in range(warmup):
+        if prepare:
+            prepare(i)
         fn(i)
     times = []
     for i in range(repeats):
+        if prepare:
+            prepare(warmup + i)
         start = torch.cuda.Event(enable_timing=True)
         stop = torch.cuda.Event(enable_timing=True)
         start.record()
@@ -43,6 +53,19 @@ def median_ms(fn, warmup, repeats):
         stop.synchronize()
         times.append(start.elapsed_time(stop))
     return statistics.median(times)
+
+
+def capture(fn):
+    """fn() captured in a CUDA graph (after it ran eagerly, on the capture's side stream)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
 
 
 def make_inputs(layout, B, T, NH, HS):
@@ -55,7 +78,7 @@ def make_inputs(layout, B, T, NH, HS):
     return leaves, lambda: leaves
 
 
-def time_backend(backend, layout, B, T, NH, HS, sets, warmup, repeats):
+def time_backend(backend, layout, B, T, NH, HS, sets, warmup, repeats, timing):
     inputs = [make_inputs(layout, B, T, NH, HS) for _ in range(sets)]
     douts = [torch.randn(B, NH, T, HS, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
 
@@ -76,23 +99,39 @@ def time_backend(backend, layout, B, T, NH, HS, sets, warmup, repeats):
         clear_grads(i)
         attend(i).backward(douts[i % sets])
 
-    fwd = median_ms(forward, warmup, repeats)
-    both = median_ms(forward_backward, warmup, repeats)
-    # Backward alone: build the graph untimed, then time only .backward().
-    for i in range(warmup):
-        forward_backward(i)
-    times = []
-    for i in range(repeats):
-        clear_grads(i)
-        out = attend(i)
-        start = torch.cuda.Event(enable_timing=True)
-        stop = torch.cuda.Event(enable_timing=True)
-        start.record()
-        out.backward(douts[i % sets])
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    bwd = statistics.median(times)
+    if timing == "graph":
+        # One graph per set and step; the backward's graph replays the backward of a forward
+        # run once before capture (retain_graph keeps its saved tensors for every replay).
+        def graphs_of(step):
+            return [capture(lambda i=i: step(i)) for i in range(sets)]
+
+        outs = []
+
+        def backward_only(i):
+            clear_grads(i)  # so the captured backward writes its .grad, not adds into it
+            outs[i].backward(douts[i], retain_graph=True)
+
+        fwd_graphs = graphs_of(forward)
+        both_graphs = graphs_of(forward_backward)
+        for i in range(sets):
+            clear_grads(i)
+            outs.append(attend(i))
+        bwd_graphs = graphs_of(backward_only)
+        fwd, bwd, both = (median_ms(lambda i, g=g: g[i % sets].replay(), warmup, repeats)
+                          for g in (fwd_graphs, bwd_graphs, both_graphs))
+        del fwd_graphs, bwd_graphs, both_graphs, outs
+    else:
+        fwd = median_ms(forward, warmup, repeats)
+        both = median_ms(forward_backward, warmup, repeats)
+        # Backward alone: the forward (and its autograd graph) untimed before each backward.
+        outs = {}
+
+        def fresh_forward(i):
+            clear_grads(i)
+            outs[0] = attend(i)
+
+        bwd = median_ms(lambda i: outs.pop(0).backward(douts[i % sets]), warmup, repeats,
+                        prepare=fresh_forward)
     del inputs, douts
     torch.cuda.empty_cache()
     return fwd, bwd, both
@@ -109,6 +148,8 @@ def main():
     parser.add_argument("--layout", choices=("gpt2", "separate"), default="gpt2",
                         help="q, k, v as views of GPT-2's (B,T,3,NH,HS) qkv, or 3 contiguous "
                         "(B,NH,T,HS) tensors")
+    parser.add_argument("--timing", choices=("graph", "eager"), default="graph",
+                        help="time CUDA-graph replays (kernels only) or the eager Python calls")
     parser.add_argument("--ours", help="gpt2-attention-bench CSV of the same run, to compare")
     parser.add_argument("--csv", default="out/pytorch_attention.csv")
     parser.add_argument("--markdown", help="write the comparison table here (Markdown)")
@@ -118,7 +159,8 @@ def main():
     device = torch.cuda.get_device_name()
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     print(f"PyTorch {torch.__version__} SDPA on {device}: bf16, causal, NH={args.heads}, "
-          f"layout {args.layout}, median of {args.repeats} after {args.warmup}")
+          f"layout {args.layout}, {args.timing} timing, median of {args.repeats} after "
+          f"{args.warmup}")
     rows = []
     for HS in (int(x) for x in args.head_sizes.split(",")):
         for T in (int(x) for x in args.seq_lens.split(",")):
@@ -129,13 +171,13 @@ def main():
             for name, backend in BACKENDS.items():
                 try:
                     fwd, bwd, both = time_backend(backend, args.layout, B, T, args.heads, HS,
-                                                  sets, args.warmup, args.repeats)
+                                                  sets, args.warmup, args.repeats, args.timing)
                 except RuntimeError as error:  # backend refuses the shape, or out of memory
                     print(f"{HS:4d} {T:6d} {B:3d} {name:<12} failed: {str(error).splitlines()[0]}")
                     torch.cuda.empty_cache()
                     fwd = bwd = both = math.nan
                 row = dict(device=device, head_size=HS, seq_len=T, batch=B, heads=args.heads,
-                           kernel=name, layout=args.layout, fwd_ms=fwd, bwd_ms=bwd, fwdbwd_ms=both,
+                           kernel=name, layout=args.layout, timing=args.timing, fwd_ms=fwd, bwd_ms=bwd, fwdbwd_ms=both,
                            fwd_tflops=fwd_flops / fwd / 1e9, bwd_tflops=2.5 * fwd_flops / bwd / 1e9,
                            fwdbwd_tflops=3.5 * fwd_flops / both / 1e9)
                 rows.append(row)
@@ -156,7 +198,8 @@ def compare(args, torch_rows, device):
     ref = {(r["head_size"], r["seq_len"], r["kernel"]): r for r in torch_rows}
     kernels = sorted({r["kernel"] for r in ours if r["kernel"] != "naive"})
     lines = [f"Attention kernels, TFLOP/s (forward / backward / forward+backward), causal, bf16, "
-             f"NH={args.heads}, B·T={args.tokens}, PyTorch's q/k/v layout: {args.layout}; {device}, "
+             f"NH={args.heads}, B·T={args.tokens}, PyTorch's q/k/v layout: {args.layout}, "
+             f"{args.timing} timing; {device}, "
              f"{datetime.date.today().isoformat()}, one run (ours and PyTorch "
              f"{torch.__version__} in the same device call).", ""]
     header = "| HS | T | " + " | ".join(f"{k} f/b/f+b" for k in kernels) + \

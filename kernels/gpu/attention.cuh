@@ -60,6 +60,9 @@ struct AttentionConfig {
   // Hopper backward: most blocks of its persistent grid (0: one per SM). Tests set a few, so
   // that small shapes give every block many work items.
   int backward_max_blocks = 0;
+  // Hopper forward: query rows per block, 64 (two blocks per SM, for short T) or 128 (one);
+  // 0 picks by shape. Tests and the benchmark set it to run both.
+  int forward_block_rows = 0;
 };
 
 /// The tensors of one call (storage type per config.bf16). Forward reads qkv and writes out and

@@ -24,8 +24,13 @@ namespace gpt2::gpu {
 /// True when this build carries sm_90a code for the Hopper kernels.
 bool attention_hopper_compiled();
 
+/// block_rows: query rows per forward block, 64 (two blocks per SM) or 128 (one); 0 picks
+/// attention_hopper_forward_rows(T, head size).
 void attention_hopper_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B,
-                              int T, int C, int NH, cudaStream_t stream);
+                              int T, int C, int NH, int block_rows, cudaStream_t stream);
+
+/// The forward's block rows for a shape when the caller leaves them to it.
+int attention_hopper_forward_rows(int T, int head_size);
 
 void attention_hopper_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout,
                                const __nv_bfloat16* qkv, const __nv_bfloat16* out,

@@ -532,31 +532,39 @@ __global__ void hopper_backward_preprocess_kernel(float* lse2, float* dsum, floa
 }
 
 // dqkv[b, t, h*HS + d] = bf16(scale * dQ) from the fragment-ordered fp32 tiles of 64 rows (each
-// 64 x 64 block of one at [block][j][thread] as float2): one thread per float2.
+// 64 x 64 block of one at [block][j][thread] as float2, j = 2 * (column / 8 % 8) + row / 8 % 2).
+// One thread per 8 columns of a row: the 4 float2 of them are adjacent in the tile (threads
+// 4r .. 4r + 3 of one j), so it reads 32 bytes and writes 16, and the HS/8 threads of a row write
+// it whole (full sectors both ways).
 template <int kHeadDim>
 __global__ void hopper_backward_write_dq_kernel(bf16* dqkv, const float* dq_accum, int T, int C,
-                                                int NH, int num_dq_tiles, int64_t pairs,
+                                                int NH, int num_dq_tiles, int64_t packs,
                                                 float scale) {
+  constexpr int kPacksPerRow = kHeadDim / 8;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= pairs) return;
-  constexpr int kPairsPerTile = 64 * kHeadDim / 2;
-  const int64_t tile = i / kPairsPerTile;
-  const int within = static_cast<int>(i % kPairsPerTile);
-  const int slot = within / 128;  // block * 16 + j
-  const int tid = within % 128;
-  const int block = slot / 16, j = slot % 16;
-  const int lane = tid % 32;
-  const int row = 16 * (tid / 32) + lane / 4 + 8 * (j % 2);
-  const int col = 64 * block + 8 * (j / 2) + 2 * (lane % 4);
+  if (i >= packs) return;
+  const int64_t padded_row = i / kPacksPerRow;  // (bh, m, row) flattened
+  const int pack = static_cast<int>(i % kPacksPerRow);
+  const int row = static_cast<int>(padded_row % kDqTileRows);
+  const int64_t tile = padded_row / kDqTileRows;
   const int m = static_cast<int>(tile % num_dq_tiles);
-  const int64_t bh = tile / num_dq_tiles;
   const int t = m * kDqTileRows + row;
   if (t >= T) return;
+  const int block = pack / 8;
+  const int j = 2 * (pack % 8) + (row / 8) % 2;
+  const int first_thread = 32 * (row / 16) + 4 * (row % 8);
+  const float4* src = reinterpret_cast<const float4*>(
+      dq_accum + tile * 64 * kHeadDim + (block * 16 + j) * 256 + 2 * first_thread);
+  const float4 lo = src[0], hi = src[1];
+  const int64_t bh = tile / num_dq_tiles;
   const int64_t b = bh / NH;
   const int h = static_cast<int>(bh % NH);
-  const float2 v = *reinterpret_cast<const float2*>(dq_accum + 2 * i);
-  *reinterpret_cast<__nv_bfloat162*>(dqkv + (b * T + t) * 3 * C + h * kHeadDim + col) =
-      __floats2bfloat162_rn(v.x * scale, v.y * scale);
+  __nv_bfloat162 packed[4] = {__floats2bfloat162_rn(lo.x * scale, lo.y * scale),
+                              __floats2bfloat162_rn(lo.z * scale, lo.w * scale),
+                              __floats2bfloat162_rn(hi.x * scale, hi.y * scale),
+                              __floats2bfloat162_rn(hi.z * scale, hi.w * scale)};
+  *reinterpret_cast<int4*>(dqkv + (b * T + t) * 3 * C + h * kHeadDim + 8 * pack) =
+      *reinterpret_cast<const int4*>(packed);
 }
 
 template <typename Traits>
@@ -623,11 +631,11 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(kv_map, q_map, dout_map, params);
   GPT2_CUDA_CHECK_LAUNCH();
 
-  const int64_t pairs = stat_rows * kHeadDim / 2;
+  const int64_t packs = stat_rows * kHeadDim / 8;
   const int threads = 256;
   hopper_backward_write_dq_kernel<kHeadDim>
-      <<<static_cast<unsigned>((pairs + threads - 1) / threads), threads, 0, stream>>>(
-          dqkv, ws.dq_accum, T, C, NH, T_pad / kDqTileRows, pairs, scale);
+      <<<static_cast<unsigned>((packs + threads - 1) / threads), threads, 0, stream>>>(
+          dqkv, ws.dq_accum, T, C, NH, T_pad / kDqTileRows, packs, scale);
   GPT2_CUDA_CHECK_LAUNCH();
 }
 

@@ -14,6 +14,10 @@
  *    scale folded into one FMA), P packed to bf16 in registers as the A operand of O += P V.
  *    The S of tile j+1 is issued before the softmax of tile j runs, so the tensor cores and
  *    the exponentials overlap (intra-warpgroup pipelining).
+ * Two shapes of block: 128 query rows (two consumers, one block per SM: every K/V tile serves
+ * 128 rows) or 64 (one consumer, two blocks per SM, so one block's prologue, first tile and
+ * epilogue overlap the other's main loop). The launcher picks by shape unless told: 64 rows at
+ * head size 64, 128 at head size 128 (see attention_hopper_forward_rows).
  * Only the first (diagonal) key tile needs masking (keys after the query or at/after T).
  * Nothing of size T x T exists; the only global writes are out and lse.
  */
@@ -40,16 +44,19 @@ struct HopperForwardParams {
   float scale_log2;  // softmax scale * log2(e)
 };
 
-template <int kHeadDim_>
+template <int kHeadDim_, int kConsumers_>
 struct HopperForwardTraits {
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kConsumers = 2;             // consumer warpgroups, 64 query rows each
+  static constexpr int kConsumers = kConsumers_;   // consumer warpgroups, 64 query rows each
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per block
-  static constexpr int kBlockN = 128;              // keys per K/V tile
+  static constexpr int kBlocksPerSm = 3 - kConsumers;
+  // Keys per K/V tile: 128, but 64 at head size 128 with two blocks per SM (shared memory).
+  static constexpr int kBlockN = kConsumers == 1 && kHeadDim == 128 ? 64 : 128;
   static constexpr int kStages = 2;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = 240;
+  // The register file (64K) shared by kBlocksPerSm blocks: 240 + 240 + 24 or 232 + 24 (x 2).
+  static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 232;
   using QTile = SmemTile<kBlockM, kHeadDim>;
   using KVTile = SmemTile<kBlockN, kHeadDim>;
   static constexpr int kQOffset = 0;
@@ -58,14 +65,20 @@ struct HopperForwardTraits {
   static constexpr int kBarrierOffset = kVOffset + kStages * KVTile::kBytes;
   static constexpr int kNumBarriers = 1 + 3 * kStages;  // q_full, k_full[], v_full[], empty[]
   static constexpr int kSmemBytes = kBarrierOffset + 8 * kNumBarriers + 1024;  // + alignment
-  static_assert(kBlockM == kBlockN, "the diagonal key tile must be the block's last");
-  static_assert((kConsumers * kConsumerRegisters + kProducerRegisters) * 128 <= 65536,
+  static_assert(kConsumers == 1 || kConsumers == 2, "one or two consumer warpgroups");
+  // Key tiles aligned to kBlockN hold whole query blocks: only the block's last (diagonal) key
+  // tile needs the causal mask, and it has a key <= every row.
+  static_assert(kBlockN % kBlockM == 0, "the diagonal key tile must be the block's last");
+  static_assert((kConsumers * kConsumerRegisters + kProducerRegisters) * 128 * kBlocksPerSm <=
+                    65536,
                 "setmaxnreg budgets exceed the register file");
+  static_assert(kSmemBytes * kBlocksPerSm <= 227 * 1024, "shared memory per SM");
 };
 
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreads, 1)
-    hopper_forward_kernel(const __grid_constant__ CUtensorMap qkv_map,
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
+    hopper_forward_kernel(const __grid_constant__ CUtensorMap q_map,
+                          const __grid_constant__ CUtensorMap kv_map,
                           const HopperForwardParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kHeadDim = Traits::kHeadDim;
@@ -108,18 +121,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // Producer: one thread issues every copy; key tiles from the diagonal down.
     hopper::setmaxnreg_dec<Traits::kProducerRegisters>();
     if (threadIdx.x == 0) {
-      hopper::prefetch_tensor_map(&qkv_map);
+      hopper::prefetch_tensor_map(&q_map);
+      hopper::prefetch_tensor_map(&kv_map);
       const int q_col = h * kHeadDim;
       hopper::mbarrier_arrive_expect_tx(q_full, QTile::kBytes);
-      q_tile.load(&qkv_map, q_full, q_col, m0, b);
+      q_tile.load(&q_map, q_full, q_col, m0, b);
       for (int it = 0; it < n_blocks; ++it) {
         const int s = it % kStages;
         if (it >= kStages) hopper::mbarrier_wait(empty(s), ((it / kStages) - 1) & 1);
         const int n0 = (n_blocks - 1 - it) * kBlockN;
         hopper::mbarrier_arrive_expect_tx(k_full(s), KVTile::kBytes);
-        k_tile(s).load(&qkv_map, k_full(s), p.C + q_col, n0, b);
+        k_tile(s).load(&kv_map, k_full(s), p.C + q_col, n0, b);
         hopper::mbarrier_arrive_expect_tx(v_full(s), KVTile::kBytes);
-        v_tile(s).load(&qkv_map, v_full(s), 2 * p.C + q_col, n0, b);
+        v_tile(s).load(&kv_map, v_full(s), 2 * p.C + q_col, n0, b);
       }
     }
     return;
@@ -286,10 +300,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 template <typename Traits>
 void launch_hopper_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
                            cudaStream_t stream) {
-  // qkv as (dim0 = 3C columns, dim1 = T rows, dim2 = B); boxes of 64 columns x 128 rows.
-  const CUtensorMap qkv_map = make_tensor_map_bf16_3d(
-      qkv, {3ull * C, static_cast<uint64_t>(T), static_cast<uint64_t>(B)}, 3ull * C * 2,
-      3ull * C * 2 * T, 64, Traits::kBlockN);
+  // qkv as (dim0 = 3C columns, dim1 = T rows, dim2 = B); boxes of 64 columns x the tile's rows.
+  const uint64_t dims[3] = {3ull * C, static_cast<uint64_t>(T), static_cast<uint64_t>(B)};
+  const CUtensorMap q_map =
+      make_tensor_map_bf16_3d(qkv, dims, 3ull * C * 2, 3ull * C * 2 * T, 64, Traits::kBlockM);
+  const CUtensorMap kv_map =
+      make_tensor_map_bf16_3d(qkv, dims, 3ull * C * 2, 3ull * C * 2 * T, 64, Traits::kBlockN);
   HopperForwardParams params{out, lse, T, C, NH, B * NH,
                              (T + Traits::kBlockM - 1) / Traits::kBlockM,
                              static_cast<float>(1.0 / std::sqrt(double(Traits::kHeadDim))) *
@@ -300,7 +316,7 @@ void launch_hopper_forward(bf16* out, float* lse, const bf16* qkv, int B, int T,
   const int64_t blocks = static_cast<int64_t>(params.num_m_blocks) * params.BH;
   GPT2_CHECK(blocks < (int64_t{1} << 31), "too many attention blocks: ", blocks);
   kernel<<<static_cast<unsigned>(blocks), Traits::kThreads, Traits::kSmemBytes, stream>>>(
-      qkv_map, params);
+      q_map, kv_map, params);
   GPT2_CUDA_CHECK_LAUNCH();
 }
 
@@ -314,13 +330,30 @@ bool attention_hopper_compiled() {
 #endif
 }
 
+// Measured on an H100 (2026-11-25, gpt2-attention-bench, T = 512-16K): at head size 64 the
+// 64-row blocks are level at T <= 1K and 8-19% faster from 2K to 16K; at head size 128 (64-key
+// tiles to fit two blocks) they are 4-25% slower everywhere.
+int attention_hopper_forward_rows(int T, int head_size) {
+  (void)T;
+  return head_size == 64 ? 64 : 128;
+}
+
 void attention_hopper_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
-                              cudaStream_t stream) {
+                              int block_rows, cudaStream_t stream) {
   const int head_size = flash::checked_head_size(B, T, C, NH);
+  if (block_rows == 0) block_rows = attention_hopper_forward_rows(T, head_size);
+  GPT2_CHECK(block_rows == 64 || block_rows == 128,
+             "Hopper forward block rows must be 64 or 128 (0: by shape), got ", block_rows);
   if (head_size == 64) {
-    launch_hopper_forward<HopperForwardTraits<64>>(out, lse, qkv, B, T, C, NH, stream);
+    if (block_rows == 64)
+      launch_hopper_forward<HopperForwardTraits<64, 1>>(out, lse, qkv, B, T, C, NH, stream);
+    else
+      launch_hopper_forward<HopperForwardTraits<64, 2>>(out, lse, qkv, B, T, C, NH, stream);
   } else {
-    launch_hopper_forward<HopperForwardTraits<128>>(out, lse, qkv, B, T, C, NH, stream);
+    if (block_rows == 64)
+      launch_hopper_forward<HopperForwardTraits<128, 1>>(out, lse, qkv, B, T, C, NH, stream);
+    else
+      launch_hopper_forward<HopperForwardTraits<128, 2>>(out, lse, qkv, B, T, C, NH, stream);
   }
 }
 

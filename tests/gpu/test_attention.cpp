@@ -71,13 +71,19 @@ Reference reference_attention(const std::vector<float>& qkv, const std::vector<f
   return ref;
 }
 
+// The Hopper kernels' knobs (AttentionConfig's defaults unless a test sets them).
+struct HopperKnobs {
+  bool deterministic = true;
+  int backward_max_blocks = 0;
+  int forward_block_rows = 0;
+};
+
 // One forward + backward through the attention dispatch with the given kernel; every output
 // (out, saved, dqkv) and the workspace are poisoned first.
 template <typename T_>
 AttentionResult run_attention(AttentionKernel kernel, const std::vector<float>& qkv,
                               const std::vector<float>& dout, const AttentionShape& s,
-                              const Context& ctx, bool deterministic = true,
-                              int backward_max_blocks = 0) {
+                              const Context& ctx, const HopperKnobs& knobs = {}) {
   const int C = s.NH * s.HS;
   const int64_t n_out = static_cast<int64_t>(s.B) * s.T * C;
   AttentionConfig config;
@@ -87,8 +93,9 @@ AttentionResult run_attention(AttentionKernel kernel, const std::vector<float>& 
   config.NH = s.NH;
   config.bf16 = std::is_same_v<T_, bf16>;
   config.kernel = kernel;
-  config.deterministic = deterministic;
-  config.backward_max_blocks = backward_max_blocks;
+  config.deterministic = knobs.deterministic;
+  config.backward_max_blocks = knobs.backward_max_blocks;
+  config.forward_block_rows = knobs.forward_block_rows;
   DeviceBuffer<T_> d_qkv(3 * n_out), d_dout(n_out), d_out(n_out), d_dqkv(3 * n_out);
   DeviceBuffer<unsigned char> saved(static_cast<int64_t>(attention_saved_bytes(config)));
   DeviceBuffer<unsigned char> workspace(static_cast<int64_t>(attention_workspace_bytes(config)));
@@ -134,15 +141,14 @@ bool kernel_runs_here(AttentionKernel kernel, int head_size, std::string* why) {
 // The kernel against fp64 and against naive attention of the same storage type (the FA2 rule).
 template <typename T_>
 void check_attention(AttentionKernel kernel, const AttentionShape& s, uint64_t seed,
-                     bool deterministic = true, int backward_max_blocks = 0) {
+                     const HopperKnobs& knobs = {}) {
   const int C = s.NH * s.HS;
   const int64_t n_out = static_cast<int64_t>(s.B) * s.T * C;
   const std::vector<float> qkv = round_through<T_>(random_normal(3 * n_out, seed, s.input_scale));
   const std::vector<float> dout = round_through<T_>(random_normal(n_out, seed + 1));
   const Reference ref = reference_attention(qkv, dout, s);
   Context ctx;
-  const AttentionResult flash =
-      run_attention<T_>(kernel, qkv, dout, s, ctx, deterministic, backward_max_blocks);
+  const AttentionResult flash = run_attention<T_>(kernel, qkv, dout, s, ctx, knobs);
   const AttentionResult naive = run_attention<T_>(AttentionKernel::kNaive, qkv, dout, s, ctx);
 
   bool finite = true;
@@ -156,10 +162,10 @@ void check_attention(AttentionKernel kernel, const AttentionShape& s, uint64_t s
   EXPECT_TRUE(finite) << "naive out has non-finite values";
   const double naive_grad = relative_l2(naive.dqkv, ref.dqkv, &finite);
   EXPECT_TRUE(finite) << "naive dqkv has non-finite values";
-  std::printf("[ attention] %-4s %-14s %-38s rel-L2 vs fp64: out %.2e naive %.2e | "
-              "dqkv %.2e naive %.2e | lse %.2e\n",
-              Storage<T_>::kName, to_string(kernel), describe(s).c_str(), flash_out, naive_out,
-              flash_grad, naive_grad, flash_lse);
+  std::printf("[ attention] %-4s %-14s %-38s fwd rows %3d rel-L2 vs fp64: out %.2e "
+              "naive %.2e | dqkv %.2e naive %.2e | lse %.2e\n",
+              Storage<T_>::kName, to_string(kernel), describe(s).c_str(),
+              knobs.forward_block_rows, flash_out, naive_out, flash_grad, naive_grad, flash_lse);
 
   // fp32 is exact arithmetic up to accumulation order; bf16 follows the 2x-naive rule.
   const bool is_bf16 = std::is_same_v<T_, bf16>;
@@ -181,10 +187,15 @@ TEST_P(GpuAttentionTest, Bf16PortableFlashMatchesFp64Reference) {
   check_attention<bf16>(AttentionKernel::kFlashPortable, GetParam(), 1000 + GetParam().T);
 }
 
+// Both shapes of forward block: 64 query rows (two blocks per SM) and 128.
 TEST_P(GpuAttentionTest, Bf16HopperFlashMatchesFp64Reference) {
   GPT2_REQUIRE_GPU();
   GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, GetParam().HS);
-  check_attention<bf16>(AttentionKernel::kFlashHopper, GetParam(), 1000 + GetParam().T);
+  for (const int rows : {64, 128}) {
+    HopperKnobs knobs;
+    knobs.forward_block_rows = rows;
+    check_attention<bf16>(AttentionKernel::kFlashHopper, GetParam(), 1000 + GetParam().T, knobs);
+  }
 }
 
 TEST_P(GpuAttentionTest, Fp32PortableFlashMatchesFp64Reference) {
@@ -214,8 +225,10 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(GpuAttentionHopper, NondeterministicModeMatchesFp64Reference) {
   GPT2_REQUIRE_GPU();
   GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, 64);
+  HopperKnobs racing;
+  racing.deterministic = false;
   check_attention<bf16>(AttentionKernel::kFlashHopper, AttentionShape{2, 777, 3, 64, 1.0}, 31,
-                        /*deterministic=*/false);
+                        racing);
 }
 
 // Rows of out and dQ at a few query positions, from the fp64 definition, for shapes too large
@@ -354,20 +367,47 @@ TEST(GpuAttentionHopper, FewPersistentBlocksTakeManyItemsEach) {
   for (const int head_size : {64, 128}) {
     GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, head_size);
     const AttentionShape s{2, 777, 3, head_size, 1.0};
-    for (const bool deterministic : {true, false})
-      check_attention<bf16>(AttentionKernel::kFlashHopper, s, 41, deterministic,
-                            /*backward_max_blocks=*/3);
+    for (const bool deterministic : {true, false}) {
+      HopperKnobs knobs;
+      knobs.deterministic = deterministic;
+      knobs.backward_max_blocks = 3;
+      check_attention<bf16>(AttentionKernel::kFlashHopper, s, 41, knobs);
+    }
     const int C = s.NH * s.HS;
     const int64_t n_out = static_cast<int64_t>(s.B) * s.T * C;
     const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 43));
     const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 44));
     Context ctx;
+    HopperKnobs three_blocks;
+    three_blocks.backward_max_blocks = 3;
     const AttentionResult few =
-        run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx, true, 3);
+        run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx, three_blocks);
     const AttentionResult all =
         run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx);
     EXPECT_EQ(few.dqkv, all.dqkv) << describe(s);
   }
+}
+
+// At head size 64 both forward block shapes meet the same 128-key tiles in the same order, so
+// every row is the same arithmetic: out and lse bit for bit (head size 128 tiles keys by 64 in
+// the 64-row shape, so there they only agree to rounding, as checked above).
+TEST(GpuAttentionHopper, ForwardBlockShapesGiveIdenticalBitsAtHeadSize64) {
+  GPT2_REQUIRE_GPU();
+  GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, 64);
+  const AttentionShape s{3, 1000, 5, 64, 1.0};
+  const int64_t n_out = static_cast<int64_t>(s.B) * s.T * s.NH * s.HS;
+  const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 51));
+  const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 52));
+  Context ctx;
+  HopperKnobs rows64, rows128;
+  rows64.forward_block_rows = 64;
+  rows128.forward_block_rows = 128;
+  const AttentionKernel hopper = AttentionKernel::kFlashHopper;
+  const AttentionResult a = run_attention<bf16>(hopper, qkv, dout, s, ctx, rows64);
+  const AttentionResult b = run_attention<bf16>(hopper, qkv, dout, s, ctx, rows128);
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(a.lse, b.lse);
+  EXPECT_EQ(a.dqkv, b.dqkv);  // the same backward from the same out and lse
 }
 
 }  // namespace
