@@ -8,10 +8,11 @@ own layout copies count. --layout separate: three contiguous (B, NH, T, HS) tens
 kernels' best case (FlashAttention's benchmark layout), to compare kernel with kernel. Forward,
 backward (dqkv written into a cleared .grad) and forward+backward are timed with CUDA events:
 median of --repeats after --warmup, inputs rotated among enough sets to overflow the L2 cache.
---timing graph (default): each step is captured once per input set in a CUDA graph and the
-events time one replay, so Python's and the dispatcher's host time (which at short T exceeds the
-kernels' and varies between machines) is not counted; --timing eager: events around the Python
-calls. FLOPs by FlashAttention's convention: forward 4 B NH T^2 HS / 2 (causal), backward 2.5x,
+--timing kernels (default): the GPU time of the step's kernels and copies as the CUDA profiler
+(CUPTI, through torch.profiler) records them, summed, so Python's and the dispatcher's host time
+(which at short T exceeds the kernels' and varies between machines) is not counted, nor the gaps
+between kernels (which this project's timings include); --timing eager: CUDA events around the
+Python calls. FLOPs by FlashAttention's convention: forward 4 B NH T^2 HS / 2 (causal), backward 2.5x,
 both 3.5x.
 
 With --ours CSV (written by gpt2-attention-bench in the same run on the same device) it prints one
@@ -27,7 +28,9 @@ import sys
 
 import torch
 import torch.nn.functional as F
+from torch.autograd import DeviceType
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.profiler import ProfilerActivity, profile
 
 from bench_io import print_table, write_csv
 
@@ -55,17 +58,27 @@ def median_ms(fn, warmup, repeats, prepare=None):
     return statistics.median(times)
 
 
-def capture(fn):
-    """fn() captured in a CUDA graph (after it ran eagerly, on the capture's side stream)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph
+def kernel_ms(fn, warmup, repeats, prepare=None):
+    """Median over repeats of the summed GPU time of what fn(i) runs on the device (kernels,
+    copies, memsets), from the CUDA profiler; prepare(i), if given, runs unprofiled before."""
+    for i in range(warmup):
+        if prepare:
+            prepare(i)
+        fn(i)
+    times = []
+    for i in range(repeats):
+        if prepare:
+            prepare(warmup + i)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            fn(warmup + i)
+            torch.cuda.synchronize()
+        device_us = [e.time_range.elapsed_us() for e in prof.events()
+                     if e.device_type == DeviceType.CUDA]
+        if not device_us:
+            raise RuntimeError("the CUDA profiler recorded no device activity")
+        times.append(sum(device_us) / 1e3)
+    return statistics.median(times)
 
 
 def make_inputs(layout, B, T, NH, HS):
@@ -99,39 +112,18 @@ def time_backend(backend, layout, B, T, NH, HS, sets, warmup, repeats, timing):
         clear_grads(i)
         attend(i).backward(douts[i % sets])
 
-    if timing == "graph":
-        # One graph per set and step; the backward's graph replays the backward of a forward
-        # run once before capture (retain_graph keeps its saved tensors for every replay).
-        def graphs_of(step):
-            return [capture(lambda i=i: step(i)) for i in range(sets)]
+    timer = kernel_ms if timing == "kernels" else median_ms
+    fwd = timer(forward, warmup, repeats)
+    both = timer(forward_backward, warmup, repeats)
+    # Backward alone: the forward (and its autograd graph) untimed before each backward.
+    outs = {}
 
-        outs = []
+    def fresh_forward(i):
+        clear_grads(i)
+        outs[0] = attend(i)
 
-        def backward_only(i):
-            clear_grads(i)  # so the captured backward writes its .grad, not adds into it
-            outs[i].backward(douts[i], retain_graph=True)
-
-        fwd_graphs = graphs_of(forward)
-        both_graphs = graphs_of(forward_backward)
-        for i in range(sets):
-            clear_grads(i)
-            outs.append(attend(i))
-        bwd_graphs = graphs_of(backward_only)
-        fwd, bwd, both = (median_ms(lambda i, g=g: g[i % sets].replay(), warmup, repeats)
-                          for g in (fwd_graphs, bwd_graphs, both_graphs))
-        del fwd_graphs, bwd_graphs, both_graphs, outs
-    else:
-        fwd = median_ms(forward, warmup, repeats)
-        both = median_ms(forward_backward, warmup, repeats)
-        # Backward alone: the forward (and its autograd graph) untimed before each backward.
-        outs = {}
-
-        def fresh_forward(i):
-            clear_grads(i)
-            outs[0] = attend(i)
-
-        bwd = median_ms(lambda i: outs.pop(0).backward(douts[i % sets]), warmup, repeats,
-                        prepare=fresh_forward)
+    bwd = timer(lambda i: outs.pop(0).backward(douts[i % sets]), warmup, repeats,
+                prepare=fresh_forward)
     del inputs, douts
     torch.cuda.empty_cache()
     return fwd, bwd, both
@@ -148,8 +140,9 @@ def main():
     parser.add_argument("--layout", choices=("gpt2", "separate"), default="gpt2",
                         help="q, k, v as views of GPT-2's (B,T,3,NH,HS) qkv, or 3 contiguous "
                         "(B,NH,T,HS) tensors")
-    parser.add_argument("--timing", choices=("graph", "eager"), default="graph",
-                        help="time CUDA-graph replays (kernels only) or the eager Python calls")
+    parser.add_argument("--timing", choices=("kernels", "eager"), default="kernels",
+                        help="the device time of the kernels (CUDA profiler) or CUDA events "
+                        "around the eager Python calls")
     parser.add_argument("--ours", help="gpt2-attention-bench CSV of the same run, to compare")
     parser.add_argument("--csv", default="out/pytorch_attention.csv")
     parser.add_argument("--markdown", help="write the comparison table here (Markdown)")

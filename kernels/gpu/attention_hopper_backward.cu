@@ -8,7 +8,13 @@
  *     D = rowsum(dO * O) (padding rows: lse2 = +inf, D = 0, so their P is exactly 0); the fp32
  *     dQ accumulator and the semaphores are zeroed in the same pass.
  *  2. Main kernel, persistent: one block per SM takes work items (128 keys, b, h) from a global
- *     counter, longest first (key tile 0 meets every query tile). Warpgroup 0 is the producer:
+ *     counter. Heads go in groups of group_heads, all items of a group before the next group's,
+ *     so the Q, dO and dQ tiles that a group's items share stay in L2 (ordered by key block
+ *     alone, the items in flight at short T span every head); in a group, key block 0 of every
+ *     head first (the longest: it meets every query tile), then key block 1, ... Groups hold
+ *     three items per block, or in deterministic mode enough that key block n of a head starts
+ *     a few steps after key block n - 1, so the fixed order below rarely makes one wait (see
+ *     the launcher). Warpgroup 0 is the producer:
  *     one thread issues, per item, TMA copies of the K and V tiles (once the consumers are done
  *     with the previous item's: its dK/dV stores overlap the load), then a ring of kStages (Q,
  *     dO, lse2, D) query tiles of kBlockM rows (128 at head size 64, 64 at 128), from the
@@ -98,7 +104,8 @@ struct HopperBackwardParams {
   bf16* dqkv;
   int T, C, NH, BH;
   int num_m_tiles;
-  int num_items;  // key blocks * BH
+  int num_items;    // key blocks * BH
+  int group_heads;  // heads scheduled together
   int deterministic;
   float scale;       // 1/sqrt(HS)
   float scale_log2;  // scale * log2(e)
@@ -184,20 +191,26 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   auto dq_empty = [&](int c) { return bars + 8 * (1 + 2 * kStages + kConsumers + c); };
   const uint32_t kv_empty = bars + 8 * (1 + 2 * kStages + 2 * kConsumers);
 
-  // The schedule: item w = n_block * BH + bh (key block n_block of head bh), longest first;
-  // each block takes the next item from a global counter until none is left. item_slot[count %
-  // 2] hands item number `count` of this block (or -1: no more) from the loader to the
-  // consumers with kv_full; dq_tile[c] tells the writer which tile a staged block belongs to.
+  // The schedule: item w of a group of heads is key block w / heads_here of the group's head
+  // w % heads_here (see the file comment); each block takes the next item from a global counter
+  // until none is left. item_slot[count % 2] hands item number `count` of this block (or -1: no
+  // more) from the loader to the consumers with kv_full; dq_tile[c] tells the writer which tile
+  // a staged block belongs to.
   volatile int* item_slot = reinterpret_cast<volatile int*>(smem_generic + Traits::kSlotOffset);
   volatile int* dq_tile = item_slot + 2;  // [c]: tile index (bh * num_m_tiles + m), or -1
   volatile int* dq_n_block = item_slot + 4;  // [c]: the key block that staged it
   struct Item {
     int n_block, bh, b, h, n0, m_begin;
   };
+  const int n_blocks = (p.T + Traits::kBlockN - 1) / Traits::kBlockN;
   auto item_of = [&](int w) {
     Item item;
-    item.n_block = w / p.BH;
-    item.bh = w % p.BH;
+    const int group_items = n_blocks * p.group_heads;
+    const int first_bh = w / group_items * p.group_heads;
+    const int within = w % group_items;
+    const int heads_here = min(p.group_heads, p.BH - first_bh);  // the last group may be smaller
+    item.n_block = within / heads_here;
+    item.bh = first_bh + within % heads_here;
     item.b = item.bh / p.NH;
     item.h = item.bh % p.NH;
     item.n0 = item.n_block * Traits::kBlockN;
@@ -263,9 +276,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       // dQ writer: adds each staged block into the fp32 accumulator with one bulk reduce and
       // frees the staging slot once the copy engine has read it. In deterministic mode key
       // block n adds tile m only after key block n - 1 has (the per-tile semaphore counts the
-      // additions); it passes tile m on when its next tile is staged (or at the end), by which
-      // time the addition has long landed, so waiting for it costs nothing.
-      int* pending = nullptr;  // the semaphore of the tile added last, not yet passed on
+      // additions), and passes tile m on as soon as both blocks of it have landed (while the
+      // consumers compute the next step), so that key block n + 1, often only a step or two
+      // behind, waits as little as possible.
+      int* pending = nullptr;  // the semaphore of the tile being added, not yet passed on
       auto pass_on = [&] {
         hopper::bulk_wait_group<0>();
         __threadfence();
@@ -282,7 +296,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
             break;
           }
           if (p.deterministic && c == 0) {
-            if (pending) pass_on();
             const int n_block = dq_n_block[c];
             while (load_acquire(p.semaphores + tile) != n_block) {
             }
@@ -295,8 +308,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           hopper::bulk_wait_group_read<0>();
           hopper::mbarrier_arrive(dq_empty(c));
         }
+        if (pending) pass_on();
       }
-      if (pending) pass_on();
       hopper::bulk_wait_group<0>();
     }
     return;
@@ -622,12 +635,19 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
                                        Traits::kSmemBytes));
   // Persistent: one block per SM (the shared memory allows no more), each taking items until
   // none is left.
-  int device = 0, sms = 0;
-  GPT2_CUDA_CHECK(cudaGetDevice(&device));
-  GPT2_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int sms = hopper::current_device_sms();
   GPT2_CHECK(max_blocks >= 0, "max_blocks = ", max_blocks, " (0: one block per SM)");
   const int grid = static_cast<int>(
       std::min<int64_t>({items, sms, max_blocks > 0 ? max_blocks : int64_t{sms}}));
+  // Items per head group: three per block; in deterministic mode more, so that key block n of
+  // a head starts enough steps after key block n - 1 (about group_heads * n_blocks / (2 grid))
+  // that the chain of n_blocks fixed-order additions rarely waits: six per block, and at long
+  // T (long chains) at least n_blocks / 5 per block. Measured on an H100 (2026-11-25, head
+  // size 64, T = 1K-16K, groups of 2, 3, 4, 6 items per block and all heads).
+  const int64_t group_items =
+      deterministic ? std::max<int64_t>(6 * int64_t{grid}, int64_t{n_blocks} * grid / 5)
+                    : 3 * int64_t{grid};
+  params.group_heads = hopper::schedule_group_heads(n_blocks, BH, group_items);
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(kv_map, q_map, dout_map, params);
   GPT2_CUDA_CHECK_LAUNCH();
 
