@@ -7,7 +7,7 @@
  * the portable flash kernels: forward writes out (B,T,C) and lse (B,NH,T) fp32; backward
  * overwrites dqkv (B,T,3C) in full. The backward needs attention_hopper_workspace_bytes() of
  * device workspace: the log2-domain lse and D = rowsum(dO * O) padded to whole query tiles, the
- * fp32 dQ accumulator and the per-tile semaphores of the deterministic dQ order. With
+ * fp32 dQ accumulator and the per-tile semaphores ordering the dQ writes. With
  * deterministic = true the dQ additions happen in a fixed order (bit-identical runs); with
  * false they race (faster, last bits vary). The backward is persistent: max_blocks > 0 caps its
  * grid below one block per SM (for tests).

@@ -104,6 +104,14 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
       : "memory");
 }
 
+/// global[0..bytes) = shared[0..bytes), by the copy engine (bulk async group; bytes % 16 == 0,
+/// both addresses 16-byte aligned).
+__device__ __forceinline__ void bulk_store(void* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst),
+               "r"(src), "r"(bytes)
+               : "memory");
+}
+
 /// global[0..bytes) += shared[0..bytes) as fp32, by the copy engine (bulk async group).
 __device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
   asm volatile(
@@ -126,6 +134,12 @@ __device__ __forceinline__ void bulk_wait_group_read() {
 template <int kPending>
 __device__ __forceinline__ void bulk_wait_group() {
   asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+/// Orders this thread's global-memory accesses through the generic proxy (loads, atomics) and
+/// through the async proxy (bulk copies) with each other, both ways.
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 
 /// Orders this thread's ordinary shared-memory stores before later async-proxy reads of them
