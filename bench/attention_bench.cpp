@@ -8,7 +8,10 @@
  * from one timed run to the next so the cache does not flatter. flash-hopper runs twice: its
  * default backward (dQ additions race) and flash-hopper-det (fixed-order dQ, bit-identical runs).
  * Each kernel is validated once against a reference kernel (naive where it fits in memory, else
- * flash-portable: relative L2 of out and dqkv), then timed: --warmup untimed runs, --repeats timed runs, the median reported.
+ * flash-portable: relative L2 of out and dqkv), then timed: --warmup untimed calls, then --repeats
+ * timed runs of --burst calls each, back to back between two events (so the host's launch work
+ * overlaps the GPU's, as in training, instead of idling it at the start of every run); the
+ * median run divided by --burst reported.
  * Backward runs are timed on the forward outputs of the same set. Never asserts.
  * FLOPs (FlashAttention's convention; causal: the masked half not counted; recomputation not
  * counted): forward 4 B NH T^2 HS / 2, backward 2.5 x forward, forward+backward 3.5 x forward.
@@ -80,22 +83,24 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(diff / std::max(norm, 1e-300));
 }
 
-/// Median of `repeats` event-timed calls of launch(r) after `warmup` untimed ones.
+/// Median over `repeats` event-timed runs of `burst` back-to-back calls launch(i) (per call),
+/// after `warmup` untimed calls; i counts every call, so the input sets rotate.
 template <typename F>
-double median_ms(F&& launch, int warmup, int repeats, cudaStream_t stream) {
+double median_ms(F&& launch, int warmup, int repeats, int burst, cudaStream_t stream) {
   cudaEvent_t start, stop;
   GPT2_CUDA_CHECK(cudaEventCreate(&start));
   GPT2_CUDA_CHECK(cudaEventCreate(&stop));
   for (int i = 0; i < warmup; ++i) launch(i);
   std::vector<double> times;
+  int call = warmup;
   for (int i = 0; i < repeats; ++i) {
     GPT2_CUDA_CHECK(cudaEventRecord(start, stream));
-    launch(warmup + i);
+    for (int j = 0; j < burst; ++j) launch(call++);
     GPT2_CUDA_CHECK(cudaEventRecord(stop, stream));
     GPT2_CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0;
     GPT2_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
+    times.push_back(ms / burst);
   }
   GPT2_CUDA_CHECK(cudaEventDestroy(start));
   GPT2_CUDA_CHECK(cudaEventDestroy(stop));
@@ -184,6 +189,7 @@ int bench_main(int argc, char** argv) {
       ("sets", "input sets rotated between runs (0: enough to exceed 4x the L2 cache)", cxxopts::value<int>()->default_value("0"))
       ("warmup", "untimed runs", cxxopts::value<int>()->default_value("3"))
       ("repeats", "timed runs", cxxopts::value<int>()->default_value("10"))
+      ("burst", "calls per timed run, back to back (the time reported per call)", cxxopts::value<int>()->default_value("4"))
       ("csv", "CSV output", cxxopts::value<std::string>()->default_value("out/attention_bench.csv"))
       ("h,help", "print this help");
   const auto args = cli.parse(argc, argv);
@@ -193,10 +199,11 @@ int bench_main(int argc, char** argv) {
   }
   const int NH = args["heads"].as<int>();
   const int warmup = args["warmup"].as<int>(), repeats = args["repeats"].as<int>();
+  const int burst = args["burst"].as<int>();
   const std::vector<int> head_sizes = parse_int_list(args["head-sizes"].as<std::string>(), "head-sizes");
   const std::vector<int> seq_lens = parse_int_list(args["seq-lens"].as<std::string>(), "seq-lens");
-  if (NH < 1 || repeats < 1 || warmup < 0 || args["sets"].as<int>() < 0)
-    GPT2_USAGE_FAIL("need --heads >= 1, --repeats >= 1, --warmup >= 0, --sets >= 0");
+  if (NH < 1 || repeats < 1 || burst < 1 || warmup < 0 || args["sets"].as<int>() < 0)
+    GPT2_USAGE_FAIL("need --heads >= 1, --repeats >= 1, --burst >= 1, --warmup >= 0, --sets >= 0");
   for (int hs : head_sizes)
     if (hs != 64 && hs != 128) GPT2_USAGE_FAIL("--head-sizes takes 64 and 128 (got ", hs, ")");
 
@@ -204,8 +211,8 @@ int bench_main(int argc, char** argv) {
   cudaStream_t stream = ctx.stream();
   cudaDeviceProp prop{};
   GPT2_CUDA_CHECK(cudaGetDeviceProperties(&prop, ctx.device()));
-  std::printf("gpt2-attention-bench on %s: bf16, causal, NH=%d, median of %d runs after %d\n",
-              ctx.device_name().c_str(), NH, repeats, warmup);
+  std::printf("gpt2-attention-bench on %s: bf16, causal, NH=%d, median of %d runs of %d calls "
+              "after %d\n", ctx.device_name().c_str(), NH, repeats, burst, warmup);
   std::printf("%4s %6s %3s %-15s | %9s %9s %9s | %8s %8s %8s | %9s %9s\n", "HS", "T", "B",
               "kernel", "fwd ms", "bwd ms", "f+b ms", "fwd TF/s", "bwd TF/s", "f+b TF/s",
               "err out", "err dqkv");
@@ -288,9 +295,10 @@ int bench_main(int argc, char** argv) {
         for (int i = 0; i < kernel_sets; ++i) forward(i);  // every set holds its forward outputs
         Timing& timing = timings[k];
         timing.sets = kernel_sets;
-        timing.fwd_ms = median_ms(forward, warmup, repeats, stream);
-        timing.bwd_ms = median_ms(backward, warmup, repeats, stream);
-        timing.fwdbwd_ms = median_ms([&](int i) { forward(i); backward(i); }, warmup, repeats, stream);
+        timing.fwd_ms = median_ms(forward, warmup, repeats, burst, stream);
+        timing.bwd_ms = median_ms(backward, warmup, repeats, burst, stream);
+        timing.fwdbwd_ms = median_ms([&](int i) { forward(i); backward(i); }, warmup, repeats,
+                                     burst, stream);
 
         // Validation on set 0 (fresh outputs), against the first kernel that ran.
         forward(0);
