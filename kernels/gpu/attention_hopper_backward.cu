@@ -6,7 +6,7 @@
  * 128; any T. CPU twin: cpu::attention_flash_backward. Three launches:
  *  1. Preprocess, HS/8 lanes per (b, h, t) of the tile-padded length: lse2 = lse * log2(e) and
  *     D = rowsum(dO * O) (padding rows: lse2 = +inf, D = 0, so their P is exactly 0); the
- *     semaphores are zeroed in the same pass.
+ *     semaphores (and, in racing mode, the fp32 dQ accumulator) are zeroed in the same pass.
  *  2. Main kernel, persistent: one block per SM takes work items (128 keys, b, h) from a global
  *     counter. Heads go in groups of group_heads, all items of a group before the next group's,
  *     so the Q, dO and dQ tiles that a group's items share stay in L2 (ordered by key block
@@ -28,13 +28,15 @@
  *       half at head size 64 (kBlockM = 128), of its head-dim half at 128 (kBlockM = 64).
  *     Each warpgroup stages its block in its own fp32 slot, and the writer moves it into the
  *     fp32 accumulator with one bulk copy (copy engine), so the consumers never wait on global
- *     memory. Key block 0, which meets every query tile, stores its blocks (the accumulator is
- *     never zeroed); the others add theirs (bulk reduce-add) once its store of the tile has
- *     landed (a per-tile semaphore counts the finished writes). Deterministic mode: key block n
- *     adds into tile m only after key block n - 1 has, so every tile is summed in the same order
- *     on every run. Either way an item waits only on items taken before it (so by running
- *     blocks), and only its writer thread waits. dK (times the scale) and dV are written from
- *     registers.
+ *     memory. Racing mode: every key block adds its blocks (bulk reduce-add) into the zeroed
+ *     accumulator, in whatever order they come. Deterministic mode: key block n adds into tile
+ *     m only after key block n - 1 has (a per-tile semaphore counts the finished writes), so
+ *     every tile is summed in the same order on every run; key block 0, the first for every
+ *     tile, stores its blocks instead, so the accumulator needs no zeroing. An item waits only
+ *     on items taken before it (so by running blocks), and only its writer thread waits. (Key
+ *     block 0 storing in racing mode too would make every other key block wait for it: at 16K,
+ *     where the items in flight hold ~30 key blocks of a head, that cost 4% of the kernel.)
+ *     dK (times the scale) and dV are written from registers.
  *  3. dQ * scale converted to bf16 into dqkv's query columns.
  * The dQ accumulator is a sequence of 64 x HS tiles, each 64 x 64 block in the order the
  * accumulator fragments are held (float2 [reg pair][thread]), so staging writes are
@@ -277,13 +279,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
     } else if (threadIdx.x == 32) {
       // dQ writer: moves each staged block into the fp32 accumulator with one bulk copy (a
-      // store from key block 0, a reduce-add from the others) and frees the staging slot once
-      // the copy engine has read it. A tile's semaphore counts the writes into it that have
-      // landed: key block 0 always passes its tiles on, the others only in deterministic mode,
-      // where key block n adds tile m once the count is n (key block n - 1 is done) and not
-      // before; otherwise they add once it is positive (the store is done). Tiles are passed on
-      // as soon as both blocks have landed (while the consumers compute the next step), so that
-      // the next key block, often only a step or two behind, waits as little as possible.
+      // reduce-add; in deterministic mode a store from key block 0) and frees the staging slot
+      // once the copy engine has read it. Deterministic mode: a tile's semaphore counts the
+      // writes into it that have landed, key block n writes tile m once the count is n (key
+      // block n - 1 is done) and passes it on as soon as both blocks have landed (while the
+      // consumers compute the next step), so that the next key block, often only a step or two
+      // behind, waits as little as possible.
       int* pending = nullptr;  // the semaphore of the tile being written, not yet passed on
       auto pass_on = [&] {
         hopper::bulk_wait_group<0>();
@@ -302,20 +303,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
             break;
           }
           const int n_block = dq_n_block[c];
-          if (c == 0) {
+          if (p.deterministic && c == 0) {
             int* semaphore = p.semaphores + tile;
-            if (p.deterministic) {
-              while (load_acquire(semaphore) != n_block) {
-              }
-            } else if (n_block > 0) {
-              while (load_acquire(semaphore) == 0) {
-              }
+            while (load_acquire(semaphore) != n_block) {
             }
             hopper::fence_proxy_async_global();  // the count before this copy's writes
-            if (p.deterministic || n_block == 0) pending = semaphore;
+            pending = semaphore;
           }
           float* block = p.dq_accum + (static_cast<int64_t>(tile) * kConsumers + c) * 64 * 64;
-          if (n_block == 0) {
+          if (p.deterministic && n_block == 0) {
             hopper::bulk_store(block, smem + dq_block(c), Traits::kDqBlockBytes);
           } else {
             hopper::bulk_reduce_add_f32(block, smem + dq_block(c), Traits::kDqBlockBytes);
@@ -510,11 +506,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 }
 
 // lse2 = lse * log2(e) and D = rowsum(dO * O) for t < T; +inf and 0 on the padding rows; the
-// semaphores and the work counter zeroed. HS/8 lanes per (bh, t) with t < T_pad, a 16-byte pack
-// each, summed by a butterfly among them.
+// semaphores, the work counter and, unless null, the dQ accumulator zeroed. HS/8 lanes per
+// (bh, t) with t < T_pad, a 16-byte pack each, summed by a butterfly among them.
 template <int kHeadDim, int kBlockM>
-__global__ void hopper_backward_preprocess_kernel(float* lse2, float* dsum, int* semaphores,
-                                                  int* work_counter, const float* lse,
+__global__ void hopper_backward_preprocess_kernel(float* lse2, float* dsum, float* dq_accum,
+                                                  int* semaphores, int* work_counter,
+                                                  const float* lse,
                                                   const bf16* dout, const bf16* out, int T,
                                                   int T_pad, int NH, int64_t rows) {
   constexpr int kLanesPerRow = kHeadDim / 8;  // a 16-byte pack of the row per lane
@@ -550,6 +547,12 @@ __global__ void hopper_backward_preprocess_kernel(float* lse2, float* dsum, int*
     lse2[row] = t < T ? lse[bh * T + t] * flash::kLog2e : INFINITY;
     if (t % kBlockM == 0) semaphores[row / kBlockM] = 0;
     if (row == 0) *work_counter = 0;
+  }
+  // The dQ accumulator holds HS floats per padded row (in another order): this lane zeroes 8.
+  if (dq_accum != nullptr && in_range) {
+    float4* zero = reinterpret_cast<float4*>(dq_accum + row * kHeadDim + part * 8);
+    zero[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+    zero[1] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
 }
 
@@ -605,8 +608,8 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
     const int64_t blocks = (stat_rows + rows_per_block - 1) / rows_per_block;
     hopper_backward_preprocess_kernel<kHeadDim, Traits::kBlockM>
         <<<static_cast<unsigned>(blocks), 32 * warps, 0, stream>>>(
-            ws.lse2, ws.dsum, ws.semaphores, ws.work_counter, lse, dout, out, T, T_pad, NH,
-            stat_rows);
+            ws.lse2, ws.dsum, deterministic ? nullptr : ws.dq_accum, ws.semaphores,
+            ws.work_counter, lse, dout, out, T, T_pad, NH, stat_rows);
     GPT2_CUDA_CHECK_LAUNCH();
   }
 
