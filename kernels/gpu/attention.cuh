@@ -25,9 +25,9 @@
  *   dQ into an fp32 buffer with atomics (dQ's last bits vary run to run). fp32: exact SIMT
  *   kernels with the same tiling, deterministic (the --precision fp32 path). Head size 64/128.
  * - kFlashHopper (FlashAttention-3 scheme, sm_90a, bf16, head size 64/128): TMA, wgmma and a
- *   producer warpgroup feeding two consumer warpgroups (attention_hopper_forward.cu,
- *   attention_hopper_backward.cu); with deterministic = true the dQ additions happen in a fixed
- *   order, so two runs give the same bits.
+ *   producer warpgroup feeding consumer warpgroups (attention_hopper_forward.cu,
+ *   attention_hopper_backward.cu), heads scheduled in L2-sized groups; with deterministic = true
+ *   the dQ additions happen in a fixed order, so two runs give the same bits.
  * Generation's one-query-per-sequence attention over a key/value cache is its own op family:
  * attention_decode.cuh.
  */

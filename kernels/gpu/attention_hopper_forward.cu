@@ -5,14 +5,14 @@
  * out (B,T,C) bf16 and lse (B,NH,T) fp32 (natural log) from qkv (B,T,3C) bf16; causal; head
  * size 64 or 128; any T. Same contract and CPU twin as the portable kernel
  * (cpu::attention_flash_forward). Parallel scheme (FlashAttention-3's):
- *  - one block per (128 query rows, b, h); heads in groups (group_heads, about two waves of
- *    blocks), a group's blocks longest row first and heads interleaved, so the K and V tiles
- *    that a group's blocks re-read stay in L2 (ordered by row alone, a wave at short T spans
- *    every head, and the re-reads, twice the whole K and V at 1K, came from DRAM);
+ *  - one block per (64 or 128 query rows, b, h, see below); heads in groups (group_heads,
+ *    about two waves of blocks), a group's blocks longest row first and heads interleaved, so
+ *    the K and V tiles that a group's blocks re-read stay in L2 (ordered by row alone, a wave at
+ *    short T spans every head, and the re-reads came from DRAM: 1K was 20% slower);
  *  - warpgroup 0 is the producer: one thread issues TMA copies of the Q tile and of a ring of
- *    kStages K and V tiles (128 keys each, key tiles from the diagonal down), gives its
+ *    kStages K and V tiles (kBlockN keys each, key tiles from the diagonal down), gives its
  *    registers away (setmaxnreg) and waits on the ring's empty barriers;
- *  - warpgroups 1 and 2 are consumers, 64 query rows each: S = Q K^T by wgmma from shared
+ *  - the other warpgroups are consumers, 64 query rows each: S = Q K^T by wgmma from shared
  *    memory into fp32 registers, the online softmax in registers (log2 domain, exp2 with the
  *    scale folded into one FMA), P packed to bf16 in registers as the A operand of O += P V.
  *    The S of tile j+1 is issued before the softmax of tile j runs, so the tensor cores and
