@@ -37,47 +37,42 @@ from bench_io import print_table, write_csv
 BACKENDS = {"torch-fa2": SDPBackend.FLASH_ATTENTION, "torch-cudnn": SDPBackend.CUDNN_ATTENTION}
 
 
-def median_ms(fn, warmup, repeats, prepare=None):
-    """Median event time of fn(i) over repeats, after warmup untimed calls; prepare(i), if
-    given, runs untimed before each."""
-    for i in range(warmup):
-        if prepare:
-            prepare(i)
-        fn(i)
-    times = []
-    for i in range(repeats):
-        if prepare:
-            prepare(warmup + i)
-        start = torch.cuda.Event(enable_timing=True)
-        stop = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn(warmup + i)
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
+def event_ms(run):
+    """Milliseconds between CUDA events recorded around run()."""
+    start = torch.cuda.Event(enable_timing=True)
+    stop = torch.cuda.Event(enable_timing=True)
+    start.record()
+    run()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop)
 
 
-def kernel_ms(fn, warmup, repeats, prepare=None):
-    """Median over repeats of the summed GPU time of what fn(i) runs on the device (kernels,
-    copies, memsets), from the CUDA profiler; prepare(i), if given, runs unprofiled before."""
-    for i in range(warmup):
-        if prepare:
-            prepare(i)
-        fn(i)
-    times = []
-    for i in range(repeats):
-        if prepare:
-            prepare(warmup + i)
+def kernel_ms(run):
+    """Milliseconds of device time of what run() launches (kernels, copies, memsets), summed,
+    from the CUDA profiler."""
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        run()
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            fn(warmup + i)
-            torch.cuda.synchronize()
-        device_us = [e.time_range.elapsed_us() for e in prof.events()
-                     if e.device_type == DeviceType.CUDA]
-        if not device_us:
-            raise RuntimeError("the CUDA profiler recorded no device activity")
-        times.append(sum(device_us) / 1e3)
+    device_us = [e.time_range.elapsed_us() for e in prof.events()
+                 if e.device_type == DeviceType.CUDA]
+    if not device_us:
+        raise RuntimeError("the CUDA profiler recorded no device activity")
+    return sum(device_us) / 1e3
+
+
+def median_time(measure, fn, warmup, repeats, prepare=None):
+    """Median of measure(fn(i)) over repeats, after warmup unmeasured calls; prepare(i), if
+    given, runs unmeasured before each call."""
+    times = []
+    for i in range(warmup + repeats):
+        if prepare:
+            prepare(i)
+        if i < warmup:
+            fn(i)
+        else:
+            times.append(measure(lambda: fn(i)))
     return statistics.median(times)
 
 
@@ -112,9 +107,9 @@ def time_backend(backend, layout, B, T, NH, HS, sets, warmup, repeats, timing):
         clear_grads(i)
         attend(i).backward(douts[i % sets])
 
-    timer = kernel_ms if timing == "kernels" else median_ms
-    fwd = timer(forward, warmup, repeats)
-    both = timer(forward_backward, warmup, repeats)
+    measure = kernel_ms if timing == "kernels" else event_ms
+    fwd = median_time(measure, forward, warmup, repeats)
+    both = median_time(measure, forward_backward, warmup, repeats)
     # Backward alone: the forward (and its autograd graph) untimed before each backward.
     outs = {}
 
@@ -122,8 +117,8 @@ def time_backend(backend, layout, B, T, NH, HS, sets, warmup, repeats, timing):
         clear_grads(i)
         outs[0] = attend(i)
 
-    bwd = timer(lambda i: outs.pop(0).backward(douts[i % sets]), warmup, repeats,
-                prepare=fresh_forward)
+    bwd = median_time(measure, lambda i: outs.pop(0).backward(douts[i % sets]), warmup, repeats,
+                      prepare=fresh_forward)
     del inputs, douts
     torch.cuda.empty_cache()
     return fwd, bwd, both
