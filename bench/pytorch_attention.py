@@ -23,6 +23,7 @@ import argparse
 import csv
 import datetime
 import math
+import os
 import statistics
 import sys
 
@@ -142,6 +143,9 @@ def main():
     parser.add_argument("--csv", default="out/pytorch_attention.csv")
     parser.add_argument("--markdown", help="write the comparison table here (Markdown)")
     args = parser.parse_args()
+    if args.ours and not os.path.isfile(args.ours):
+        sys.exit(f"pytorch_attention.py: --ours {args.ours}: no such file (run "
+                 "gpt2-attention-bench first, or leave --ours out)")
     if not torch.cuda.is_available():
         sys.exit("pytorch_attention.py: no CUDA device")
     device = torch.cuda.get_device_name()

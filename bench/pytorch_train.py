@@ -18,7 +18,9 @@ import argparse
 import csv
 import datetime
 import math
+import os
 import statistics
+import sys
 import time
 
 import torch
@@ -120,6 +122,9 @@ def main():
     parser.add_argument("--sweep-csv", help="gpt2-sweep's sweep.csv from the same run")
     parser.add_argument("--markdown", help="write the comparison table here")
     args = parser.parse_args()
+    if args.sweep_csv and not os.path.isfile(args.sweep_csv):
+        sys.exit(f"pytorch_train.py: --sweep-csv {args.sweep_csv}: no such file (run gpt2-sweep "
+                 "first, or leave --sweep-csv out)")
     torch.backends.cuda.matmul.allow_tf32 = True
     device = torch.cuda.get_device_name()
     print(f"PyTorch {torch.__version__} GPT-2 {args.model} training on {device}: bf16 autocast, SDPA, "
