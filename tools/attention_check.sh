@@ -8,10 +8,13 @@
 #   SEQ_LENS=1024,4096,16384 HEAD_SIZES=64 tools/attention_check.sh
 #   SKIP_BENCH=1 tools/attention_check.sh         # build and tests only
 #   SKIP_TESTS=1 tools/attention_check.sh         # build and benchmarks only
+#   KERNELS=flash-hopper,flash-hopper-det tools/attention_check.sh   # fewer kernels, faster
 #
 # Environment: BUILD_DIR (build-gpu), OUT_DIR (out/attention-check), CUDA_ARCH (90a), SEQ_LENS,
-# HEAD_SIZES (64,128), REPEATS (10), TORCH_LAYOUTS (gpt2,separate: PyTorch's q/k/v as views of
-# GPT-2's qkv, as our kernels read it, and as contiguous tensors, its kernels' best case),
+# HEAD_SIZES (64,128), REPEATS (10), KERNELS (gpt2-attention-bench --kernels; unset: every
+# kernel that runs, which takes minutes at 32K-64K), TORCH_LAYOUTS (gpt2,separate: PyTorch's
+# q/k/v as views of GPT-2's qkv, as our kernels read it, and as contiguous tensors, its kernels'
+# best case),
 # TEST_FILTER (attention and Hopper tests), SANITIZE (unset: none; 1: memcheck, racecheck and
 # synccheck on the small attention tests).
 set -euo pipefail
@@ -80,8 +83,8 @@ fi
 if [ -z "${SKIP_BENCH:-}" ]; then
   section "gpt2-attention-bench and PyTorch SDPA, same run"
   timeout 900 "$BUILD_DIR/gpt2-attention-bench" --seq-lens "$SEQ_LENS" --head-sizes "$HEAD_SIZES" \
-    --repeats "$REPEATS" --csv "$OUT_DIR/attention_bench.csv" >"$OUT_DIR/attention_bench.log" 2>&1 ||
-    failed=1
+    --repeats "$REPEATS" ${KERNELS:+--kernels "$KERNELS"} --csv "$OUT_DIR/attention_bench.csv" \
+    >"$OUT_DIR/attention_bench.log" 2>&1 || failed=1
   cat "$OUT_DIR/attention_bench.log"
   for layout in ${TORCH_LAYOUTS//,/ }; do
     suffix=$([ "$layout" = gpt2 ] && echo "" || echo "_$layout")
