@@ -6,14 +6,15 @@ q, k, v are views of one interleaved (B, T, 3, NH, HS) tensor exactly as a GPT-2
 its qkv projection (the layout gpt2-attention-bench feeds this project's kernels), so PyTorch's
 own layout copies count. --layout separate: three contiguous (B, NH, T, HS) tensors, the
 kernels' best case (FlashAttention's benchmark layout), to compare kernel with kernel. Forward,
-backward (dqkv written into a cleared .grad) and forward+backward are timed with CUDA events:
-median of --repeats after --warmup, inputs rotated among enough sets to overflow the L2 cache.
---timing kernels (default): the GPU time of the step's kernels and copies as the CUDA profiler
-(CUPTI, through torch.profiler) records them, summed, so Python's and the dispatcher's host time
-(which at short T exceeds the kernels' and varies between machines) is not counted, nor the gaps
-between kernels (which this project's timings include); --timing eager: CUDA events around the
-Python calls. FLOPs by FlashAttention's convention: forward 4 B NH T^2 HS / 2 (causal), backward 2.5x,
-both 3.5x.
+backward (dqkv written into a cleared .grad) and forward+backward are each measured over bursts
+of --burst calls back to back (as gpt2-attention-bench times ours, so the GPU is under the same
+sustained load), per call: median of --repeats bursts after --warmup, inputs rotated among
+enough sets to overflow the L2 cache. --timing kernels (default): the GPU time of the burst's
+kernels and copies as the CUDA profiler (CUPTI, through torch.profiler) records them, summed, so
+Python's and the dispatcher's host time (which at short T exceeds the kernels' and varies
+between machines) is not counted, nor the gaps between kernels (which this project's timings
+include); --timing eager: CUDA events around the Python calls. FLOPs by FlashAttention's
+convention: forward 4 B NH T^2 HS / 2 (causal), backward 2.5x, both 3.5x.
 
 With --ours CSV (written by gpt2-attention-bench in the same run on the same device) it prints one
 table of TFLOP/s with the ratios ours / FlashAttention-2 and ours / cuDNN, and writes it as
@@ -63,17 +64,25 @@ def kernel_ms(run):
     return sum(device_us) / 1e3
 
 
-def median_time(measure, fn, warmup, repeats, prepare=None):
-    """Median of measure(fn(i)) over repeats, after warmup unmeasured calls; prepare(i), if
-    given, runs unmeasured before each call."""
+def median_time(measure, fn, warmup, repeats, burst, prepare=None):
+    """Median over repeats of measure(burst calls fn(i) back to back) / burst, after warmup
+    unmeasured bursts; prepare(i), if given, runs unmeasured for each call of a burst before
+    it. i counts every call, so the input sets rotate."""
     times = []
-    for i in range(warmup + repeats):
+    for r in range(warmup + repeats):
+        calls = range(r * burst, (r + 1) * burst)
         if prepare:
-            prepare(i)
-        if i < warmup:
-            fn(i)
+            for i in calls:
+                prepare(i)
+
+        def run():
+            for i in calls:
+                fn(i)
+
+        if r < warmup:
+            run()
         else:
-            times.append(measure(lambda: fn(i)))
+            times.append(measure(run) / burst)
     return statistics.median(times)
 
 
@@ -87,7 +96,7 @@ def make_inputs(layout, B, T, NH, HS):
     return leaves, lambda: leaves
 
 
-def time_backend(backend, layout, B, T, NH, HS, sets, warmup, repeats, timing):
+def time_backend(backend, layout, B, T, NH, HS, sets, warmup, repeats, burst, timing):
     inputs = [make_inputs(layout, B, T, NH, HS) for _ in range(sets)]
     douts = [torch.randn(B, NH, T, HS, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
 
@@ -109,17 +118,18 @@ def time_backend(backend, layout, B, T, NH, HS, sets, warmup, repeats, timing):
         attend(i).backward(douts[i % sets])
 
     measure = kernel_ms if timing == "kernels" else event_ms
-    fwd = median_time(measure, forward, warmup, repeats)
-    both = median_time(measure, forward_backward, warmup, repeats)
-    # Backward alone: the forward (and its autograd graph) untimed before each backward.
-    outs = {}
+    fwd = median_time(measure, forward, warmup, repeats, burst)
+    both = median_time(measure, forward_backward, warmup, repeats, burst)
+    # Backward alone: the forwards (and their autograd graphs) of a burst run unmeasured before
+    # it; clearing .grad is host work only.
+    outs = []
 
-    def fresh_forward(i):
+    def backward(i):
         clear_grads(i)
-        outs[0] = attend(i)
+        outs.pop(0).backward(douts[i % sets])
 
-    bwd = median_time(measure, lambda i: outs.pop(0).backward(douts[i % sets]), warmup, repeats,
-                      prepare=fresh_forward)
+    bwd = median_time(measure, backward, warmup, repeats, burst,
+                      prepare=lambda i: outs.append(attend(i)))
     del inputs, douts
     torch.cuda.empty_cache()
     return fwd, bwd, both
@@ -133,6 +143,8 @@ def main():
     parser.add_argument("--head-sizes", default="64,128")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--burst", type=int, default=4,
+                        help="calls per measured run, back to back (as gpt2-attention-bench)")
     parser.add_argument("--layout", choices=("gpt2", "separate"), default="gpt2",
                         help="q, k, v as views of GPT-2's (B,T,3,NH,HS) qkv, or 3 contiguous "
                         "(B,NH,T,HS) tensors")
@@ -143,6 +155,8 @@ def main():
     parser.add_argument("--csv", default="out/pytorch_attention.csv")
     parser.add_argument("--markdown", help="write the comparison table here (Markdown)")
     args = parser.parse_args()
+    if args.repeats < 1 or args.burst < 1 or args.warmup < 0:
+        sys.exit("pytorch_attention.py: need --repeats >= 1, --burst >= 1, --warmup >= 0")
     if args.ours and not os.path.isfile(args.ours):
         sys.exit(f"pytorch_attention.py: --ours {args.ours}: no such file (run "
                  "gpt2-attention-bench first, or leave --ours out)")
@@ -163,7 +177,8 @@ def main():
             for name, backend in BACKENDS.items():
                 try:
                     fwd, bwd, both = time_backend(backend, args.layout, B, T, args.heads, HS,
-                                                  sets, args.warmup, args.repeats, args.timing)
+                                                  sets, args.warmup, args.repeats, args.burst,
+                                                  args.timing)
                 except RuntimeError as error:  # backend refuses the shape, or out of memory
                     print(f"{HS:4d} {T:6d} {B:3d} {name:<12} failed: {str(error).splitlines()[0]}")
                     torch.cuda.empty_cache()
