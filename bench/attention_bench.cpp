@@ -129,13 +129,14 @@ struct BenchKernel {
   AttentionKernel kernel;
   bool deterministic;
   int forward_block_rows;  // 0: the kernel's pick
+  bool forward_one_warpgroup;
   std::string name;        // e.g. "flash-hopper", "flash-hopper-det", "flash-hopper/fwd64"
 };
 
 BenchKernel parse_kernel(const std::string& name) {
   const size_t slash = name.find('/');
   const std::string base = name.substr(0, slash);
-  BenchKernel parsed{AttentionKernel::kNaive, false, 0, name};
+  BenchKernel parsed{AttentionKernel::kNaive, false, 0, false, name};
   bool known = base == "flash-hopper-det";
   if (known) {
     parsed.kernel = AttentionKernel::kFlashHopper;
@@ -152,10 +153,12 @@ BenchKernel parse_kernel(const std::string& name) {
                     name, "')");
   if (slash != std::string::npos) {
     const std::string shape = name.substr(slash + 1);
-    if (parsed.kernel != AttentionKernel::kFlashHopper || (shape != "fwd64" && shape != "fwd128"))
-      GPT2_USAGE_FAIL("--kernels: only flash-hopper(-det) takes a forward shape, /fwd64 or "
-                      "/fwd128 (got '", name, "')");
-    parsed.forward_block_rows = shape == "fwd64" ? 64 : 128;
+    if (parsed.kernel != AttentionKernel::kFlashHopper ||
+        (shape != "fwd64" && shape != "fwd128" && shape != "fwd64w1"))
+      GPT2_USAGE_FAIL("--kernels: only flash-hopper(-det) takes a forward shape, /fwd64, "
+                      "/fwd128 or /fwd64w1 (got '", name, "')");
+    parsed.forward_block_rows = shape == "fwd128" ? 128 : 64;
+    parsed.forward_one_warpgroup = shape == "fwd64w1";
   }
   return parsed;
 }
@@ -262,6 +265,7 @@ int bench_main(int argc, char** argv) {
         config.kernel = kernels[k].kernel;
         config.deterministic = kernels[k].deterministic;
         config.forward_block_rows = kernels[k].forward_block_rows;
+        config.forward_one_warpgroup = kernels[k].forward_one_warpgroup;
         const size_t saved_bytes = gpu::attention_saved_bytes(config);
         const size_t workspace_bytes = gpu::attention_workspace_bytes(config);
         size_t free_bytes = 0, total_bytes = 0;

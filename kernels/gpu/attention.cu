@@ -39,7 +39,7 @@ void forward_typed(const AttentionConfig& c, const AttentionTensors& t, const Co
     case AttentionKernel::kFlashHopper:
       if constexpr (std::is_same_v<T_, bf16>) {
         attention_hopper_forward(out, static_cast<float*>(t.saved), qkv, c.B, c.T, c.C, c.NH,
-                                 c.forward_block_rows, ctx.stream());
+                                 c.forward_block_rows, c.forward_one_warpgroup, ctx.stream());
         return;
       }
       break;

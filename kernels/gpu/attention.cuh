@@ -63,6 +63,9 @@ struct AttentionConfig {
   // Hopper forward: query rows per block, 64 (two blocks per SM, for short T) or 128 (one);
   // 0 picks by shape. Tests and the benchmark set it to run both.
   int forward_block_rows = 0;
+  // Hopper forward, experimental: 64-row blocks of one warpgroup (no producer), three per SM
+  // (head size 64 only).
+  bool forward_one_warpgroup = false;
 };
 
 /// The tensors of one call (storage type per config.bf16). Forward reads qkv and writes out and

@@ -48,16 +48,19 @@ struct HopperForwardParams {
   float scale_log2;  // softmax scale * log2(e)
 };
 
-template <int kHeadDim_, int kConsumers_>
+template <int kHeadDim_, int kConsumers_, bool kProducer_ = true>
 struct HopperForwardTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumers = kConsumers_;   // consumer warpgroups, 64 query rows each
+  // With a producer warpgroup (setmaxnreg moves its registers to the consumers); without one,
+  // thread 0 of the single consumer issues the copies and three blocks share an SM.
+  static constexpr bool kProducer = kProducer_;
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per block
-  static constexpr int kBlocksPerSm = 3 - kConsumers;
+  static constexpr int kBlocksPerSm = kProducer ? 3 - kConsumers : 3;
   // Keys per K/V tile: 128, but 64 at head size 128 with two blocks per SM (shared memory).
   static constexpr int kBlockN = kConsumers == 1 && kHeadDim == 128 ? 64 : 128;
   static constexpr int kStages = 2;
-  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kThreads = 128 * (kConsumers + (kProducer ? 1 : 0));
   static constexpr int kProducerRegisters = 24;
   // The register file (64K) shared by kBlocksPerSm blocks: 240 + 240 + 24 or 232 + 24 (x 2).
   static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 232;
@@ -73,9 +76,12 @@ struct HopperForwardTraits {
   // Key tiles aligned to kBlockN hold whole query blocks: only the block's last (diagonal) key
   // tile needs the causal mask, and it has a key <= every row.
   static_assert(kBlockN % kBlockM == 0, "the diagonal key tile must be the block's last");
-  static_assert((kConsumers * kConsumerRegisters + kProducerRegisters) * 128 * kBlocksPerSm <=
-                    65536,
+  static_assert(!kProducer ||
+                    (kConsumers * kConsumerRegisters + kProducerRegisters) * 128 * kBlocksPerSm <=
+                        65536,
                 "setmaxnreg budgets exceed the register file");
+  static_assert(kProducer || (kConsumers == 1 && kHeadDim == 64),
+                "without a producer: one consumer, head size 64 (three blocks' shared memory)");
   static_assert(kSmemBytes * kBlocksPerSm <= 227 * 1024, "shared memory per SM");
 };
 
@@ -124,32 +130,45 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   }
   __syncthreads();
 
+  // The copies, issued by one thread: Q and the maps first, then key tile `it` (from the
+  // diagonal down) into ring stage it % kStages once its previous tile there is consumed.
+  const int head_col = h * kHeadDim;
+  auto load_q = [&] {
+    hopper::prefetch_tensor_map(&q_map);
+    hopper::prefetch_tensor_map(&kv_map);
+    hopper::mbarrier_arrive_expect_tx(q_full, QTile::kBytes);
+    q_tile.load(&q_map, q_full, head_col, m0, b);
+  };
+  auto load_kv = [&](int it) {
+    const int s = it % kStages;
+    if (it >= kStages) hopper::mbarrier_wait(empty(s), ((it / kStages) - 1) & 1);
+    const int n0 = (n_blocks - 1 - it) * kBlockN;
+    hopper::mbarrier_arrive_expect_tx(k_full(s), KVTile::kBytes);
+    k_tile(s).load(&kv_map, k_full(s), p.C + head_col, n0, b);
+    hopper::mbarrier_arrive_expect_tx(v_full(s), KVTile::kBytes);
+    v_tile(s).load(&kv_map, v_full(s), 2 * p.C + head_col, n0, b);
+  };
+
   const int warpgroup = threadIdx.x / 128;
-  if (warpgroup == 0) {
-    // Producer: one thread issues every copy; key tiles from the diagonal down.
-    hopper::setmaxnreg_dec<Traits::kProducerRegisters>();
-    if (threadIdx.x == 0) {
-      hopper::prefetch_tensor_map(&q_map);
-      hopper::prefetch_tensor_map(&kv_map);
-      const int q_col = h * kHeadDim;
-      hopper::mbarrier_arrive_expect_tx(q_full, QTile::kBytes);
-      q_tile.load(&q_map, q_full, q_col, m0, b);
-      for (int it = 0; it < n_blocks; ++it) {
-        const int s = it % kStages;
-        if (it >= kStages) hopper::mbarrier_wait(empty(s), ((it / kStages) - 1) & 1);
-        const int n0 = (n_blocks - 1 - it) * kBlockN;
-        hopper::mbarrier_arrive_expect_tx(k_full(s), KVTile::kBytes);
-        k_tile(s).load(&kv_map, k_full(s), p.C + q_col, n0, b);
-        hopper::mbarrier_arrive_expect_tx(v_full(s), KVTile::kBytes);
-        v_tile(s).load(&kv_map, v_full(s), 2 * p.C + q_col, n0, b);
+  if constexpr (Traits::kProducer) {
+    if (warpgroup == 0) {
+      // Producer: one thread issues every copy.
+      hopper::setmaxnreg_dec<Traits::kProducerRegisters>();
+      if (threadIdx.x == 0) {
+        load_q();
+        for (int it = 0; it < n_blocks; ++it) load_kv(it);
       }
+      return;
     }
-    return;
+    hopper::setmaxnreg_inc<Traits::kConsumerRegisters>();
+  } else if (threadIdx.x == 0) {
+    // No producer: thread 0 fills the ring now and refills each stage as it is released.
+    load_q();
+    for (int it = 0; it < min(kStages, n_blocks); ++it) load_kv(it);
   }
 
   // Consumers: warpgroup c owns query rows m0 + 64c .. + 63; this thread rows row0, row0 + 8.
-  hopper::setmaxnreg_inc<Traits::kConsumerRegisters>();
-  const int c = warpgroup - 1;
+  const int c = Traits::kProducer ? warpgroup - 1 : 0;
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x % 128) / 32;
   const int row0 = m0 + 64 * c + 16 * warp + lane / 4;
@@ -260,6 +279,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     hopper::wgmma_wait_group<0>();
     hopper::fence_operands(o_acc);
     hopper::mbarrier_arrive(empty(prev));
+    if constexpr (!Traits::kProducer) {
+      // Stage prev is free once all 128 threads have arrived: it takes key tile it - 1 + kStages.
+      if (threadIdx.x == 0 && it - 1 + kStages < n_blocks) load_kv(it - 1 + kStages);
+    }
 #pragma unroll
     for (int i = 0; i < kORegs; i += 4) {
       o_acc[i + 0] *= correction0;
@@ -354,12 +377,16 @@ int attention_hopper_forward_rows(int T, int head_size) {
 }
 
 void attention_hopper_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
-                              int block_rows, cudaStream_t stream) {
+                              int block_rows, bool one_warpgroup, cudaStream_t stream) {
   const int head_size = flash::checked_head_size(B, T, C, NH);
   if (block_rows == 0) block_rows = attention_hopper_forward_rows(T, head_size);
   GPT2_CHECK(block_rows == 64 || block_rows == 128,
              "Hopper forward block rows must be 64 or 128 (0: by shape), got ", block_rows);
-  if (head_size == 64) {
+  GPT2_CHECK(!one_warpgroup || (block_rows == 64 && head_size == 64),
+             "the one-warpgroup Hopper forward takes 64-row blocks at head size 64");
+  if (one_warpgroup) {
+    launch_hopper_forward<HopperForwardTraits<64, 1, false>>(out, lse, qkv, B, T, C, NH, stream);
+  } else if (head_size == 64) {
     if (block_rows == 64)
       launch_hopper_forward<HopperForwardTraits<64, 1>>(out, lse, qkv, B, T, C, NH, stream);
     else

@@ -76,6 +76,7 @@ struct HopperKnobs {
   bool deterministic = true;
   int backward_max_blocks = 0;
   int forward_block_rows = 0;
+  bool forward_one_warpgroup = false;
 };
 
 // One forward + backward through the attention dispatch with the given kernel; every output
@@ -96,6 +97,7 @@ AttentionResult run_attention(AttentionKernel kernel, const std::vector<float>& 
   config.deterministic = knobs.deterministic;
   config.backward_max_blocks = knobs.backward_max_blocks;
   config.forward_block_rows = knobs.forward_block_rows;
+  config.forward_one_warpgroup = knobs.forward_one_warpgroup;
   DeviceBuffer<T_> d_qkv(3 * n_out), d_dout(n_out), d_out(n_out), d_dqkv(3 * n_out);
   DeviceBuffer<unsigned char> saved(static_cast<int64_t>(attention_saved_bytes(config)));
   DeviceBuffer<unsigned char> workspace(static_cast<int64_t>(attention_workspace_bytes(config)));
@@ -162,10 +164,11 @@ void check_attention(AttentionKernel kernel, const AttentionShape& s, uint64_t s
   EXPECT_TRUE(finite) << "naive out has non-finite values";
   const double naive_grad = relative_l2(naive.dqkv, ref.dqkv, &finite);
   EXPECT_TRUE(finite) << "naive dqkv has non-finite values";
-  std::printf("[ attention] %-4s %-14s %-38s fwd rows %3d rel-L2 vs fp64: out %.2e "
+  std::printf("[ attention] %-4s %-14s %-38s fwd rows %3d%s rel-L2 vs fp64: out %.2e "
               "naive %.2e | dqkv %.2e naive %.2e | lse %.2e\n",
               Storage<T_>::kName, to_string(kernel), describe(s).c_str(),
-              knobs.forward_block_rows, flash_out, naive_out, flash_grad, naive_grad, flash_lse);
+              knobs.forward_block_rows, knobs.forward_one_warpgroup ? " (one warpgroup)" : "",
+              flash_out, naive_out, flash_grad, naive_grad, flash_lse);
 
   // fp32 is exact arithmetic up to accumulation order; bf16 follows the 2x-naive rule.
   const bool is_bf16 = std::is_same_v<T_, bf16>;
@@ -187,13 +190,16 @@ TEST_P(GpuAttentionTest, Bf16PortableFlashMatchesFp64Reference) {
   check_attention<bf16>(AttentionKernel::kFlashPortable, GetParam(), 1000 + GetParam().T);
 }
 
-// Both shapes of forward block: 64 query rows (two blocks per SM) and 128.
+// Every shape of forward block: 64 query rows (two blocks per SM), 128, and at head size 64 the
+// one-warpgroup 64 rows (three per SM).
 TEST_P(GpuAttentionTest, Bf16HopperFlashMatchesFp64Reference) {
   GPT2_REQUIRE_GPU();
   GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, GetParam().HS);
-  for (const int rows : {64, 128}) {
+  for (const int variant : {0, 1, 2}) {
     HopperKnobs knobs;
-    knobs.forward_block_rows = rows;
+    knobs.forward_block_rows = variant == 1 ? 128 : 64;
+    knobs.forward_one_warpgroup = variant == 2;
+    if (knobs.forward_one_warpgroup && GetParam().HS != 64) continue;
     check_attention<bf16>(AttentionKernel::kFlashHopper, GetParam(), 1000 + GetParam().T, knobs);
   }
 }
@@ -400,15 +406,19 @@ TEST(GpuAttentionHopper, ForwardBlockShapesGiveIdenticalBitsAtHeadSize64) {
   const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 51));
   const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 52));
   Context ctx;
-  HopperKnobs rows64, rows128;
+  HopperKnobs rows64, rows128, one_warpgroup;
   rows64.forward_block_rows = 64;
   rows128.forward_block_rows = 128;
+  one_warpgroup.forward_block_rows = 64;
+  one_warpgroup.forward_one_warpgroup = true;
   const AttentionKernel hopper = AttentionKernel::kFlashHopper;
   const AttentionResult a = run_attention<bf16>(hopper, qkv, dout, s, ctx, rows64);
-  const AttentionResult b = run_attention<bf16>(hopper, qkv, dout, s, ctx, rows128);
-  EXPECT_EQ(a.out, b.out);
-  EXPECT_EQ(a.lse, b.lse);
-  EXPECT_EQ(a.dqkv, b.dqkv);  // the same backward from the same out and lse
+  for (const HopperKnobs& other : {rows128, one_warpgroup}) {
+    const AttentionResult b = run_attention<bf16>(hopper, qkv, dout, s, ctx, other);
+    EXPECT_EQ(a.out, b.out) << "one warpgroup: " << other.forward_one_warpgroup;
+    EXPECT_EQ(a.lse, b.lse) << "one warpgroup: " << other.forward_one_warpgroup;
+    EXPECT_EQ(a.dqkv, b.dqkv);  // the same backward from the same out and lse
+  }
 }
 
 }  // namespace
