@@ -64,7 +64,7 @@ struct AttentionConfig {
   // 0 picks by shape. Tests and the benchmark set it to run both.
   int forward_block_rows = 0;
   // Hopper forward, experimental: 64-row blocks of one warpgroup (no producer), three per SM
-  // (head size 64 only).
+  // at head size 64, two at 128.
   bool forward_one_warpgroup = false;
 };
 

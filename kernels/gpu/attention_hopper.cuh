@@ -25,8 +25,8 @@ namespace gpt2::gpu {
 bool attention_hopper_compiled();
 
 /// block_rows: query rows per forward block, 64 (two blocks per SM) or 128 (one); 0 picks
-/// attention_hopper_forward_rows(T, head size). one_warpgroup (64 rows, head size 64 only): no
-/// producer warpgroup, three blocks per SM (experimental).
+/// attention_hopper_forward_rows(T, head size). one_warpgroup (64 rows only): no producer
+/// warpgroup, three blocks per SM at head size 64, two at 128 (experimental).
 void attention_hopper_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B,
                               int T, int C, int NH, int block_rows, bool one_warpgroup,
                               cudaStream_t stream);

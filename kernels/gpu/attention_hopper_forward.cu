@@ -56,7 +56,9 @@ struct HopperForwardTraits {
   // thread 0 of the single consumer issues the copies and three blocks share an SM.
   static constexpr bool kProducer = kProducer_;
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per block
-  static constexpr int kBlocksPerSm = kProducer ? 3 - kConsumers : 3;
+  // Without a producer, blocks as many as the shared memory holds: three at head size 64, two
+  // at 128.
+  static constexpr int kBlocksPerSm = kProducer ? 3 - kConsumers : (kHeadDim == 64 ? 3 : 2);
   // Keys per K/V tile: 128, but 64 at head size 128 with two blocks per SM (shared memory).
   static constexpr int kBlockN = kConsumers == 1 && kHeadDim == 128 ? 64 : 128;
   static constexpr int kStages = 2;
@@ -80,8 +82,7 @@ struct HopperForwardTraits {
                     (kConsumers * kConsumerRegisters + kProducerRegisters) * 128 * kBlocksPerSm <=
                         65536,
                 "setmaxnreg budgets exceed the register file");
-  static_assert(kProducer || (kConsumers == 1 && kHeadDim == 64),
-                "without a producer: one consumer, head size 64 (three blocks' shared memory)");
+  static_assert(kProducer || kConsumers == 1, "without a producer: one consumer warpgroup");
   static_assert(kSmemBytes * kBlocksPerSm <= 227 * 1024, "shared memory per SM");
 };
 
@@ -382,10 +383,14 @@ void attention_hopper_forward(bf16* out, float* lse, const bf16* qkv, int B, int
   if (block_rows == 0) block_rows = attention_hopper_forward_rows(T, head_size);
   GPT2_CHECK(block_rows == 64 || block_rows == 128,
              "Hopper forward block rows must be 64 or 128 (0: by shape), got ", block_rows);
-  GPT2_CHECK(!one_warpgroup || (block_rows == 64 && head_size == 64),
-             "the one-warpgroup Hopper forward takes 64-row blocks at head size 64");
+  GPT2_CHECK(!one_warpgroup || block_rows == 64,
+             "the one-warpgroup Hopper forward takes 64-row blocks");
   if (one_warpgroup) {
-    launch_hopper_forward<HopperForwardTraits<64, 1, false>>(out, lse, qkv, B, T, C, NH, stream);
+    if (head_size == 64)
+      launch_hopper_forward<HopperForwardTraits<64, 1, false>>(out, lse, qkv, B, T, C, NH, stream);
+    else
+      launch_hopper_forward<HopperForwardTraits<128, 1, false>>(out, lse, qkv, B, T, C, NH,
+                                                                stream);
   } else if (head_size == 64) {
     if (block_rows == 64)
       launch_hopper_forward<HopperForwardTraits<64, 1>>(out, lse, qkv, B, T, C, NH, stream);

@@ -190,8 +190,8 @@ TEST_P(GpuAttentionTest, Bf16PortableFlashMatchesFp64Reference) {
   check_attention<bf16>(AttentionKernel::kFlashPortable, GetParam(), 1000 + GetParam().T);
 }
 
-// Every shape of forward block: 64 query rows (two blocks per SM), 128, and at head size 64 the
-// one-warpgroup 64 rows (three per SM).
+// Every shape of forward block: 64 query rows (two blocks per SM), 128, and 64 rows of one
+// warpgroup (three blocks per SM at head size 64, two at 128).
 TEST_P(GpuAttentionTest, Bf16HopperFlashMatchesFp64Reference) {
   GPT2_REQUIRE_GPU();
   GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, GetParam().HS);
@@ -199,7 +199,6 @@ TEST_P(GpuAttentionTest, Bf16HopperFlashMatchesFp64Reference) {
     HopperKnobs knobs;
     knobs.forward_block_rows = variant == 1 ? 128 : 64;
     knobs.forward_one_warpgroup = variant == 2;
-    if (knobs.forward_one_warpgroup && GetParam().HS != 64) continue;
     check_attention<bf16>(AttentionKernel::kFlashHopper, GetParam(), 1000 + GetParam().T, knobs);
   }
 }
@@ -395,29 +394,37 @@ TEST(GpuAttentionHopper, FewPersistentBlocksTakeManyItemsEach) {
   }
 }
 
-// At head size 64 both forward block shapes meet the same 128-key tiles in the same order, so
-// every row is the same arithmetic: out and lse bit for bit (head size 128 tiles keys by 64 in
-// the 64-row shape, so there they only agree to rounding, as checked above).
-TEST(GpuAttentionHopper, ForwardBlockShapesGiveIdenticalBitsAtHeadSize64) {
+// Forward block shapes that meet the same key tiles in the same order do the same arithmetic
+// per row, so out and lse agree bit for bit: at head size 64 all three (128-key tiles); at 128
+// the two 64-row shapes (64-key tiles; the 128-row shape tiles keys by 128 and agrees only to
+// rounding, as checked above).
+TEST(GpuAttentionHopper, ForwardBlockShapesOfTheSameTilesGiveIdenticalBits) {
   GPT2_REQUIRE_GPU();
-  GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, 64);
-  const AttentionShape s{3, 1000, 5, 64, 1.0};
-  const int64_t n_out = static_cast<int64_t>(s.B) * s.T * s.NH * s.HS;
-  const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 51));
-  const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 52));
-  Context ctx;
-  HopperKnobs rows64, rows128, one_warpgroup;
-  rows64.forward_block_rows = 64;
-  rows128.forward_block_rows = 128;
-  one_warpgroup.forward_block_rows = 64;
-  one_warpgroup.forward_one_warpgroup = true;
-  const AttentionKernel hopper = AttentionKernel::kFlashHopper;
-  const AttentionResult a = run_attention<bf16>(hopper, qkv, dout, s, ctx, rows64);
-  for (const HopperKnobs& other : {rows128, one_warpgroup}) {
-    const AttentionResult b = run_attention<bf16>(hopper, qkv, dout, s, ctx, other);
-    EXPECT_EQ(a.out, b.out) << "one warpgroup: " << other.forward_one_warpgroup;
-    EXPECT_EQ(a.lse, b.lse) << "one warpgroup: " << other.forward_one_warpgroup;
-    EXPECT_EQ(a.dqkv, b.dqkv);  // the same backward from the same out and lse
+  for (const int head_size : {64, 128}) {
+    GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, head_size);
+    const AttentionShape s{3, 1000, 5, head_size, 1.0};
+    const int64_t n_out = static_cast<int64_t>(s.B) * s.T * s.NH * s.HS;
+    const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 51));
+    const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 52));
+    Context ctx;
+    HopperKnobs rows64, rows128, one_warpgroup;
+    rows64.forward_block_rows = 64;
+    rows128.forward_block_rows = 128;
+    one_warpgroup.forward_block_rows = 64;
+    one_warpgroup.forward_one_warpgroup = true;
+    std::vector<HopperKnobs> same_tiles = {one_warpgroup};
+    if (head_size == 64) same_tiles.push_back(rows128);
+    const AttentionKernel hopper = AttentionKernel::kFlashHopper;
+    const AttentionResult a = run_attention<bf16>(hopper, qkv, dout, s, ctx, rows64);
+    for (const HopperKnobs& other : same_tiles) {
+      const AttentionResult b = run_attention<bf16>(hopper, qkv, dout, s, ctx, other);
+      const std::string what = str_cat("head size ", head_size, ", rows ",
+                                       other.forward_block_rows, other.forward_one_warpgroup
+                                                                     ? " one warpgroup" : "");
+      EXPECT_EQ(a.out, b.out) << what;
+      EXPECT_EQ(a.lse, b.lse) << what;
+      EXPECT_EQ(a.dqkv, b.dqkv) << what;  // the same backward from the same out and lse
+    }
   }
 }
 
