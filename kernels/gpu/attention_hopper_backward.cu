@@ -51,6 +51,7 @@
 #include "base/error.h"
 #include "kernels/gpu/attention_flash_tiles.cuh"
 #include "kernels/gpu/attention_hopper_tiles.cuh"
+#include "kernels/gpu/attention_schedule.h"
 #include "kernels/gpu/common.cuh"
 #include "kernels/gpu/tensor_map.cuh"
 
@@ -196,9 +197,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   auto dq_empty = [&](int c) { return bars + 8 * (1 + 2 * kStages + kConsumers + c); };
   const uint32_t kv_empty = bars + 8 * (1 + 2 * kStages + 2 * kConsumers);
 
-  // The schedule: item w of a group of heads is key block w / heads_here of the group's head
-  // w % heads_here (see the file comment); each block takes the next item from a global counter
-  // until none is left. item_slot[count % 2] hands item number `count` of this block (or -1: no
+  // The schedule: item w is key block head_group_item(w).index of head .bh (attention_schedule.h,
+  // key block 0 of every head of a group first); each block takes the next item from a global
+  // counter until none is left. item_slot[count % 2] hands item number `count` of this block (or -1: no
   // more) from the loader to the consumers with kv_full; dq_tile[c] tells the writer which tile
   // a staged block belongs to.
   volatile int* item_slot = reinterpret_cast<volatile int*>(smem_generic + Traits::kSlotOffset);
@@ -210,12 +211,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int n_blocks = (p.T + Traits::kBlockN - 1) / Traits::kBlockN;
   auto item_of = [&](int w) {
     Item item;
-    const int group_items = n_blocks * p.group_heads;
-    const int first_bh = w / group_items * p.group_heads;
-    const int within = w % group_items;
-    const int heads_here = min(p.group_heads, p.BH - first_bh);  // the last group may be smaller
-    item.n_block = within / heads_here;
-    item.bh = first_bh + within % heads_here;
+    const HeadGroupItem unit = head_group_item(w, n_blocks, p.group_heads, p.BH);
+    item.n_block = unit.index;
+    item.bh = unit.bh;
     item.b = item.bh / p.NH;
     item.h = item.bh % p.NH;
     item.n0 = item.n_block * Traits::kBlockN;
@@ -659,7 +657,7 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
   const int64_t group_items =
       deterministic ? std::max<int64_t>(6 * int64_t{grid}, int64_t{n_blocks} * grid / 5)
                     : 3 * int64_t{grid};
-  params.group_heads = hopper::schedule_group_heads(n_blocks, BH, group_items);
+  params.group_heads = schedule_group_heads(n_blocks, BH, group_items);
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(kv_map, q_map, dout_map, params);
   GPT2_CUDA_CHECK_LAUNCH();
 

@@ -31,6 +31,7 @@
 #include "base/error.h"
 #include "kernels/gpu/attention_flash_tiles.cuh"
 #include "kernels/gpu/attention_hopper_tiles.cuh"
+#include "kernels/gpu/attention_schedule.h"
 #include "kernels/gpu/tensor_map.cuh"
 
 namespace gpt2::gpu {
@@ -109,12 +110,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   auto k_tile = [&](int s) { return KVTile{smem + Traits::kKOffset + s * KVTile::kBytes}; };
   auto v_tile = [&](int s) { return KVTile{smem + Traits::kVOffset + s * KVTile::kBytes}; };
 
-  const int group_blocks = p.num_m_blocks * p.group_heads;
-  const int first_bh = static_cast<int>(blockIdx.x) / group_blocks * p.group_heads;
-  const int within = static_cast<int>(blockIdx.x) % group_blocks;
-  const int heads_here = min(p.group_heads, p.BH - first_bh);  // the last group may be smaller
-  const int m_block = p.num_m_blocks - 1 - within / heads_here;
-  const int bh = first_bh + within % heads_here;
+  // Query blocks longest (last) first within each head group.
+  const HeadGroupItem item =
+      head_group_item(static_cast<int>(blockIdx.x), p.num_m_blocks, p.group_heads, p.BH);
+  const int m_block = p.num_m_blocks - 1 - item.index;
+  const int bh = item.bh;
   const int b = bh / p.NH;
   const int h = bh % p.NH;
   const int m0 = m_block * Traits::kBlockM;
@@ -344,7 +344,7 @@ void launch_hopper_forward(bf16* out, float* lse, const bf16* qkv, int B, int T,
   const int num_m_blocks = (T + Traits::kBlockM - 1) / Traits::kBlockM;
   const int BH = B * NH;
   HopperForwardParams params{out, lse, T, C, NH, BH, num_m_blocks,
-                             hopper::schedule_group_heads(
+                             schedule_group_heads(
                                  num_m_blocks, BH,
                                  2 * Traits::kBlocksPerSm * hopper::current_device_sms()),
                              static_cast<float>(1.0 / std::sqrt(double(Traits::kHeadDim))) *

@@ -13,12 +13,11 @@
  *  - mn_major(row0, column_block): rows [row0, row0 + 16) as K, the columns from column block
  *    column_block on as M/N (V in O += P V; dO and Q in dV += P^T dO and dK += dS^T Q; dS^T
  *    and K in dQ = dS K).
- * StageBarriers: the full/empty mbarrier pair of one ring stage. Host helpers of the launchers:
- * the SM count and the head groups of the schedules.
+ * StageBarriers: the full/empty mbarrier pair of one ring stage. current_device_sms: a host
+ * helper of the launchers.
  */
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 
 #include <cuda.h>
@@ -81,14 +80,6 @@ inline int current_device_sms() {
   GPT2_CUDA_CHECK(cudaGetDevice(&device));
   GPT2_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   return sms;
-}
-
-/// Host: how many heads the kernels schedule together (all of a group's blocks or items before
-/// the next group's, so what they share stays in L2): enough that a group holds `wanted` of
-/// them at `per_head` each, within [1, BH].
-inline int schedule_group_heads(int per_head, int BH, int64_t wanted) {
-  const int64_t heads = (wanted + per_head - 1) / per_head;
-  return static_cast<int>(std::clamp<int64_t>(heads, 1, BH));
 }
 
 /// Fast 2^x (ex2.approx, flush-to-zero): 2^-inf = 0.
