@@ -42,6 +42,7 @@ namespace gpt2 {
 namespace {
 
 using gpu::AttentionKernel;
+using gpu::HopperForwardShape;
 
 struct Buffer {
   explicit Buffer(size_t bytes) { GPT2_CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(bytes, 1))); }
@@ -124,19 +125,18 @@ std::vector<int> parse_int_list(const std::string& text, const char* option) {
 }
 
 /// A kernel as benchmarked: the Hopper backward once in each dQ mode; the Hopper forward with
-/// the block shape it picks, or a forced one (suffix /fwd64 or /fwd128).
+/// the block shape it picks, or a forced one (suffix /fwd128, /fwd64 or /fwd64w1).
 struct BenchKernel {
   AttentionKernel kernel;
   bool deterministic;
-  int forward_block_rows;  // 0: the kernel's pick
-  bool forward_one_warpgroup;
+  HopperForwardShape forward_shape;
   std::string name;        // e.g. "flash-hopper", "flash-hopper-det", "flash-hopper/fwd64"
 };
 
 BenchKernel parse_kernel(const std::string& name) {
   const size_t slash = name.find('/');
   const std::string base = name.substr(0, slash);
-  BenchKernel parsed{AttentionKernel::kNaive, false, 0, false, name};
+  BenchKernel parsed{AttentionKernel::kNaive, false, HopperForwardShape::kAuto, name};
   bool known = base == "flash-hopper-det";
   if (known) {
     parsed.kernel = AttentionKernel::kFlashHopper;
@@ -153,12 +153,13 @@ BenchKernel parse_kernel(const std::string& name) {
                     name, "')");
   if (slash != std::string::npos) {
     const std::string shape = name.substr(slash + 1);
+    for (HopperForwardShape s : {HopperForwardShape::kRows128, HopperForwardShape::kRows64,
+                                 HopperForwardShape::kRows64NoProducer})
+      if (shape == gpu::to_string(s)) parsed.forward_shape = s;
     if (parsed.kernel != AttentionKernel::kFlashHopper ||
-        (shape != "fwd64" && shape != "fwd128" && shape != "fwd64w1"))
-      GPT2_USAGE_FAIL("--kernels: only flash-hopper(-det) takes a forward shape, /fwd64, "
-                      "/fwd128 or /fwd64w1 (got '", name, "')");
-    parsed.forward_block_rows = shape == "fwd128" ? 128 : 64;
-    parsed.forward_one_warpgroup = shape == "fwd64w1";
+        parsed.forward_shape == HopperForwardShape::kAuto)
+      GPT2_USAGE_FAIL("--kernels: only flash-hopper(-det) takes a forward shape, /fwd128, "
+                      "/fwd64 or /fwd64w1 (got '", name, "')");
   }
   return parsed;
 }
@@ -188,7 +189,7 @@ int bench_main(int argc, char** argv) {
       ("tokens", "B = max(1, tokens / T)", cxxopts::value<int>()->default_value("16384"))
       ("heads", "NH", cxxopts::value<int>()->default_value("12"))
       ("head-sizes", "comma-separated HS (64, 128)", cxxopts::value<std::string>()->default_value("64,128"))
-      ("kernels", "comma-separated: naive, flash-portable, flash-hopper, flash-hopper-det (deterministic dQ), the last two with /fwd64 or /fwd128 to force the forward's block rows; default: all that run here", cxxopts::value<std::string>()->default_value(""))
+      ("kernels", "comma-separated: naive, flash-portable, flash-hopper, flash-hopper-det (deterministic dQ), the last two with /fwd128, /fwd64 or /fwd64w1 (64 rows, no producer warpgroup) to force the forward's block shape; default: all that run here", cxxopts::value<std::string>()->default_value(""))
       ("sets", "input sets rotated between runs (0: enough to exceed 4x the L2 cache)", cxxopts::value<int>()->default_value("0"))
       ("warmup", "untimed runs", cxxopts::value<int>()->default_value("3"))
       ("repeats", "timed runs", cxxopts::value<int>()->default_value("10"))
@@ -264,8 +265,7 @@ int bench_main(int argc, char** argv) {
         config.bf16 = true;
         config.kernel = kernels[k].kernel;
         config.deterministic = kernels[k].deterministic;
-        config.forward_block_rows = kernels[k].forward_block_rows;
-        config.forward_one_warpgroup = kernels[k].forward_one_warpgroup;
+        config.forward_shape = kernels[k].forward_shape;
         const size_t saved_bytes = gpu::attention_saved_bytes(config);
         const size_t workspace_bytes = gpu::attention_workspace_bytes(config);
         size_t free_bytes = 0, total_bytes = 0;

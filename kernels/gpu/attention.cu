@@ -39,7 +39,7 @@ void forward_typed(const AttentionConfig& c, const AttentionTensors& t, const Co
     case AttentionKernel::kFlashHopper:
       if constexpr (std::is_same_v<T_, bf16>) {
         attention_hopper_forward(out, static_cast<float*>(t.saved), qkv, c.B, c.T, c.C, c.NH,
-                                 c.forward_block_rows, c.forward_one_warpgroup, ctx.stream());
+                                 c.forward_shape, ctx.stream());
         return;
       }
       break;
@@ -87,6 +87,16 @@ const char* to_string(AttentionKernel kernel) {
     case AttentionKernel::kNaive: return "naive";
     case AttentionKernel::kFlashPortable: return "flash-portable";
     case AttentionKernel::kFlashHopper: return "flash-hopper";
+  }
+  return "unknown";
+}
+
+const char* to_string(HopperForwardShape shape) {
+  switch (shape) {
+    case HopperForwardShape::kAuto: return "auto";
+    case HopperForwardShape::kRows128: return "fwd128";
+    case HopperForwardShape::kRows64: return "fwd64";
+    case HopperForwardShape::kRows64NoProducer: return "fwd64w1";
   }
   return "unknown";
 }

@@ -50,6 +50,18 @@ enum class AttentionKernel { kNaive, kFlashPortable, kFlashHopper };
 
 const char* to_string(AttentionKernel kernel);  // "naive" | "flash-portable" | "flash-hopper"
 
+/// The Hopper forward's block shapes (attention_hopper_forward.cu). kAuto picks by head size and
+/// T (attention_hopper_forward_shape); tests and the benchmark force each.
+enum class HopperForwardShape {
+  kAuto,
+  kRows128,       // 128 query rows: a producer and two consumer warpgroups, one block per SM
+  kRows64,        // 64 rows: a producer and one consumer, two blocks per SM
+  kRows64NoProducer,  // 64 rows, one warpgroup issuing its own copies: three blocks per SM at
+                      // head size 64, two at 128
+};
+
+const char* to_string(HopperForwardShape shape);  // "auto" | "fwd128" | "fwd64" | "fwd64w1"
+
 /// One attention call's shape and options. B and T may change between calls (sampling runs
 /// shorter sequences) as long as the workspace was sized for the largest.
 struct AttentionConfig {
@@ -60,12 +72,7 @@ struct AttentionConfig {
   // Hopper backward: most blocks of its persistent grid (0: one per SM). Tests set a few, so
   // that small shapes give every block many work items.
   int backward_max_blocks = 0;
-  // Hopper forward: query rows per block, 64 (two blocks per SM, for short T) or 128 (one);
-  // 0 picks by shape. Tests and the benchmark set it to run both.
-  int forward_block_rows = 0;
-  // Hopper forward, experimental: 64-row blocks of one warpgroup (no producer), three per SM
-  // at head size 64, two at 128.
-  bool forward_one_warpgroup = false;
+  HopperForwardShape forward_shape = HopperForwardShape::kAuto;
 };
 
 /// The tensors of one call (storage type per config.bf16). Forward reads qkv and writes out and

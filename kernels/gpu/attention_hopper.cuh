@@ -19,20 +19,20 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "kernels/gpu/attention.cuh"
+
 namespace gpt2::gpu {
 
 /// True when this build carries sm_90a code for the Hopper kernels.
 bool attention_hopper_compiled();
 
-/// block_rows: query rows per forward block, 64 (two blocks per SM) or 128 (one); 0 picks
-/// attention_hopper_forward_rows(T, head size). one_warpgroup (64 rows only): no producer
-/// warpgroup, three blocks per SM at head size 64, two at 128 (experimental).
+/// shape: the forward's block shape; kAuto picks attention_hopper_forward_shape(T, head size).
 void attention_hopper_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B,
-                              int T, int C, int NH, int block_rows, bool one_warpgroup,
+                              int T, int C, int NH, HopperForwardShape shape,
                               cudaStream_t stream);
 
-/// The forward's block rows for a shape when the caller leaves them to it.
-int attention_hopper_forward_rows(int T, int head_size);
+/// The forward's block shape for a T and head size when the caller leaves it to the kernel.
+HopperForwardShape attention_hopper_forward_shape(int T, int head_size);
 
 void attention_hopper_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout,
                                const __nv_bfloat16* qkv, const __nv_bfloat16* out,

@@ -17,10 +17,11 @@
  *    scale folded into one FMA), P packed to bf16 in registers as the A operand of O += P V.
  *    The S of tile j+1 is issued before the softmax of tile j runs, so the tensor cores and
  *    the exponentials overlap (intra-warpgroup pipelining).
- * Two shapes of block: 128 query rows (two consumers, one block per SM: every K/V tile serves
- * 128 rows) or 64 (one consumer, two blocks per SM, so one block's prologue, first tile and
- * epilogue overlap the other's main loop). The launcher picks by shape unless told: 64 rows at
- * head size 64, 128 at head size 128 (see attention_hopper_forward_rows).
+ * Three shapes of block: 128 query rows (two consumers, one block per SM: every K/V tile serves
+ * 128 rows), 64 (one consumer, two blocks per SM, so one block's prologue, first tile and
+ * epilogue overlap the other's main loop), or 64 rows without the producer, thread 0 of the
+ * one warpgroup issuing the copies, so three blocks share an SM at head size 64 (two at 128).
+ * The launcher picks by T and head size unless told (attention_hopper_forward_shape).
  * Only the first (diagonal) key tile needs masking (keys after the query or at/after T).
  * Nothing of size T x T exists; the only global writes are out and lse.
  */
@@ -73,7 +74,8 @@ struct HopperForwardTraits {
   static constexpr int kKOffset = kQOffset + QTile::kBytes;
   static constexpr int kVOffset = kKOffset + kStages * KVTile::kBytes;
   static constexpr int kBarrierOffset = kVOffset + kStages * KVTile::kBytes;
-  static constexpr int kNumBarriers = 1 + 3 * kStages;  // q_full, k_full[], v_full[], empty[]
+  // q_full, k_full[], v_full[], k_empty[], v_empty[]
+  static constexpr int kNumBarriers = 1 + 4 * kStages;
   static constexpr int kSmemBytes = kBarrierOffset + 8 * kNumBarriers + 1024;  // + alignment
   static_assert(kConsumers == 1 || kConsumers == 2, "one or two consumer warpgroups");
   // Key tiles aligned to kBlockN hold whole query blocks: only the block's last (diagonal) key
@@ -106,7 +108,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   const uint32_t q_full = bars;
   auto k_full = [&](int s) { return bars + 8 * (1 + s); };
   auto v_full = [&](int s) { return bars + 8 * (1 + kStages + s); };
-  auto empty = [&](int s) { return bars + 8 * (1 + 2 * kStages + s); };
+  auto k_empty = [&](int s) { return bars + 8 * (1 + 2 * kStages + s); };
+  auto v_empty = [&](int s) { return bars + 8 * (1 + 3 * kStages + s); };
   auto k_tile = [&](int s) { return KVTile{smem + Traits::kKOffset + s * KVTile::kBytes}; };
   auto v_tile = [&](int s) { return KVTile{smem + Traits::kVOffset + s * KVTile::kBytes}; };
 
@@ -125,14 +128,18 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     for (int s = 0; s < kStages; ++s) {
       hopper::mbarrier_init(k_full(s), 1);
       hopper::mbarrier_init(v_full(s), 1);
-      hopper::mbarrier_init(empty(s), Traits::kConsumers * 128);
+      hopper::mbarrier_init(k_empty(s), Traits::kConsumers * 128);
+      hopper::mbarrier_init(v_empty(s), Traits::kConsumers * 128);
     }
     hopper::fence_barrier_init();
   }
   __syncthreads();
 
-  // The copies, issued by one thread: Q and the maps first, then key tile `it` (from the
-  // diagonal down) into ring stage it % kStages once its previous tile there is consumed.
+  // The copies, issued by one thread: Q and the maps first, then the K and V of key tile `it`
+  // (from the diagonal down) into ring stage it % kStages, each once the tile before it there
+  // is consumed. K and V are released apart: K(it) once S(it) is done, V(it) only once P V(it)
+  // is, an iteration later; so K(it + 2) is copied an iteration before it is needed, where one
+  // release for both left the copy of K(it + 1) issued just before S(it + 1) waits for it.
   const int head_col = h * kHeadDim;
   auto load_q = [&] {
     hopper::prefetch_tensor_map(&q_map);
@@ -140,24 +147,32 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     hopper::mbarrier_arrive_expect_tx(q_full, QTile::kBytes);
     q_tile.load(&q_map, q_full, head_col, m0, b);
   };
-  auto load_kv = [&](int it) {
+  auto load_k = [&](int it) {
     const int s = it % kStages;
-    if (it >= kStages) hopper::mbarrier_wait(empty(s), ((it / kStages) - 1) & 1);
-    const int n0 = (n_blocks - 1 - it) * kBlockN;
+    if (it >= kStages) hopper::mbarrier_wait(k_empty(s), ((it / kStages) - 1) & 1);
     hopper::mbarrier_arrive_expect_tx(k_full(s), KVTile::kBytes);
-    k_tile(s).load(&kv_map, k_full(s), p.C + head_col, n0, b);
+    k_tile(s).load(&kv_map, k_full(s), p.C + head_col, (n_blocks - 1 - it) * kBlockN, b);
+  };
+  auto load_v = [&](int it) {
+    const int s = it % kStages;
+    if (it >= kStages) hopper::mbarrier_wait(v_empty(s), ((it / kStages) - 1) & 1);
     hopper::mbarrier_arrive_expect_tx(v_full(s), KVTile::kBytes);
-    v_tile(s).load(&kv_map, v_full(s), 2 * p.C + head_col, n0, b);
+    v_tile(s).load(&kv_map, v_full(s), 2 * p.C + head_col, (n_blocks - 1 - it) * kBlockN, b);
   };
 
   const int warpgroup = threadIdx.x / 128;
   if constexpr (Traits::kProducer) {
     if (warpgroup == 0) {
-      // Producer: one thread issues every copy.
+      // Producer: one thread issues every copy, in the order the consumers release stages:
+      // K(0), K(1), V(0), K(2), V(1), ...
       hopper::setmaxnreg_dec<Traits::kProducerRegisters>();
       if (threadIdx.x == 0) {
         load_q();
-        for (int it = 0; it < n_blocks; ++it) load_kv(it);
+        load_k(0);
+        for (int it = 0; it < n_blocks; ++it) {
+          if (it + 1 < n_blocks) load_k(it + 1);
+          load_v(it);
+        }
       }
       return;
     }
@@ -165,7 +180,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   } else if (threadIdx.x == 0) {
     // No producer: thread 0 fills the ring now and refills each stage as it is released.
     load_q();
-    for (int it = 0; it < min(kStages, n_blocks); ++it) load_kv(it);
+    for (int it = 0; it < min(kStages, n_blocks); ++it) {
+      load_k(it);
+      load_v(it);
+    }
   }
 
   // Consumers: warpgroup c owns query rows m0 + 64c .. + 63; this thread rows row0, row0 + 8.
@@ -229,6 +247,21 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     for (int kk = 0; kk < kPSlabs; ++kk) hopper::accumulators_to_a_fragment(p_frag[kk], s_acc, kk);
   };
 
+  // A consumed stage goes back to the producer. Without one, thread 0 refills both rings at one
+  // point per tile, the end of the iteration (refill_after), where it waits for the other
+  // threads once: K(it + kStages), released at this iteration's start, and V(it - 1 + kStages).
+  // (Refilling K at its release stalled warp 0 before the softmax: 7-30% slower.)
+  auto release_k = [&](int it) { hopper::mbarrier_arrive(k_empty(it % kStages)); };
+  auto release_v = [&](int it) { hopper::mbarrier_arrive(v_empty(it % kStages)); };
+  auto refill_after = [&](int it) {
+    if constexpr (!Traits::kProducer) {
+      if (threadIdx.x == 0) {
+        if (it + kStages < n_blocks) load_k(it + kStages);
+        if (it >= 1 && it - 1 + kStages < n_blocks) load_v(it - 1 + kStages);
+      }
+    }
+  };
+
   hopper::mbarrier_wait(q_full, 0);
 
   // First key tile (the diagonal one, possibly ragged at T): masked.
@@ -239,6 +272,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     hopper::wgmma_commit_group();
     hopper::wgmma_wait_group<0>();
     hopper::fence_operands(s_acc);
+    release_k(0);
     const int n0 = (n_blocks - 1) * kBlockN;
 #pragma unroll
     for (int i = 0; i < kSRegs; ++i) {
@@ -251,6 +285,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     // Every row keeps key n0 <= row unmasked, so the maxima are finite.
     exponentiate(row_sum);
     pack_p();
+    refill_after(0);
   }
 
   for (int it = 1; it < n_blocks; ++it) {
@@ -265,6 +300,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     hopper::wgmma_commit_group();
     hopper::wgmma_wait_group<1>();  // S of this tile is ready; P V of the last still runs
     hopper::fence_operands(s_acc);
+    release_k(it);
 
     float new_max[2] = {row_max[0], row_max[1]};
     tile_row_max(new_max);
@@ -279,11 +315,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 
     hopper::wgmma_wait_group<0>();
     hopper::fence_operands(o_acc);
-    hopper::mbarrier_arrive(empty(prev));
-    if constexpr (!Traits::kProducer) {
-      // Stage prev is free once all 128 threads have arrived: it takes key tile it - 1 + kStages.
-      if (threadIdx.x == 0 && it - 1 + kStages < n_blocks) load_kv(it - 1 + kStages);
-    }
+    release_v(it - 1);
+    refill_after(it);
 #pragma unroll
     for (int i = 0; i < kORegs; i += 4) {
       o_acc[i + 0] *= correction0;
@@ -369,39 +402,36 @@ bool attention_hopper_compiled() {
 #endif
 }
 
-// Measured on an H100 (2026-11-25, gpt2-attention-bench, T = 512-16K): at head size 64 the
-// 64-row blocks are level at T <= 1K and 8-19% faster from 2K to 16K; at head size 128 (64-key
-// tiles to fit two blocks) they are 4-25% slower everywhere.
-int attention_hopper_forward_rows(int T, int head_size) {
-  (void)T;
-  return head_size == 64 ? 64 : 128;
+// Measured on an H100 (2026-11-25, gpt2-attention-bench, B*T = 16K, T = 512-16K). Head size
+// 64: 64-row blocks beat 128-row ones by 8-19% from 2K to 16K; without a producer (three blocks
+// per SM) they are 8% faster again at 512, level at 1K and 5-12% slower from 2K (bench/NOTES.md,
+// version 11). Head size 128: 128-row blocks, 4-16% ahead of either 64-row shape (whose 64-key
+// tiles fit two blocks) from 2K on, level at 1K and below.
+HopperForwardShape attention_hopper_forward_shape(int T, int head_size) {
+  if (head_size != 64) return HopperForwardShape::kRows128;
+  return T <= 512 ? HopperForwardShape::kRows64NoProducer : HopperForwardShape::kRows64;
 }
 
 void attention_hopper_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
-                              int block_rows, bool one_warpgroup, cudaStream_t stream) {
+                              HopperForwardShape shape, cudaStream_t stream) {
   const int head_size = flash::checked_head_size(B, T, C, NH);
-  if (block_rows == 0) block_rows = attention_hopper_forward_rows(T, head_size);
-  GPT2_CHECK(block_rows == 64 || block_rows == 128,
-             "Hopper forward block rows must be 64 or 128 (0: by shape), got ", block_rows);
-  GPT2_CHECK(!one_warpgroup || block_rows == 64,
-             "the one-warpgroup Hopper forward takes 64-row blocks");
-  if (one_warpgroup) {
-    if (head_size == 64)
-      launch_hopper_forward<HopperForwardTraits<64, 1, false>>(out, lse, qkv, B, T, C, NH, stream);
-    else
-      launch_hopper_forward<HopperForwardTraits<128, 1, false>>(out, lse, qkv, B, T, C, NH,
-                                                                stream);
-  } else if (head_size == 64) {
-    if (block_rows == 64)
-      launch_hopper_forward<HopperForwardTraits<64, 1>>(out, lse, qkv, B, T, C, NH, stream);
-    else
-      launch_hopper_forward<HopperForwardTraits<64, 2>>(out, lse, qkv, B, T, C, NH, stream);
-  } else {
-    if (block_rows == 64)
-      launch_hopper_forward<HopperForwardTraits<128, 1>>(out, lse, qkv, B, T, C, NH, stream);
-    else
-      launch_hopper_forward<HopperForwardTraits<128, 2>>(out, lse, qkv, B, T, C, NH, stream);
+  if (shape == HopperForwardShape::kAuto) shape = attention_hopper_forward_shape(T, head_size);
+  auto launch = [&](auto traits) {
+    launch_hopper_forward<decltype(traits)>(out, lse, qkv, B, T, C, NH, stream);
+  };
+  switch (shape) {
+    case HopperForwardShape::kRows128:
+      if (head_size == 64) return launch(HopperForwardTraits<64, 2>{});
+      return launch(HopperForwardTraits<128, 2>{});
+    case HopperForwardShape::kRows64:
+      if (head_size == 64) return launch(HopperForwardTraits<64, 1>{});
+      return launch(HopperForwardTraits<128, 1>{});
+    case HopperForwardShape::kRows64NoProducer:
+      if (head_size == 64) return launch(HopperForwardTraits<64, 1, false>{});
+      return launch(HopperForwardTraits<128, 1, false>{});
+    case HopperForwardShape::kAuto: break;
   }
+  GPT2_FAIL("unknown Hopper forward shape ", static_cast<int>(shape));
 }
 
 }  // namespace gpt2::gpu

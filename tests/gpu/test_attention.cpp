@@ -75,8 +75,7 @@ Reference reference_attention(const std::vector<float>& qkv, const std::vector<f
 struct HopperKnobs {
   bool deterministic = true;
   int backward_max_blocks = 0;
-  int forward_block_rows = 0;
-  bool forward_one_warpgroup = false;
+  HopperForwardShape forward_shape = HopperForwardShape::kAuto;
 };
 
 // One forward + backward through the attention dispatch with the given kernel; every output
@@ -96,8 +95,7 @@ AttentionResult run_attention(AttentionKernel kernel, const std::vector<float>& 
   config.kernel = kernel;
   config.deterministic = knobs.deterministic;
   config.backward_max_blocks = knobs.backward_max_blocks;
-  config.forward_block_rows = knobs.forward_block_rows;
-  config.forward_one_warpgroup = knobs.forward_one_warpgroup;
+  config.forward_shape = knobs.forward_shape;
   DeviceBuffer<T_> d_qkv(3 * n_out), d_dout(n_out), d_out(n_out), d_dqkv(3 * n_out);
   DeviceBuffer<unsigned char> saved(static_cast<int64_t>(attention_saved_bytes(config)));
   DeviceBuffer<unsigned char> workspace(static_cast<int64_t>(attention_workspace_bytes(config)));
@@ -164,11 +162,11 @@ void check_attention(AttentionKernel kernel, const AttentionShape& s, uint64_t s
   EXPECT_TRUE(finite) << "naive out has non-finite values";
   const double naive_grad = relative_l2(naive.dqkv, ref.dqkv, &finite);
   EXPECT_TRUE(finite) << "naive dqkv has non-finite values";
-  std::printf("[ attention] %-4s %-14s %-38s fwd rows %3d%s rel-L2 vs fp64: out %.2e "
+  std::printf("[ attention] %-4s %-14s %-38s fwd %-7s rel-L2 vs fp64: out %.2e "
               "naive %.2e | dqkv %.2e naive %.2e | lse %.2e\n",
               Storage<T_>::kName, to_string(kernel), describe(s).c_str(),
-              knobs.forward_block_rows, knobs.forward_one_warpgroup ? " (one warpgroup)" : "",
-              flash_out, naive_out, flash_grad, naive_grad, flash_lse);
+              to_string(knobs.forward_shape), flash_out, naive_out, flash_grad, naive_grad,
+              flash_lse);
 
   // fp32 is exact arithmetic up to accumulation order; bf16 follows the 2x-naive rule.
   const bool is_bf16 = std::is_same_v<T_, bf16>;
@@ -190,15 +188,15 @@ TEST_P(GpuAttentionTest, Bf16PortableFlashMatchesFp64Reference) {
   check_attention<bf16>(AttentionKernel::kFlashPortable, GetParam(), 1000 + GetParam().T);
 }
 
-// Every shape of forward block: 64 query rows (two blocks per SM), 128, and 64 rows of one
-// warpgroup (three blocks per SM at head size 64, two at 128).
+// Every shape of forward block: 128 query rows, 64 (two blocks per SM), and 64 rows without a
+// producer warpgroup (three blocks per SM at head size 64, two at 128).
 TEST_P(GpuAttentionTest, Bf16HopperFlashMatchesFp64Reference) {
   GPT2_REQUIRE_GPU();
   GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, GetParam().HS);
-  for (const int variant : {0, 1, 2}) {
+  for (const HopperForwardShape shape : {HopperForwardShape::kRows128, HopperForwardShape::kRows64,
+                                         HopperForwardShape::kRows64NoProducer}) {
     HopperKnobs knobs;
-    knobs.forward_block_rows = variant == 1 ? 128 : 64;
-    knobs.forward_one_warpgroup = variant == 2;
+    knobs.forward_shape = shape;
     check_attention<bf16>(AttentionKernel::kFlashHopper, GetParam(), 1000 + GetParam().T, knobs);
   }
 }
@@ -407,20 +405,18 @@ TEST(GpuAttentionHopper, ForwardBlockShapesOfTheSameTilesGiveIdenticalBits) {
     const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 51));
     const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 52));
     Context ctx;
-    HopperKnobs rows64, rows128, one_warpgroup;
-    rows64.forward_block_rows = 64;
-    rows128.forward_block_rows = 128;
-    one_warpgroup.forward_block_rows = 64;
-    one_warpgroup.forward_one_warpgroup = true;
-    std::vector<HopperKnobs> same_tiles = {one_warpgroup};
+    HopperKnobs rows64, rows128, no_producer;
+    rows64.forward_shape = HopperForwardShape::kRows64;
+    rows128.forward_shape = HopperForwardShape::kRows128;
+    no_producer.forward_shape = HopperForwardShape::kRows64NoProducer;
+    std::vector<HopperKnobs> same_tiles = {no_producer};
     if (head_size == 64) same_tiles.push_back(rows128);
     const AttentionKernel hopper = AttentionKernel::kFlashHopper;
     const AttentionResult a = run_attention<bf16>(hopper, qkv, dout, s, ctx, rows64);
     for (const HopperKnobs& other : same_tiles) {
       const AttentionResult b = run_attention<bf16>(hopper, qkv, dout, s, ctx, other);
-      const std::string what = str_cat("head size ", head_size, ", rows ",
-                                       other.forward_block_rows, other.forward_one_warpgroup
-                                                                     ? " one warpgroup" : "");
+      const std::string what =
+          str_cat("head size ", head_size, ", forward ", to_string(other.forward_shape));
       EXPECT_EQ(a.out, b.out) << what;
       EXPECT_EQ(a.lse, b.lse) << what;
       EXPECT_EQ(a.dqkv, b.dqkv) << what;  // the same backward from the same out and lse
