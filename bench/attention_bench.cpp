@@ -210,6 +210,13 @@ int bench_main(int argc, char** argv) {
     GPT2_USAGE_FAIL("need --heads >= 1, --repeats >= 1, --burst >= 1, --warmup >= 0, --sets >= 0");
   for (int hs : head_sizes)
     if (hs != 64 && hs != 128) GPT2_USAGE_FAIL("--head-sizes takes 64 and 128 (got ", hs, ")");
+  // An explicit --kernels list is checked before the device is touched.
+  std::vector<BenchKernel> listed_kernels;
+  {
+    std::stringstream stream_list(args["kernels"].as<std::string>());
+    std::string item;
+    while (std::getline(stream_list, item, ',')) listed_kernels.push_back(parse_kernel(item));
+  }
 
   gpu::Context ctx;
   cudaStream_t stream = ctx.stream();
@@ -225,9 +232,8 @@ int bench_main(int argc, char** argv) {
          "fwd_tflops,bwd_tflops,fwdbwd_tflops,rel_err_out,rel_err_dqkv\n";
 
   for (int HS : head_sizes) {
-    std::vector<BenchKernel> kernels;
-    const std::string kernel_list = args["kernels"].as<std::string>();
-    if (kernel_list.empty()) {
+    std::vector<BenchKernel> kernels = listed_kernels;
+    if (kernels.empty()) {
       kernels = {parse_kernel("naive"), parse_kernel("flash-portable")};
       std::string why;
       if (gpu::attention_hopper_supported(true, HS, &why)) {
@@ -236,10 +242,6 @@ int bench_main(int argc, char** argv) {
       } else {
         std::printf("(flash-hopper not run: %s)\n", why.c_str());
       }
-    } else {
-      std::stringstream stream_list(kernel_list);
-      std::string item;
-      while (std::getline(stream_list, item, ',')) kernels.push_back(parse_kernel(item));
     }
     const int C = NH * HS;
     for (int T : seq_lens) {

@@ -25,33 +25,18 @@
 #include "base/rng.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
+#include "run_command.h"
 
 namespace gpt2 {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct RunResult {
-  int exit_code;
-  std::string output;  // stdout and stderr together
-};
+using RunResult = testing::CommandResult;
 
-/// Runs gpt2-tokenize with the given arguments (each single-quoted for the shell).
+/// Runs gpt2-tokenize with the given arguments (stdout and stderr together).
 RunResult run_tool(const std::vector<std::string>& args) {
-  std::string command = std::string("'") + GPT2_TOKENIZE_BINARY + "'";
-  for (const std::string& arg : args) command += " '" + arg + "'";
-  command += " 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  EXPECT_NE(pipe, nullptr) << command;
-  if (pipe == nullptr) return {-1, ""};
-  RunResult result{-1, ""};
-  char buffer[4096];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) {
-    result.output.append(buffer, n);
-  }
-  const int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return testing::run_binary(GPT2_TOKENIZE_BINARY, args);
 }
 
 class TokenizeToolTest : public ::testing::Test {

@@ -15,26 +15,13 @@
 
 #include "base/error.h"
 #include "mpi_test_util.h"
+#include "run_command.h"
 
 namespace gpt2 {
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string output;
-};
-
-Result run(const std::string& command) {
-  Result result;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) result.output.append(buf, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+using Result = testing::CommandResult;
+using testing::run_command;
 
 #define GPT2_REQUIRE_MPI(launcher)                                                  \
   std::string launcher;                                                             \
@@ -140,7 +127,7 @@ TEST(MpiCommunicator, CollectivesOnTwoAndThreeRanks) {
   GPT2_REQUIRE_MPI(launcher);
   for (const int ranks : {2, 3}) {
     const Result result =
-        run(testing::mpi_command(launcher, ranks, GPT2_MPI_COLLECTIVES_WORKER));
+        run_command(testing::mpi_command(launcher, ranks, GPT2_MPI_COLLECTIVES_WORKER));
     EXPECT_EQ(result.exit_code, 0) << result.output;
     for (int rank = 0; rank < ranks; ++rank) {
       const std::string ok = "rank " + std::to_string(rank) + " of " + std::to_string(ranks) + ": ok";
@@ -153,7 +140,7 @@ TEST(MpiCommunicator, AbortEndsEveryRankWithItsCode) {
   GPT2_REQUIRE_MPI(launcher);
   const auto start = std::chrono::steady_clock::now();
   // timeout: a job that hangs fails the test (124) instead of the test hanging.
-  const Result result = run("timeout -s KILL 60 " +
+  const Result result = run_command("timeout -s KILL 60 " +
                             testing::mpi_command(launcher, 2,
                                                  std::string(GPT2_MPI_COLLECTIVES_WORKER) +
                                                      " abort 7"));

@@ -26,34 +26,17 @@
 #include "model/cpu_model.h"
 #include "model/hf_checkpoint.h"
 #include "model/parameters.h"
+#include "run_command.h"
 
 namespace gpt2 {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-std::string quote(const std::string& text) {
-  std::string out = "'";
-  for (const char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
+using RunResult = testing::CommandResult;
 
 RunResult run_convert(const std::vector<std::string>& args) {
-  std::string command = quote(GPT2_CONVERT_BINARY);
-  for (const std::string& arg : args) command += " " + quote(arg);
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  RunResult result;
-  if (pipe == nullptr) return result;
-  char buffer[1 << 16];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) result.output.append(buffer, n);
-  const int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return testing::run_binary(GPT2_CONVERT_BINARY, args);
 }
 
 std::string bytes_of(const std::string& path) {

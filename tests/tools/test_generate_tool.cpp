@@ -33,6 +33,7 @@
 #include "model/model.h"
 #include "model/parameters.h"
 #include "train/generation.h"
+#include "run_command.h"
 
 namespace gpt2 {
 namespace {
@@ -45,11 +46,7 @@ struct RunResult {
   std::string err;  // stderr
 };
 
-std::string quote(const std::string& text) {
-  std::string q = "'";
-  for (char c : text) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
+using testing::shell_quote;
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -93,20 +90,11 @@ class GenerateToolTest : public ::testing::Test {
 
   RunResult run(const std::vector<std::string>& args) const {
     const std::string err_path = path("stderr.txt");
-    std::string command = quote(GPT2_GENERATE_BINARY);
-    for (const std::string& arg : args) command += " " + quote(arg);
-    command += " 2>" + quote(err_path);
-    RunResult result;
-    FILE* pipe = ::popen(command.c_str(), "r");
-    EXPECT_NE(pipe, nullptr) << command;
-    if (pipe == nullptr) return result;
-    char buffer[4096];
-    for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;)
-      result.out.append(buffer, n);
-    const int status = ::pclose(pipe);
-    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    result.err = read_all(err_path);
-    return result;
+    std::string command = shell_quote(GPT2_GENERATE_BINARY);
+    for (const std::string& arg : args) command += " " + shell_quote(arg);
+    const testing::CommandResult run =
+        testing::run_command(command + " 2>" + shell_quote(err_path), /*join_stderr=*/false);
+    return RunResult{run.exit_code, run.output, read_all(err_path)};
   }
 
   // The usual arguments on the CPU and the test's model.

@@ -3,8 +3,8 @@
  * @brief Helpers of the trainer tests: run the real gpt2-train binary, scratch folders, and
  *        reading metrics.jsonl back.
  *
- * run_trainer() runs GPT2_TRAIN_BINARY (a compile definition) through the shell with stdout
- * and stderr merged and returns the exit code and the output; BackgroundProcess runs it (or
+ * run_trainer() runs GPT2_TRAIN_BINARY (a compile definition) through the shell (run_command.h)
+ * with stdout and stderr merged and returns the exit code and the output; BackgroundProcess runs it (or
  * mpirun) while the test watches its output and sends it signals. Scratch folders are unique per
  * process and test, so ctest may run the tests in parallel.
  */
@@ -27,31 +27,9 @@
 
 #include "base/file_io.h"
 #include "base/json.h"
+#include "run_command.h"
 
 namespace gpt2::testing {
-
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-inline std::string shell_quote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) out += (c == '\'') ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-inline CommandResult run_command(const std::string& command) {
-  CommandResult result;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) result.output.append(buf, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
 
 /// Runs gpt2-train with the given (already separate) arguments; env_assignments (e.g.
 /// "GPT2_DATA_DIR=/x") prefix the command.

@@ -1,0 +1,63 @@
+/**
+ * @file test_bench_cli.cpp
+ * @brief The benchmarks' command lines: gpt2-sweep and gpt2-attention-bench refuse bad values
+ * with exit code 2 and a message naming the option, before running anything (the attention
+ * bench before touching a GPU, so these run on machines without one).
+ */
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "run_command.h"
+
+namespace gpt2 {
+namespace {
+
+using testing::CommandResult;
+using testing::run_binary;
+
+void expect_usage_error(const std::string& binary, const std::vector<std::string>& args,
+                        const std::string& names) {
+  const CommandResult run = run_binary(binary, args);
+  std::string command = binary;
+  for (const std::string& arg : args) command += " " + arg;
+  EXPECT_EQ(run.exit_code, 2) << command << "\n" << run.output;
+  EXPECT_NE(run.output.find(names), std::string::npos)
+      << command << ": the message does not name '" << names << "':\n" << run.output;
+}
+
+TEST(SweepCli, BadValuesExitTwoNamingTheOption) {
+  const std::string sweep = GPT2_SWEEP_BINARY;
+  expect_usage_error(sweep, {"--seq-lens", "0"}, "--seq-lens");
+  expect_usage_error(sweep, {"--seq-lens", "1024,abc"}, "--seq-lens");
+  expect_usage_error(sweep, {"--tokens-per-step", "0"}, "--tokens-per-step");
+}
+
+class AttentionBenchCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(bench_))
+      GTEST_SKIP() << "gpt2-attention-bench is not built here (it needs CUDA): " << bench_;
+  }
+  const std::string bench_ = GPT2_ATTENTION_BENCH_BINARY;
+};
+
+TEST_F(AttentionBenchCli, HelpNamesTheKernelsAndExitsZero) {
+  const CommandResult run = run_binary(bench_, {"--help"});
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("--kernels"), std::string::npos) << run.output;
+}
+
+TEST_F(AttentionBenchCli, BadValuesExitTwoBeforeTheDevice) {
+  expect_usage_error(bench_, {"--kernels", "flash-hopper/fwd99"}, "flash-hopper/fwd99");
+  expect_usage_error(bench_, {"--kernels", "flash-portable/fwd64"}, "--kernels");
+  expect_usage_error(bench_, {"--kernels", "flash-hopper,,naive"}, "--kernels");
+  expect_usage_error(bench_, {"--head-sizes", "96"}, "--head-sizes");
+  expect_usage_error(bench_, {"--seq-lens", "1024,x"}, "seq-lens");
+  expect_usage_error(bench_, {"--repeats", "0"}, "--repeats");
+}
+
+}  // namespace
+}  // namespace gpt2
