@@ -13,8 +13,7 @@
  *  - mn_major(row0, column_block): rows [row0, row0 + 16) as K, the columns from column block
  *    column_block on as M/N (V in O += P V; dO and Q in dV += P^T dO and dK += dS^T Q; dS^T
  *    and K in dQ = dS K).
- * StageBarriers: the full/empty mbarrier pair of one ring stage. current_device_sms: a host
- * helper of the launchers.
+ * current_device_sms: a host helper of the launchers.
  */
 #pragma once
 
@@ -65,13 +64,6 @@ struct SmemTile {
     for (int j = 0; j < kColumnBlocks; ++j)
       tma_load_3d(base + j * kColumnBlockBytes, map, bar, col0 + 64 * j, row0, batch);
   }
-};
-
-/// One ring stage: `full` completes when the producer's copies have landed (transaction
-/// count), `empty` when every consumer thread has released the stage.
-struct StageBarriers {
-  uint32_t full;
-  uint32_t empty;
 };
 
 /// Host: streaming multiprocessors of the current device.
