@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "base/bf16.h"
 #include "base/error.h"
 #include "dist/nccl_communicator.h"
 #ifdef GPT2_HAVE_MPI
@@ -40,6 +41,16 @@ void SingleProcessCommunicator::reduce_scatter_sum(const float* send, float* rec
                                                    size_t recv_count) {
   if (recv != send) std::memmove(recv, send, recv_count * sizeof(float));
   record(recv_count * sizeof(float), 0.0);
+}
+
+void SingleProcessCommunicator::all_reduce_sum_bf16(void*, size_t count) {
+  record(count * sizeof(uint16_t), 0.0);
+}
+
+void SingleProcessCommunicator::reduce_scatter_sum_bf16(const void* send, void* recv,
+                                                        size_t recv_count) {
+  if (recv != send) std::memmove(recv, send, recv_count * sizeof(uint16_t));
+  record(recv_count * sizeof(uint16_t), 0.0);
 }
 
 void SingleProcessCommunicator::all_gather(const float* send, float* recv, size_t send_count) {
@@ -75,6 +86,10 @@ double sum_in_rank_order(Communicator& job, double value) {
   double sum = 0.0;
   for (const double slot : slots) sum += slot;
   return sum;
+}
+
+uint16_t add_bf16(uint16_t a, uint16_t b) {
+  return float_to_bf16_bits(bf16_bits_to_float(a) + bf16_bits_to_float(b));
 }
 
 namespace {

@@ -14,6 +14,10 @@
  * Every rank calls the same collectives in the same order with the same counts (a rank that
  * calls another collective, or none, leaves the others waiting: abort() is what a failing
  * rank calls instead). Counts are elements. Results are identical on every rank.
+ * bf16 sums (all_reduce_sum_bf16, reduce_scatter_sum_bf16) take raw bf16 values (2 bytes each,
+ * base/bf16.h on the host): every addition is done in fp32 and rounded to bf16 (nearest even),
+ * as NCCL's ncclBfloat16 sum does, so a sum over n ranks is rounded n - 1 times (the host
+ * backends add in rank order; NCCL in its algorithm's order, fixed for a world size).
  * In place: all_reduce works in place; reduce_scatter_sum may receive into its own block of the
  * send buffer (recv == send + rank * recv_count; the other blocks of send are then unspecified
  * afterwards) and all_gather / all_gather_bytes may send from their own block of the receive
@@ -66,6 +70,9 @@ class Communicator {
   virtual void all_reduce(double* data, size_t count, ReduceOp op) = 0;
   /// send (world_size * recv_count) summed over the ranks; recv (recv_count) gets block rank().
   virtual void reduce_scatter_sum(const float* send, float* recv, size_t recv_count) = 0;
+  /// The bf16 forms of all_reduce (kSum) and reduce_scatter_sum (see the file comment).
+  virtual void all_reduce_sum_bf16(void* data, size_t count) = 0;
+  virtual void reduce_scatter_sum_bf16(const void* send, void* recv, size_t recv_count) = 0;
   /// recv (world_size * send_count) gets every rank's send (send_count) in rank order.
   virtual void all_gather(const float* send, float* recv, size_t send_count) = 0;
   /// The same for raw bytes (any element type: bf16 parameters): recv (world_size *
@@ -118,6 +125,8 @@ class SingleProcessCommunicator final : public Communicator {
   void all_reduce(float* data, size_t count, ReduceOp op) override;
   void all_reduce(double* data, size_t count, ReduceOp op) override;
   void reduce_scatter_sum(const float* send, float* recv, size_t recv_count) override;
+  void all_reduce_sum_bf16(void* data, size_t count) override;
+  void reduce_scatter_sum_bf16(const void* send, void* recv, size_t recv_count) override;
   void all_gather(const float* send, float* recv, size_t send_count) override;
   void all_gather_bytes(const void* send, void* recv, size_t send_bytes) override;
   void broadcast(void* data, size_t bytes, int root) override;
@@ -130,6 +139,9 @@ class SingleProcessCommunicator final : public Communicator {
 /// exactly (an all-reduce of one slot per rank, the other slots zero: x + 0 is exact) and
 /// summed here. A device communicator adds through its host_communicator().
 double sum_in_rank_order(Communicator& comm, double value);
+
+/// a + b for bf16 values as the bf16 sums above add them: in fp32, rounded to nearest even.
+uint16_t add_bf16(uint16_t a, uint16_t b);
 
 /// How this process was started, from the launcher's environment.
 struct LaunchInfo {

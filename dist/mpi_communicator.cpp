@@ -25,6 +25,7 @@ namespace gpt2 {
 struct MpiCommunicator::Handles {
   MPI_Comm world = MPI_COMM_NULL;  // a duplicate of MPI_COMM_WORLD, errors returned
   MPI_Comm node = MPI_COMM_NULL;   // the ranks sharing this node's memory
+  MPI_Op bf16_sum = MPI_OP_NULL;   // add_bf16 over MPI_UINT16_T
 };
 
 namespace {
@@ -44,6 +45,13 @@ int checked_count(size_t count, const char* what) {
   GPT2_CHECK(count <= static_cast<size_t>(INT_MAX), what, ": ", count,
              " elements per rank exceed MPI's int counts");
   return static_cast<int>(count);
+}
+
+// inout[i] = in[i] + inout[i] in bf16 (MPI's user-function contract: in is the lower rank's).
+void bf16_sum(void* in, void* inout, int* count, MPI_Datatype*) {
+  const uint16_t* a = static_cast<const uint16_t*>(in);
+  uint16_t* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *count; ++i) b[i] = add_bf16(a[i], b[i]);
 }
 
 template <typename T>
@@ -76,12 +84,14 @@ MpiCommunicator::MpiCommunicator() : handles_(std::make_unique<Handles>()) {
                                      MPI_INFO_NULL, &handles_->node));
   GPT2_MPI_CHECK(MPI_Comm_rank(handles_->node, &local_rank_));
   GPT2_MPI_CHECK(MPI_Comm_size(handles_->node, &local_size_));
+  GPT2_MPI_CHECK(MPI_Op_create(&bf16_sum, /*commute=*/0, &handles_->bf16_sum));
 }
 
 MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
+  if (handles_->bf16_sum != MPI_OP_NULL) MPI_Op_free(&handles_->bf16_sum);
   if (handles_->node != MPI_COMM_NULL) MPI_Comm_free(&handles_->node);
   if (handles_->world != MPI_COMM_NULL) MPI_Comm_free(&handles_->world);
   if (initialized_here_ && MPI_Finalize() != MPI_SUCCESS)
@@ -100,18 +110,46 @@ void MpiCommunicator::all_reduce(double* data, size_t count, ReduceOp op) {
   record(count * sizeof(double), seconds_since(start));
 }
 
+namespace {
+
+// MPI_Reduce_scatter_block of n elements of `type` (element_bytes each), in place when recv is
+// this rank's block of send: MPI_IN_PLACE leaves the block at the buffer's start, moved then to
+// its place.
+void reduce_scatter_elements(MPI_Comm comm, int rank, const void* send, void* recv, int n,
+                             MPI_Datatype type, size_t element_bytes, MPI_Op op) {
+  const size_t block_bytes = static_cast<size_t>(n) * element_bytes;
+  char* buffer = static_cast<char*>(const_cast<void*>(send));
+  if (recv == buffer + static_cast<size_t>(rank) * block_bytes) {
+    GPT2_MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, buffer, n, type, op, comm));
+    if (recv != buffer) std::memmove(recv, buffer, block_bytes);
+  } else {
+    GPT2_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, n, type, op, comm));
+  }
+}
+
+}  // namespace
+
 void MpiCommunicator::reduce_scatter_sum(const float* send, float* recv, size_t recv_count) {
   const Clock::time_point start = Clock::now();
-  const int n = checked_count(recv_count, "reduce_scatter_sum");
-  if (recv == send + static_cast<size_t>(rank_) * recv_count) {
-    float* buffer = const_cast<float*>(send);
-    GPT2_MPI_CHECK(
-        MPI_Reduce_scatter_block(MPI_IN_PLACE, buffer, n, MPI_FLOAT, MPI_SUM, handles_->world));
-    if (recv != buffer) std::memmove(recv, buffer, recv_count * sizeof(float));
-  } else {
-    GPT2_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, n, MPI_FLOAT, MPI_SUM, handles_->world));
-  }
+  reduce_scatter_elements(handles_->world, rank_, send, recv,
+                          checked_count(recv_count, "reduce_scatter_sum"), MPI_FLOAT,
+                          sizeof(float), MPI_SUM);
   record(recv_count * world_size_ * sizeof(float), seconds_since(start));
+}
+
+void MpiCommunicator::all_reduce_sum_bf16(void* data, size_t count) {
+  const Clock::time_point start = Clock::now();
+  all_reduce_chunks(handles_->world, static_cast<uint16_t*>(data), count, MPI_UINT16_T,
+                    handles_->bf16_sum);
+  record(count * sizeof(uint16_t), seconds_since(start));
+}
+
+void MpiCommunicator::reduce_scatter_sum_bf16(const void* send, void* recv, size_t recv_count) {
+  const Clock::time_point start = Clock::now();
+  reduce_scatter_elements(handles_->world, rank_, send, recv,
+                          checked_count(recv_count, "reduce_scatter_sum_bf16"), MPI_UINT16_T,
+                          sizeof(uint16_t), handles_->bf16_sum);
+  record(recv_count * world_size_ * sizeof(uint16_t), seconds_since(start));
 }
 
 namespace {

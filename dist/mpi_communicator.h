@@ -10,6 +10,8 @@
  * (MPI_COMM_TYPE_SHARED): the ranks of one node. The destructor finalizes MPI when the
  * constructor initialized it; MPI cannot be initialized twice in a process, so there is one
  * MpiCommunicator per process (a second one after the first was destroyed throws).
+ * bf16 sums use a user-defined MPI operation on 16-bit elements (add_bf16), declared
+ * non-commutative so that MPI applies it in rank order.
  * abort() is MPI_Abort on the world communicator: the launcher (mpirun, srun) ends every rank.
  * Only built when CMake finds MPI (mpi_backend_available()); mpi.h stays out of this header.
  */
@@ -38,6 +40,8 @@ class MpiCommunicator final : public Communicator {
   void all_reduce(float* data, size_t count, ReduceOp op) override;
   void all_reduce(double* data, size_t count, ReduceOp op) override;
   void reduce_scatter_sum(const float* send, float* recv, size_t recv_count) override;
+  void all_reduce_sum_bf16(void* data, size_t count) override;
+  void reduce_scatter_sum_bf16(const void* send, void* recv, size_t recv_count) override;
   void all_gather(const float* send, float* recv, size_t send_count) override;
   void all_gather_bytes(const void* send, void* recv, size_t send_bytes) override;
   void broadcast(void* data, size_t bytes, int root) override;

@@ -24,6 +24,11 @@ double seconds_since(Clock::time_point start) {
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::kSum ? ncclSum : ncclMax; }
 
+bool env_set(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0';
+}
+
 }  // namespace
 
 bool nccl_backend_available() { return true; }
@@ -48,7 +53,9 @@ NcclCommunicator::NcclCommunicator(Communicator& host, CUstream_st* stream)
   ncclUniqueId id{};
   if (host.rank() == 0) GPT2_NCCL_CHECK(ncclGetUniqueId(&id));
   host.broadcast(&id, sizeof id, 0);
-  GPT2_NCCL_CHECK(ncclCommInitRank(&comm_, host.world_size(), id, host.rank()));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  if (!env_set("NCCL_MAX_CTAS") && !env_set("NCCL_MIN_CTAS")) config.maxCTAs = kDefaultMaxCtas;
+  GPT2_NCCL_CHECK(ncclCommInitRankConfig(&comm_, host.world_size(), id, host.rank(), &config));
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -73,6 +80,19 @@ void NcclCommunicator::reduce_scatter_sum(const float* send, float* recv, size_t
   GPT2_NCCL_CHECK(
       ncclReduceScatter(send, recv, recv_count, ncclFloat32, ncclSum, comm_, stream_));
   record(recv_count * world_size() * sizeof(float), seconds_since(start));
+}
+
+void NcclCommunicator::all_reduce_sum_bf16(void* data, size_t count) {
+  const Clock::time_point start = Clock::now();
+  GPT2_NCCL_CHECK(ncclAllReduce(data, data, count, ncclBfloat16, ncclSum, comm_, stream_));
+  record(count * 2, seconds_since(start));
+}
+
+void NcclCommunicator::reduce_scatter_sum_bf16(const void* send, void* recv, size_t recv_count) {
+  const Clock::time_point start = Clock::now();
+  GPT2_NCCL_CHECK(
+      ncclReduceScatter(send, recv, recv_count, ncclBfloat16, ncclSum, comm_, stream_));
+  record(recv_count * world_size() * 2, seconds_since(start));
 }
 
 void NcclCommunicator::all_gather(const float* send, float* recv, size_t send_count) {

@@ -17,7 +17,12 @@
  * caller to measure with events on the stream. barrier() synchronizes the stream and then the
  * host communicator; abort() aborts the NCCL communicator (unblocking kernels that wait on a
  * dead peer) and then the job through the host communicator.
- * ReduceOp::kSum is ncclSum, kMax ncclMax; broadcast sends bytes (ncclUint8).
+ * ReduceOp::kSum is ncclSum, kMax ncclMax; the bf16 sums are ncclSum over ncclBfloat16;
+ * broadcast sends bytes (ncclUint8).
+ * Thread blocks: NCCL's kernels run beside the model's, on SMs the GEMMs would use. The
+ * communicator caps them at kDefaultMaxCtas per collective (ncclConfig_t::maxCTAs), the
+ * count measured to slow the training step least on two H100s (bench/results/data_parallel.md);
+ * NCCL_MAX_CTAS / NCCL_MIN_CTAS in the environment, when set, decide instead.
  */
 #pragma once
 
@@ -32,6 +37,9 @@ namespace gpt2 {
 
 /// True when this build has the NCCL backend.
 bool nccl_backend_available();
+
+/// NCCL's thread blocks per collective unless the environment says (see the file comment).
+constexpr int kDefaultMaxCtas = 8;
 
 class NcclCommunicator final : public Communicator {
  public:
@@ -55,6 +63,8 @@ class NcclCommunicator final : public Communicator {
   void all_reduce(float* data, size_t count, ReduceOp op) override;
   void all_reduce(double* data, size_t count, ReduceOp op) override;
   void reduce_scatter_sum(const float* send, float* recv, size_t recv_count) override;
+  void all_reduce_sum_bf16(void* data, size_t count) override;
+  void reduce_scatter_sum_bf16(const void* send, void* recv, size_t recv_count) override;
   void all_gather(const float* send, float* recv, size_t send_count) override;
   void all_gather_bytes(const void* send, void* recv, size_t send_bytes) override;
   void broadcast(void* data, size_t bytes, int root) override;

@@ -24,6 +24,7 @@
 #include <new>
 #include <sstream>
 
+#include "base/bf16.h"
 #include "base/error.h"
 #include "base/file_io.h"
 #include "kernels/cpu/crossentropy.h"
@@ -393,6 +394,9 @@ MemoryPlan plan_cpu_model_memory(const ModelOptions& options) {
       if (last.size > last.valid)
         plan.add("workspace", "data-parallel staging of the padded last bucket",
                  last.size * sizeof(float));
+      if (options.grad_reduce == GradReduce::kBf16)
+        plan.add("workspace", "data-parallel bucket in bf16 (--grad-reduce bf16)",
+                 shards.max_bucket_size() * sizeof(uint16_t));
     }
   }
   for (const CpuBufferSpec& spec : cpu_buffer_specs(config, options.batch_size, options.seq_len,
@@ -450,6 +454,8 @@ CpuModel::CpuModel(const ModelOptions& options)
     const GradientBucket& last = shards_.buckets().back();
     if (data_parallel() && last.size > last.valid)
       allocate(staging_, last.size, "data-parallel staging of the padded last bucket");
+    if (data_parallel() && options.grad_reduce == GradReduce::kBf16)
+      allocate(bf16_bucket_, shards_.max_bucket_size(), "data-parallel bucket in bf16");
   }
 }
 
@@ -523,7 +529,27 @@ void CpuModel::decode_step(const int* next_tokens, float* logits) {
 
 int CpuModel::generation_length() const { return gpt2_->generation_length(); }
 
+void CpuModel::bf16_bucket_sum(BucketOp op, size_t k, float* flat) const {
+  const GradientBucket& bucket = shards_.buckets()[k];
+  const size_t own = static_cast<size_t>(comm_->rank()) * bucket.shard;
+  float* data = flat + bucket.begin;
+  uint16_t* bits = bf16_bucket_.data();
+  for (size_t i = 0; i < bucket.size; ++i)
+    bits[i] = i < bucket.valid ? float_to_bf16_bits(data[i]) : 0;  // zero in the padded tail
+  size_t first = 0, count = bucket.valid;  // the widened range of the bucket
+  if (op == BucketOp::kAllReduce) {
+    comm_->all_reduce_sum_bf16(bits, bucket.size);
+  } else {
+    comm_->reduce_scatter_sum_bf16(bits, bits + own, bucket.shard);
+    first = own;
+    count = own < bucket.valid ? std::min(bucket.shard, bucket.valid - own) : 0;
+  }
+  for (size_t i = first; i < first + count; ++i) data[i] = bf16_bits_to_float(bits[i]);
+}
+
 void CpuModel::bucket_collective(BucketOp op, size_t k, float* flat) const {
+  if (op != BucketOp::kAllGather && options_.grad_reduce == GradReduce::kBf16)
+    return bf16_bucket_sum(op, k, flat);
   const GradientBucket& bucket = shards_.buckets()[k];
   const size_t own = static_cast<size_t>(comm_->rank()) * bucket.shard;
   // The last bucket runs past N: it goes through staging_, zero past the valid elements.

@@ -205,9 +205,13 @@ class CpuModel final : public Model {
   void adamw_range(size_t begin, size_t count, float* m, float* v, const cpu::AdamWHyper& hyper,
                    int step, float grad_scale);
   /// The collective of bucket k on flat (ZeRO-0 all-reduce, ZeRO-1 reduce-scatter, all-gather),
-  /// through staging_ when the bucket runs past N.
+  /// through staging_ when the bucket runs past N; the sums through bf16_bucket_ with
+  /// GradReduce::kBf16.
   enum class BucketOp { kAllReduce, kReduceScatter, kAllGather };
   void bucket_collective(BucketOp op, size_t k, float* flat) const;
+  /// The sum of bucket k in bf16: flat's elements rounded to bf16, summed over the ranks in
+  /// bf16, widened back into flat (ZeRO-1: this rank's block only).
+  void bf16_bucket_sum(BucketOp op, size_t k, float* flat) const;
   /// full (N floats) from every rank's local shard (ZeRO-1 optimizer state), bucket by bucket.
   void gather_shards(const float* local, float* full) const;
 
@@ -216,6 +220,7 @@ class CpuModel final : public Model {
   Communicator* comm_ = nullptr;
   ShardPlan shards_;
   mutable std::vector<float> staging_;  // the padded last bucket (data parallel)
+  mutable std::vector<uint16_t> bf16_bucket_;  // one bucket in bf16 (GradReduce::kBf16)
   bool grads_reduced_ = false;
 };
 

@@ -1,7 +1,8 @@
 /**
  * @file cuda_data_parallel.cu
- * @brief CudaDataParallel<T_>: bucket reductions, parameter all-gathers and shard gathers on the
- *        communicator's stream, ordered against the compute stream by events.
+ * @brief CudaDataParallel<T_>: bucket reductions, the step scalars' sum, parameter all-gathers
+ *        and shard gathers on the communicator's stream, ordered against the compute stream by
+ *        events.
  */
 #include "model/cuda_data_parallel.h"
 
@@ -15,6 +16,7 @@
 
 #include "base/error.h"
 #include "kernels/gpu/common.cuh"
+#include "kernels/gpu/step_scalars.cuh"
 
 namespace gpt2 {
 namespace {
@@ -36,9 +38,31 @@ void widen_and_pad(float* out, const T_* in, size_t valid, size_t size, cudaStre
   GPT2_CUDA_CHECK_LAUNCH();
 }
 
-// Events per bucket and step: a start/end pair around its reduction and its all-gather.
-constexpr size_t kEventsPerBucket = 4;
-constexpr size_t kExposedEvents = 4;  // pairs around the two waits of the compute stream
+/// For each bucket, `combine` over the points `point_of(tensor, lo)` of the tensors it holds
+/// (lo: the first element of the tensor inside the bucket), starting from `initial`.
+template <typename PointOf, typename Combine>
+std::vector<int> bucket_points(const ShardPlan& plan, const ParameterLayout& layout, int initial,
+                               PointOf&& point_of, Combine&& combine) {
+  std::vector<int> points;
+  points.reserve(plan.buckets().size());
+  for (const GradientBucket& bucket : plan.buckets()) {
+    const size_t end = bucket.begin + bucket.valid;
+    int point = initial;
+    for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
+      const size_t lo = std::max(bucket.begin, layout.offsets[tensor]);
+      const size_t hi = std::min(end, layout.offsets[tensor] + layout.sizes[tensor]);
+      if (lo < hi) point = combine(point, point_of(tensor, lo, hi));
+    }
+    points.push_back(point);
+  }
+  return points;
+}
+
+/// The layer of flat element `i` of per-layer tensor `tensor` ((L, ...) layout).
+int layer_of(const ParameterLayout& layout, int tensor, size_t i, int num_layers) {
+  const size_t per_layer = layout.sizes[tensor] / static_cast<size_t>(num_layers);
+  return static_cast<int>((i - layout.offsets[tensor]) / per_layer);
+}
 
 }  // namespace
 
@@ -67,119 +91,178 @@ std::vector<UpdateSegment> update_segments(const ShardPlan& plan, const Paramete
 std::vector<int> bucket_ready_points(const ShardPlan& plan, const ParameterLayout& layout,
                                      int num_layers) {
   const int L = num_layers;
-  // The point of the last element of [lo, hi) of `tensor`: per-layer tensors are (L, ...) with
-  // layer l at l * size / L; the backward finishes layer l at point L - l, so the range's
-  // lowest layer decides.
-  const auto point_of = [&](int tensor, size_t lo) -> int {
-    if (tensor == kWte || tensor == kWpe) return L + 1;
-    if (tensor == kLnfw || tensor == kLnfb) return 0;
-    const size_t per_layer = layout.sizes[tensor] / static_cast<size_t>(L);
-    const int layer = static_cast<int>((lo - layout.offsets[tensor]) / per_layer);
-    return L - layer;
-  };
-  std::vector<int> points;
-  points.reserve(plan.buckets().size());
-  for (const GradientBucket& bucket : plan.buckets()) {
-    const size_t end = bucket.begin + bucket.valid;
-    int point = 0;
-    for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
-      const size_t lo = std::max(bucket.begin, layout.offsets[tensor]);
-      const size_t hi = std::min(end, layout.offsets[tensor] + layout.sizes[tensor]);
-      if (lo < hi) point = std::max(point, point_of(tensor, lo));
-    }
-    points.push_back(point);
-  }
-  return points;
+  // Per-layer tensors: the backward finishes layer l at point L - l, so a range's lowest layer
+  // decides.
+  return bucket_points(
+      plan, layout, 0,
+      [&](int tensor, size_t lo, size_t) {
+        if (tensor == kWte || tensor == kWpe) return L + 1;
+        if (tensor == kLnfw || tensor == kLnfb) return 0;
+        return L - layer_of(layout, tensor, lo, L);
+      },
+      [](int a, int b) { return std::max(a, b); });
+}
+
+std::vector<int> bucket_need_points(const ShardPlan& plan, const ParameterLayout& layout,
+                                    int num_layers) {
+  const int L = num_layers;
+  // Layer l's ln1 is read at the end of block l - 1 (point l; the encoder's for l = 0), its other
+  // tensors by block l (point l + 1); a range's lowest layer decides.
+  return bucket_points(
+      plan, layout, L,
+      [&](int tensor, size_t lo, size_t) {
+        if (tensor == kWte || tensor == kWpe) return 0;
+        if (tensor == kLnfw || tensor == kLnfb) return L;
+        const int layer = layer_of(layout, tensor, lo, L);
+        return tensor == kLn1w || tensor == kLn1b ? layer : layer + 1;
+      },
+      [](int a, int b) { return std::min(a, b); });
 }
 
 template <typename T_>
-CudaDataParallel<T_>::CudaDataParallel(Communicator& comm, int zero_stage, ShardPlan plan,
-                                       const ParameterLayout& layout, int num_layers,
-                                       cudaStream_t compute)
+CudaDataParallel<T_>::EventPool::~EventPool() {
+  for (cudaEvent_t event : events_) GPT2_CUDA_CHECK_NOTHROW(cudaEventDestroy(event));
+}
+
+template <typename T_>
+cudaEvent_t CudaDataParallel<T_>::EventPool::next() {
+  if (used_ == events_.size()) {
+    cudaEvent_t event = nullptr;
+    GPT2_CUDA_CHECK(cudaEventCreate(&event));
+    events_.push_back(event);
+  }
+  return events_[used_++];
+}
+
+template <typename T_>
+CudaDataParallel<T_>::CudaDataParallel(Communicator& comm, const Settings& settings,
+                                       ShardPlan plan, const ParameterLayout& layout,
+                                       int num_layers, cudaStream_t compute)
     : comm_(comm),
-      zero_stage_(zero_stage),
+      settings_(settings),
       plan_(std::move(plan)),
+      num_layers_(num_layers),
       compute_(compute),
       comm_stream_(comm.device_stream()) {
   GPT2_CHECK(comm_stream_ != nullptr, "the CUDA model's data parallelism needs a device "
              "communicator (NCCL), not ", comm.backend());
-  GPT2_CHECK(zero_stage == 0 || zero_stage == 1, "ZeRO stage ", zero_stage);
+  GPT2_CHECK(settings.zero_stage == 0 || settings.zero_stage == 1, "ZeRO stage ",
+             settings.zero_stage);
+  GPT2_CHECK(!settings.reduce_bf16 || (std::is_same_v<T_, __nv_bfloat16>),
+             "bf16 gradient sums need bf16 gradients");
+  const auto sorted_by = [](const std::vector<int>& points) {
+    std::vector<size_t> order(points.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return points[a] < points[b]; });
+    return order;
+  };
   ready_point_ = bucket_ready_points(plan_, layout, num_layers);
-  order_.resize(ready_point_.size());
-  std::iota(order_.begin(), order_.end(), size_t{0});
-  std::stable_sort(order_.begin(), order_.end(),
-                   [&](size_t a, size_t b) { return ready_point_[a] < ready_point_[b]; });
+  order_ = sorted_by(ready_point_);
+  need_point_ = bucket_need_points(plan_, layout, num_layers);
+  gather_order_ = sorted_by(need_point_);
   GPT2_CUDA_CHECK(cudaEventCreateWithFlags(&signal_, cudaEventDisableTiming));
-  collective_events_.resize(kEventsPerBucket * plan_.buckets().size());
-  exposed_events_.resize(kExposedEvents);
-  for (std::vector<cudaEvent_t>* pool : {&collective_events_, &exposed_events_})
-    for (cudaEvent_t& event : *pool) GPT2_CUDA_CHECK(cudaEventCreate(&event));
+  need_events_.resize(static_cast<size_t>(last_need_point()) + 1);
+  for (cudaEvent_t& event : need_events_)
+    GPT2_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
 }
 
 template <typename T_>
 CudaDataParallel<T_>::~CudaDataParallel() {
   if (signal_ != nullptr) GPT2_CUDA_CHECK_NOTHROW(cudaEventDestroy(signal_));
-  for (std::vector<cudaEvent_t>* pool : {&collective_events_, &exposed_events_})
-    for (cudaEvent_t event : *pool)
-      if (event != nullptr) GPT2_CUDA_CHECK_NOTHROW(cudaEventDestroy(event));
+  for (cudaEvent_t event : need_events_)
+    if (event != nullptr) GPT2_CUDA_CHECK_NOTHROW(cudaEventDestroy(event));
 }
 
 template <typename T_>
 void CudaDataParallel<T_>::begin_step() {
   next_ = 0;
   armed_ = false;
-  collective_used_ = 0;
-  exposed_used_ = 0;
+  reduction_finished_ = false;
+  eager_events_.reset();
+  spans_.clear();
 }
 
 template <typename T_>
-void CudaDataParallel<T_>::begin_timed(cudaStream_t stream, std::vector<cudaEvent_t>& pool,
-                                       size_t& used) {
-  GPT2_CHECK(used + 2 <= pool.size(), "data-parallel timing events exhausted");
-  GPT2_CUDA_CHECK(cudaEventRecord(pool[used], stream));
+void CudaDataParallel<T_>::record(cudaEvent_t event, cudaStream_t stream) const {
+  // In a capture, an external record is a node of the graph, recorded at each replay.
+  GPT2_CUDA_CHECK(cudaEventRecordWithFlags(
+      event, stream, capturing_ ? cudaEventRecordExternal : cudaEventRecordDefault));
 }
 
 template <typename T_>
-void CudaDataParallel<T_>::end_timed(cudaStream_t stream, std::vector<cudaEvent_t>& pool,
-                                     size_t& used) {
-  GPT2_CUDA_CHECK(cudaEventRecord(pool[used + 1], stream));
-  used += 2;
+void CudaDataParallel<T_>::begin_timed(cudaStream_t stream, bool exposed) {
+  GPT2_CHECK(open_begin_ == nullptr, "data-parallel timing spans do not nest");
+  open_begin_ = capturing_ ? capture_events_.back()->next() : eager_events_.next();
+  open_exposed_ = exposed;
+  record(open_begin_, stream);
+}
+
+template <typename T_>
+void CudaDataParallel<T_>::end_timed(cudaStream_t stream) {
+  GPT2_CHECK(open_begin_ != nullptr, "end_timed without begin_timed");
+  const TimedSpan span{open_begin_,
+                       capturing_ ? capture_events_.back()->next() : eager_events_.next(),
+                       open_exposed_};
+  record(span.end, stream);
+  (capturing_ ? capture_spans_ : spans_).push_back(span);
+  open_begin_ = nullptr;
 }
 
 template <typename T_>
 void CudaDataParallel<T_>::wait_for_stream(cudaStream_t waiter, cudaStream_t stream,
-                                           bool timed_on_waiter) {
+                                           bool timed) {
   GPT2_CUDA_CHECK(cudaEventRecord(signal_, stream));
-  if (timed_on_waiter) begin_timed(waiter, exposed_events_, exposed_used_);
+  if (timed) begin_timed(waiter, /*exposed=*/true);
   GPT2_CUDA_CHECK(cudaStreamWaitEvent(waiter, signal_, 0));
-  if (timed_on_waiter) end_timed(waiter, exposed_events_, exposed_used_);
+  if (timed) end_timed(waiter);
+}
+
+template <typename T_>
+void CudaDataParallel<T_>::reduce_bucket(const GradientBucket& bucket) {
+  if (settings_.reduce_bf16) {
+    // The gradient buffer as the backward left it (zero past N in the padded tail).
+    T_* grads = buffers_.grads + bucket.begin;
+    if (sharded()) {
+      comm_.reduce_scatter_sum_bf16(
+          grads, static_cast<T_*>(buffers_.reduced) + bucket.local_begin, bucket.shard);
+    } else {
+      comm_.all_reduce_sum_bf16(grads, bucket.size);  // in place: reduced is the gradient buffer
+    }
+    return;
+  }
+  float* reduced = static_cast<float*>(buffers_.reduced);
+  const float* send = nullptr;
+  if constexpr (std::is_same_v<T_, float>) {
+    send = buffers_.grads + bucket.begin;  // zero past N: the padding is part of the buffer
+  } else {
+    float* widened = sharded() ? buffers_.staging : reduced + bucket.begin;
+    widen_and_pad(widened, buffers_.grads + bucket.begin, bucket.valid, bucket.size,
+                  comm_stream_);
+    send = widened;
+  }
+  if (sharded()) {
+    comm_.reduce_scatter_sum(send, reduced + bucket.local_begin, bucket.shard);
+  } else {
+    // ZeRO-0 reduces in place: send is the reduced buffer's own range (T_ = float: the
+    // gradient buffer, which the reduced pointer aliases).
+    comm_.all_reduce(const_cast<float*>(send), bucket.size, ReduceOp::kSum);
+  }
 }
 
 template <typename T_>
 void CudaDataParallel<T_>::launch_through(int point) {
   if (next_ == order_.size() || ready_point_[order_[next_]] > point) return;
-  wait_for_stream(comm_stream_, compute_, /*timed_on_waiter=*/false);
-  for (; next_ < order_.size() && ready_point_[order_[next_]] <= point; ++next_) {
-    const GradientBucket& bucket = plan_.buckets()[order_[next_]];
-    const float* send = nullptr;
-    if constexpr (std::is_same_v<T_, float>) {
-      send = buffers_.grads + bucket.begin;  // zero past N: the padding is part of the buffer
-    } else {
-      float* widened = sharded() ? buffers_.staging : buffers_.reduced + bucket.begin;
-      widen_and_pad(widened, buffers_.grads + bucket.begin, bucket.valid, bucket.size,
-                    comm_stream_);
-      send = widened;
-    }
-    begin_timed(comm_stream_, collective_events_, collective_used_);
-    if (sharded()) {
-      comm_.reduce_scatter_sum(send, buffers_.reduced + bucket.local_begin, bucket.shard);
-    } else {
-      // ZeRO-0 reduces in place: send is the reduced buffer's own range (T_ = float: the
-      // gradient buffer, which the reduced pointer aliases).
-      comm_.all_reduce(const_cast<float*>(send), bucket.size, ReduceOp::kSum);
-    }
-    end_timed(comm_stream_, collective_events_, collective_used_);
-  }
+  wait_for_stream(comm_stream_, compute_, /*timed=*/false);
+  // One NCCL group per launch, unless bf16 buckets are widened through the one staging bucket
+  // (a group would run every widening before the first reduction).
+  const bool grouped = settings_.reduce_bf16 || std::is_same_v<T_, float> || !sharded();
+  begin_timed(comm_stream_, /*exposed=*/false);
+  if (grouped) comm_.begin_group();
+  for (; next_ < order_.size() && ready_point_[order_[next_]] <= point; ++next_)
+    reduce_bucket(plan_.buckets()[order_[next_]]);
+  if (grouped) comm_.end_group();
+  end_timed(comm_stream_);
 }
 
 template <typename T_>
@@ -191,31 +274,79 @@ template <typename T_>
 void CudaDataParallel<T_>::finish_reduction() {
   launch_through(std::numeric_limits<int>::max());
   armed_ = false;
-  wait_for_stream(compute_, comm_stream_, /*timed_on_waiter=*/true);
+  reduction_finished_ = true;
+  wait_for_stream(compute_, comm_stream_, /*timed=*/true);
 }
 
 template <typename T_>
-void CudaDataParallel<T_>::all_gather_parameters() {
-  GPT2_CHECK(sharded(), "all_gather_parameters is ZeRO-1's");
-  wait_for_stream(comm_stream_, compute_, /*timed_on_waiter=*/false);
+void CudaDataParallel<T_>::sum_step_scalars(gpu::StepScalars* scalars) {
+  GPT2_CHECK(buffers_.rank_scalars != nullptr, "no room for the ranks' scalars");
+  static_assert(offsetof(gpu::StepScalars, norm_squared) ==
+                offsetof(gpu::StepScalars, loss_sum) + sizeof(double));
+  wait_for_stream(comm_stream_, compute_, /*timed=*/false);
+  begin_timed(comm_stream_, /*exposed=*/false);
+  comm_.all_gather_bytes(&scalars->loss_sum, buffers_.rank_scalars, 2 * sizeof(double));
+  end_timed(comm_stream_);
+  wait_for_stream(compute_, comm_stream_, /*timed=*/true);
+  gpu::sum_rank_scalars(scalars, buffers_.rank_scalars, comm_.world_size(), sharded(), compute_);
+}
+
+template <typename T_>
+void CudaDataParallel<T_>::parameters_updated() {
+  if (!sharded()) return;
+  gather_pending_ = true;
+  if (!settings_.overlap) complete_parameter_gather();
+}
+
+template <typename T_>
+void CudaDataParallel<T_>::launch_parameter_gather() {
+  GPT2_CHECK(sharded(), "the parameter gather is ZeRO-1's");
+  if (!gather_pending_) return;
+  wait_for_stream(comm_stream_, compute_, /*timed=*/false);
   const size_t rank = static_cast<size_t>(comm_.rank());
-  // One group: NCCL runs every bucket's gather in one launch.
-  begin_timed(comm_stream_, collective_events_, collective_used_);
-  comm_.begin_group();
-  for (const GradientBucket& bucket : plan_.buckets()) {
-    T_* data = buffers_.params + bucket.begin;
-    comm_.all_gather_bytes(data + rank * bucket.shard, data, bucket.shard * sizeof(T_));
+  size_t k = 0;
+  for (int point = 0; point <= last_need_point(); ++point) {
+    if (k < gather_order_.size() && need_point_[gather_order_[k]] == point) {
+      begin_timed(comm_stream_, /*exposed=*/false);
+      comm_.begin_group();  // one launch for the point's buckets
+      for (; k < gather_order_.size() && need_point_[gather_order_[k]] == point; ++k) {
+        const GradientBucket& bucket = plan_.buckets()[gather_order_[k]];
+        T_* data = buffers_.params + bucket.begin;
+        comm_.all_gather_bytes(data + rank * bucket.shard, data, bucket.shard * sizeof(T_));
+      }
+      comm_.end_group();
+      end_timed(comm_stream_);
+    }
+    GPT2_CUDA_CHECK(cudaEventRecord(need_events_[static_cast<size_t>(point)], comm_stream_));
   }
-  comm_.end_group();
-  end_timed(comm_stream_, collective_events_, collective_used_);
-  wait_for_stream(compute_, comm_stream_, /*timed_on_waiter=*/true);
+  gather_pending_ = false;
+  gather_in_flight_ = true;
+  waited_through_ = -1;
+}
+
+template <typename T_>
+void CudaDataParallel<T_>::wait_parameters(int point) {
+  if (!gather_in_flight_) return;
+  point = std::min(point, last_need_point());
+  if (point <= waited_through_) return;
+  begin_timed(compute_, /*exposed=*/true);
+  GPT2_CUDA_CHECK(cudaStreamWaitEvent(compute_, need_events_[static_cast<size_t>(point)], 0));
+  end_timed(compute_);
+  waited_through_ = point;
+  if (point == last_need_point()) gather_in_flight_ = false;
+}
+
+template <typename T_>
+void CudaDataParallel<T_>::complete_parameter_gather() {
+  if (gather_pending_) launch_parameter_gather();
+  wait_parameters(last_need_point());
 }
 
 template <typename T_>
 void CudaDataParallel<T_>::gather_to_host(const float* local, float* full) {
   GPT2_CHECK(sharded(), "gather_to_host is ZeRO-1's");
   GPT2_CHECK(buffers_.staging != nullptr, "no staging bucket");
-  wait_for_stream(comm_stream_, compute_, /*timed_on_waiter=*/false);
+  wait_for_stream(comm_stream_, compute_, /*timed=*/false);
   for (const GradientBucket& bucket : plan_.buckets()) {
     comm_.all_gather(local + bucket.local_begin, buffers_.staging, bucket.shard);
     GPT2_CUDA_CHECK(cudaMemcpyAsync(full + bucket.begin, buffers_.staging,
@@ -226,20 +357,60 @@ void CudaDataParallel<T_>::gather_to_host(const float* local, float* full) {
 }
 
 template <typename T_>
+void CudaDataParallel<T_>::begin_capture() {
+  GPT2_CHECK(!capturing_, "captures do not nest");
+  capture_events_.push_back(std::make_unique<EventPool>());
+  capture_spans_.clear();
+  capturing_ = true;
+}
+
+template <typename T_>
+std::vector<TimedSpan> CudaDataParallel<T_>::end_capture() {
+  GPT2_CHECK(capturing_, "end_capture without begin_capture");
+  capturing_ = false;
+  open_begin_ = nullptr;  // a capture that failed half way may leave a span open
+  return std::move(capture_spans_);
+}
+
+template <typename T_>
+void CudaDataParallel<T_>::replayed(bool gathered, bool armed,
+                                    const std::vector<TimedSpan>& spans) {
+  if (gathered) {
+    gather_pending_ = false;
+    gather_in_flight_ = false;  // the forward waited for every need point
+  }
+  if (armed) {
+    next_ = order_.size();
+    armed_ = false;
+    reduction_finished_ = true;
+  }
+  for (const TimedSpan& span : spans) {
+    const bool counted = std::any_of(spans_.begin(), spans_.end(), [&](const TimedSpan& s) {
+      return s.begin == span.begin;
+    });
+    if (!counted) spans_.push_back(span);  // a graph replayed twice in a step counts once
+  }
+}
+
+template <typename T_>
+void CudaDataParallel<T_>::restart_micro_batch(bool gather_pending, bool armed) {
+  gather_pending_ = gather_pending;
+  gather_in_flight_ = false;
+  waited_through_ = -1;
+  next_ = 0;
+  armed_ = armed;
+  reduction_finished_ = false;
+}
+
+template <typename T_>
 DataParallelTiming CudaDataParallel<T_>::step_timing() const {
-  const auto total_ms = [](const std::vector<cudaEvent_t>& pool, size_t used) {
-    double total = 0.0;
-    for (size_t i = 0; i + 1 < used; i += 2) {
-      GPT2_CUDA_CHECK(cudaEventSynchronize(pool[i + 1]));
-      float ms = 0.0f;
-      GPT2_CUDA_CHECK(cudaEventElapsedTime(&ms, pool[i], pool[i + 1]));
-      total += ms;
-    }
-    return total;
-  };
   DataParallelTiming timing;
-  timing.collective_ms = total_ms(collective_events_, collective_used_);
-  timing.exposed_ms = total_ms(exposed_events_, exposed_used_);
+  for (const TimedSpan& span : spans_) {
+    GPT2_CUDA_CHECK(cudaEventSynchronize(span.end));
+    float ms = 0.0f;
+    GPT2_CUDA_CHECK(cudaEventElapsedTime(&ms, span.begin, span.end));
+    (span.exposed ? timing.exposed_ms : timing.collective_ms) += ms;
+  }
   return timing;
 }
 

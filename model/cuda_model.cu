@@ -76,6 +76,7 @@ using bf16 = __nv_bfloat16;
 // Every device buffer of the model, in allocation (and plan) order.
 enum GpuBuffer : int {
   kParams, kMaster, kGrads, kAdamM, kAdamV, kAdamWSegments, kReducedGrads, kReduceStaging,
+  kRankScalars,
   kEncoded, kLn1, kLn1Mean, kLn1Rstd, kQkv, kLn2, kLn2Mean, kLn2Rstd, kFch, kFchGelu,
   kResidual2, kResidual3, kLnf, kLnfMean, kLnfRstd, kLogits, kLosses,
   kAtty, kAttSaved, kAttWorkspace, kDecodePartials,
@@ -99,7 +100,8 @@ struct GpuBufferSpec {
 /// (model/cuda_data_parallel.h); `active` false: the plain single-GPU model.
 struct DataParallelShape {
   bool active = false;
-  bool sharded = false;  // ZeRO-1
+  bool sharded = false;      // ZeRO-1
+  bool reduce_bf16 = false;  // the sums in bf16 (GradReduce::kBf16)
   ShardPlan plan;
   size_t padded = 0;  // elements of the parameter and gradient buffers (the last bucket's tail)
   size_t local = 0;   // elements of the optimizer state (master weights, m, v) on this rank
@@ -117,6 +119,7 @@ DataParallelShape data_parallel_shape(const ModelOptions& options) {
   if (!uses_device_collectives(options)) return shape;
   shape.active = true;
   shape.sharded = options.zero_stage == 1;
+  shape.reduce_bf16 = options.grad_reduce == GradReduce::kBf16;
   shape.plan = ShardPlan(num_params, options.comm->world_size(), options.comm->rank(),
                          options.bucket_elements);
   shape.padded = shape.plan.padded_elements();
@@ -216,12 +219,20 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   set(kAdamV, "optimizer", str_cat("AdamW v (fp32", shard, ")"), dp.local * f);
   set(kAdamWSegments, "optimizer", "AdamW segment table",
       gpu::adamw_segment_table_bytes(adamw_segments(dp, ParameterLayout::for_config(cfg)).size()));
-  // Data parallel: the gradients summed over the ranks, in fp32 (fp32 ZeRO-0 sums the gradient
-  // buffer in place), and for ZeRO-1 the one bucket a reduction or a gather passes through.
-  const size_t reduced = !dp.active ? 0 : dp.sharded ? dp.local : bf16_storage ? dp.padded : 0;
-  set(kReducedGrads, "gradients", str_cat("reduced gradients (fp32", shard, ")"), reduced * f);
+  // Data parallel: the gradients summed over the ranks (ZeRO-0 sums the gradient buffer in place
+  // when it already holds the sum's type), for ZeRO-1 the one bucket a widening or a gather to
+  // the host passes through, and every rank's loss and norm.
+  const size_t reduced = !dp.active                       ? 0
+                         : dp.sharded                     ? dp.local
+                         : bf16_storage && !dp.reduce_bf16 ? dp.padded
+                                                          : 0;
+  set(kReducedGrads, "gradients",
+      str_cat("reduced gradients (", dp.reduce_bf16 ? "bf16" : "fp32", shard, ")"),
+      reduced * (dp.reduce_bf16 ? 2 : f));
   set(kReduceStaging, "workspace", "data-parallel staging bucket (fp32)",
       dp.sharded ? dp.plan.max_bucket_size() * f : 0);
+  set(kRankScalars, "workspace", "every rank's loss and norm fp64",
+      dp.active ? 2 * static_cast<size_t>(options.world_size()) * sizeof(double) : 0);
   set(kEncoded, "activations", "encoded (B,T,C)", BT * C * x);
   set(kLn1, "activations", "ln1 (L,B,T,C)", L * BT * C * x);
   set(kLn1Mean, "activations", "ln1 mean (L,B,T) fp32", L * BT * f);
@@ -302,6 +313,9 @@ void validate_cuda_options(const ModelOptions& options) {
   if (options.training && options.world_size() > 1 && !uses_device_collectives(options))
     GPT2_FAIL("the CUDA model needs a device communicator (NCCL) to train with ",
               options.world_size(), " ranks, not ", options.comm->backend());
+  if (options.grad_reduce == GradReduce::kBf16 && options.precision != Precision::kBf16)
+    GPT2_USAGE_FAIL("bf16 gradient sums (--grad-reduce bf16) need bf16 gradients (--precision "
+                    "bf16); an fp32 run reduces in fp32");
   if (config.channels % 8 != 0)
     GPT2_USAGE_FAIL("the CUDA backend needs the channel count to be a multiple of 8 (got ",
                     config.channels, ")");
@@ -396,6 +410,7 @@ class CudaModel final : public CudaModelBase {
   int generation_length() const override { return gen_length_; }
 
   void expect_last_micro_batch() override;
+  void synchronize_parameters() override { complete_parameter_gather(); }
   void reduce_gradients() override;
   float grad_norm() override;
   void adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_scale) override;
@@ -455,9 +470,17 @@ class CudaModel final : public CudaModelBase {
   /// Forward, backward and the mean loss into the training scalars: as a CUDA graph once
   /// captured (use_graphs_), else launch by launch.
   void enqueue_forward_backward(float loss_scale);
-  /// The enqueue of forward, backward and the mean loss that enqueue_forward_backward runs or
-  /// captures.
-  void launch_forward_backward(float loss_scale);
+  /// The enqueue that enqueue_forward_backward runs or captures: data parallel, the pending
+  /// parameter gather first (gather) and the reductions' end last (armed); then forward,
+  /// backward and the mean loss.
+  void launch_forward_backward(float loss_scale, bool gather, bool armed);
+  /// Data parallel: the compute stream waits for any parameter gather still under way, so
+  /// that what follows reads whole parameters (evaluation, generation, reading them back).
+  void complete_parameter_gather() const {
+    if (dp_ && dp_->sharded()) dp_->complete_parameter_gather();
+  }
+  /// Throws gpt2::Error when parameters wait for their gather (Model::synchronize_parameters).
+  void check_parameters_whole(const char* call) const;
   gpu::StepScalars* step_scalars(StepScalarsSlot slot) const {
     return buf<gpu::StepScalars>(kStepScalars) + slot;
   }
@@ -466,6 +489,10 @@ class CudaModel final : public CudaModelBase {
   void sample_memory();
   /// Data parallel: throws unless reduce_gradients ran since the step's gradients began.
   void check_reduced(const char* call) const;
+  /// use(grads, count) with the gradients an update reads: data parallel, the reduced ones
+  /// (bf16 or fp32; ZeRO-1, this rank's shard), else the gradient buffer.
+  template <typename Use>
+  void with_update_gradients(Use&& use) const;
   /// Data parallel: this rank's fp32 state (master weights, m or v) from the whole host copy.
   void upload_local(GpuBuffer id, const float* full);
   /// The fp32 weights: the parameters themselves (fp32), else the master copy.
@@ -484,13 +511,20 @@ class CudaModel final : public CudaModelBase {
   int* pinned_tokens_ = nullptr;
   cudaEvent_t tokens_copied_ = nullptr;
   gpu::StepScalars* pinned_scalars_ = nullptr;  // read_step_scalars' landing place
-  // The training forward + backward as a CUDA graph (options_.cuda_graphs; not with data
-  // parallelism, whose backward interleaves with another stream's collectives). The first
-  // call runs eagerly (lazy module loading, cuBLASLt's algorithm choices), the second captures.
+  // The training forward + backward as CUDA graphs (options_.cuda_graphs), one per kind of
+  // micro-batch: its loss scale and, data parallel, whether it gathers the parameters first
+  // and ends the reductions. The first call of a kind runs eagerly (lazy module loading,
+  // cuBLASLt's algorithm choices, NCCL's connections), the second captures.
+  struct StepGraph {
+    float loss_scale = 0.0f;
+    bool gather = false;
+    bool armed = false;
+    bool ran_eagerly = false;
+    cudaGraphExec_t exec = nullptr;
+    std::vector<TimedSpan> spans;  // data parallel: its timing events
+  };
   bool use_graphs_ = false;
-  bool ran_eagerly_ = false;
-  cudaGraphExec_t graph_ = nullptr;
-  float graph_loss_scale_ = 0.0f;  // the loss scale the graph was captured with
+  std::vector<StepGraph> graphs_;
   int cur_B_ = 0, cur_T_ = 0;
   bool have_targets_ = false;
   size_t peak_used_bytes_ = 0;
@@ -524,21 +558,26 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
                                   ctx_->stream()));
   DataParallelShape shape = data_parallel_shape(options);
 #ifndef GPT2_SYNC_LAUNCHES  // a synchronize after every launch cannot be captured
-  use_graphs_ = options.training && options.cuda_graphs && !shape.active;
+  use_graphs_ = options.training && options.cuda_graphs;
 #endif
   if (options.training)
     adamw_table_ = gpu::upload_adamw_segments(buffers_[kAdamWSegments],
                                               adamw_segments(shape, layout_), ctx_->stream());
   if (shape.active) {
-    dp_ = std::make_unique<CudaDataParallel<T_>>(*options.comm, options.zero_stage,
-                                                 std::move(shape.plan), layout_,
-                                                 config_.num_layers, ctx_->stream());
+    typename CudaDataParallel<T_>::Settings settings;
+    settings.zero_stage = options.zero_stage;
+    settings.reduce_bf16 = shape.reduce_bf16;
+    settings.overlap = options.overlap_communication;
+    dp_ = std::make_unique<CudaDataParallel<T_>>(*options.comm, settings, std::move(shape.plan),
+                                                 layout_, config_.num_layers, ctx_->stream());
     typename CudaDataParallel<T_>::Buffers dp_buffers;
     dp_buffers.params = buf<T_>(kParams);
     dp_buffers.grads = buf<T_>(kGrads);
+    // ZeRO-0 sums in place when the gradient buffer holds the sum's type (no buffer planned).
     dp_buffers.reduced =
-        buffers_[kReducedGrads] != nullptr ? buf<float>(kReducedGrads) : buf<float>(kGrads);
+        buffers_[kReducedGrads] != nullptr ? buffers_[kReducedGrads] : buffers_[kGrads];
     dp_buffers.staging = buf<float>(kReduceStaging);
+    dp_buffers.rank_scalars = buf<double>(kRankScalars);
     dp_->set_buffers(dp_buffers);
     // The padding past N of the parameters is gathered, never read; zero it once.
     GPT2_CUDA_CHECK(cudaMemsetAsync(buffers_[kParams], 0, plan_.items[kParams].bytes,
@@ -573,7 +612,8 @@ gpu::AttentionTensors CudaModel<T_>::attention_tensors(const gpu::AttentionConfi
 
 template <typename T_>
 CudaModel<T_>::~CudaModel() {
-  if (graph_ != nullptr) GPT2_CUDA_CHECK_NOTHROW(cudaGraphExecDestroy(graph_));
+  for (const StepGraph& graph : graphs_)
+    if (graph.exec != nullptr) GPT2_CUDA_CHECK_NOTHROW(cudaGraphExecDestroy(graph.exec));
   if (tokens_copied_ != nullptr) GPT2_CUDA_CHECK_NOTHROW(cudaEventDestroy(tokens_copied_));
   if (pinned_scalars_ != nullptr) GPT2_CUDA_CHECK_NOTHROW(cudaFreeHost(pinned_scalars_));
   if (pinned_tokens_ != nullptr) GPT2_CUDA_CHECK_NOTHROW(cudaFreeHost(pinned_tokens_));
@@ -645,6 +685,7 @@ template <typename T_>
 void CudaModel<T_>::set_parameters(const float* params) {
   const size_t n = layout_.total;
   cudaStream_t stream = ctx_->stream();
+  if (dp_) dp_->discard_parameter_gather();  // every parameter is written here
   if (std::is_same_v<T_, bf16> && dp_ && dp_->sharded()) {
     // This rank keeps the master weights of its shard only: the bf16 copy of all of them is
     // rounded here (round to nearest even, as the device rounds).
@@ -675,6 +716,7 @@ void CudaModel<T_>::get_parameters(float* params) const {
     dp_->gather_to_host(buf<float>(kMaster), params);  // collective
     return;
   }
+  complete_parameter_gather();  // fp32 ZeRO-1: the parameters are the master weights
   ctx_->synchronize();
   GPT2_CUDA_CHECK(cudaMemcpy(params, buffers_[source], n * sizeof(float), cudaMemcpyDeviceToHost));
 }
@@ -722,7 +764,14 @@ void CudaModel<T_>::zero_grad() {
 template <typename T_>
 void CudaModel<T_>::expect_last_micro_batch() {
   check_training("expect_last_micro_batch");
-  if (dp_ && options_.overlap_communication) dp_->arm();
+  if (dp_) dp_->arm();  // a no-op without overlap
+}
+
+template <typename T_>
+void CudaModel<T_>::check_parameters_whole(const char* call) const {
+  if (dp_ && dp_->gather_pending())
+    GPT2_FAIL(call, " after a ZeRO-1 update whose parameters are gathered during the next "
+              "training forward: call synchronize_parameters() on every rank first");
 }
 
 template <typename T_>
@@ -735,7 +784,8 @@ void CudaModel<T_>::check_reduced(const char* call) const {
 template <typename T_>
 void CudaModel<T_>::reduce_gradients() {
   check_training("reduce_gradients");
-  if (dp_) dp_->finish_reduction();
+  // The last micro-batch ended the reductions when armed; otherwise they all start here.
+  if (dp_ && !dp_->reduction_finished()) dp_->finish_reduction();
   grads_reduced_ = true;
 }
 
@@ -821,6 +871,12 @@ void CudaModel<T_>::forward_blocks(int B, int T) {
   const size_t BT = static_cast<size_t>(B) * T;
   const gpu::AttentionConfig attention = attention_at(B, T);
   const int L = config_.num_layers;
+  // Data parallel, with a parameter gather under way: each point waits for its own buckets
+  // (model/cuda_data_parallel.h's need points); otherwise nothing waits.
+  const auto wait_parameters = [&](int point) {
+    if (dp_) dp_->wait_parameters(point);
+  };
+  wait_parameters(0);
   gpu::encoder_forward(act(kEncoded), buf<int>(kInputs), param(kWte), param(kWpe), B, T,
                        config_.channels, ctx.stream());
   const FollowingLayerNorm<T_> first = ln1_of(0, block_activations(0, BT));
@@ -829,6 +885,7 @@ void CudaModel<T_>::forward_blocks(int B, int T) {
   const FollowingLayerNorm<T_> lnf{act(kLnf), buf<float>(kLnfMean), buf<float>(kLnfRstd),
                              param(kLnfw), param(kLnfb)};
   for (int l = 0; l < L; ++l) {
+    wait_parameters(l + 1);
     const FollowingLayerNorm<T_> next =
         l + 1 < L ? ln1_of(l + 1, block_activations(l + 1, BT)) : lnf;
     block_forward(l, block_activations(l, BT), B, T, [&] {
@@ -991,10 +1048,12 @@ void CudaModel<T_>::queue_forward_backward(const int* inputs, const int* targets
 }
 
 template <typename T_>
-void CudaModel<T_>::launch_forward_backward(float loss_scale) {
+void CudaModel<T_>::launch_forward_backward(float loss_scale, bool gather, bool armed) {
   const int B = options_.batch_size, T = options_.seq_len;
+  if (gather) dp_->launch_parameter_gather();  // the forward waits for it layer by layer
   forward(B, T);
   backward(loss_scale);
+  if (armed) dp_->finish_reduction();  // joins the collectives' stream back (graph capture)
   gpu::mean_loss_accumulate(step_scalars(kTrainingScalars), buf<float>(kLosses),
                             static_cast<int64_t>(B) * T, ctx_->stream());
 }
@@ -1002,49 +1061,71 @@ void CudaModel<T_>::launch_forward_backward(float loss_scale) {
 template <typename T_>
 void CudaModel<T_>::enqueue_forward_backward(float loss_scale) {
   cudaStream_t stream = ctx_->stream();
-  if (!use_graphs_ || !ran_eagerly_) {
-    launch_forward_backward(loss_scale);
-    ran_eagerly_ = true;
+  const bool gather = dp_ && dp_->gather_pending();
+  const bool armed = dp_ && dp_->armed();
+  if (!use_graphs_) {
+    launch_forward_backward(loss_scale, gather, armed);
     return;
   }
-  if (graph_ == nullptr || graph_loss_scale_ != loss_scale) {
-    if (graph_ != nullptr) GPT2_CUDA_CHECK(cudaGraphExecDestroy(graph_));
-    graph_ = nullptr;
-    // Every launch of forward and backward is recorded, not run; the buffers, shapes and
-    // loss scale are fixed, so replaying the graph is the same work as the eager calls.
+  auto found = std::find_if(graphs_.begin(), graphs_.end(), [&](const StepGraph& g) {
+    return g.loss_scale == loss_scale && g.gather == gather && g.armed == armed;
+  });
+  if (found == graphs_.end()) {
+    StepGraph fresh;
+    fresh.loss_scale = loss_scale;
+    fresh.gather = gather;
+    fresh.armed = armed;
+    graphs_.push_back(fresh);
+    found = graphs_.end() - 1;
+  }
+  StepGraph& step_graph = *found;
+  if (!step_graph.ran_eagerly) {
+    launch_forward_backward(loss_scale, gather, armed);
+    step_graph.ran_eagerly = true;
+    return;
+  }
+  if (step_graph.exec == nullptr) {
+    // Every launch (and collective) of the micro-batch is recorded, not run; the buffers,
+    // shapes, loss scale and collectives are fixed, so replaying the graph is the same work as
+    // the eager calls.
     GPT2_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    if (dp_) dp_->begin_capture();
     cudaGraph_t graph = nullptr;
     std::string failure;
     try {
-      launch_forward_backward(loss_scale);
+      launch_forward_backward(loss_scale, gather, armed);
     } catch (const Error& error) {
       failure = error.what();
     }
+    if (dp_) step_graph.spans = dp_->end_capture();
     const cudaError_t captured = cudaStreamEndCapture(stream, &graph);
     if (failure.empty() && captured != cudaSuccess) failure = cudaGetErrorString(captured);
     if (failure.empty()) {
-      const cudaError_t instantiated = cudaGraphInstantiate(&graph_, graph, 0);
+      const cudaError_t instantiated = cudaGraphInstantiate(&step_graph.exec, graph, 0);
       if (instantiated != cudaSuccess) failure = cudaGetErrorString(instantiated);
     }
     if (graph != nullptr) GPT2_CUDA_CHECK(cudaGraphDestroy(graph));
     if (!failure.empty()) {
-      // Nothing of the capture ran: say why once, and go on launch by launch.
+      // Nothing of the capture ran: say why once, and go on launch by launch from the state
+      // the capture started in.
       (void)cudaGetLastError();
-      graph_ = nullptr;
+      step_graph.exec = nullptr;
       use_graphs_ = false;
       std::fprintf(stderr, "warning: CUDA graph capture of the training step failed (%s); the "
                    "step runs launch by launch\n", failure.c_str());
-      launch_forward_backward(loss_scale);
+      if (dp_) dp_->restart_micro_batch(gather, armed);
+      launch_forward_backward(loss_scale, gather, armed);
       return;
     }
-    graph_loss_scale_ = loss_scale;
   }
-  GPT2_CUDA_CHECK(cudaGraphLaunch(graph_, stream));
+  GPT2_CUDA_CHECK(cudaGraphLaunch(step_graph.exec, stream));
+  if (dp_) dp_->replayed(gather, armed, step_graph.spans);
 }
 
 template <typename T_>
 float CudaModel<T_>::evaluate(const int* inputs, const int* targets) {
   GPT2_CHECK(targets != nullptr);
+  check_parameters_whole("evaluate");
   const int B = options_.batch_size, T = options_.seq_len;
   gen_length_ = -1;  // ends a generation session (model.h)
   upload_tokens(inputs, targets, B, T);
@@ -1065,6 +1146,7 @@ void CudaModel<T_>::start_generation(int batch, int max_len) {
              " with buffers for B=", options_.batch_size);
   GPT2_CHECK(max_len >= 1 && max_len <= options_.seq_len, "generation max_len ", max_len,
              " with buffers for T=", options_.seq_len);
+  check_parameters_whole("start_generation");
   gen_B_ = batch;
   gen_max_len_ = max_len;
   gen_length_ = 0;
@@ -1090,6 +1172,7 @@ void CudaModel<T_>::prefill(const int* prompts, int length, float* logits) {
   GPT2_CHECK(gen_length_ >= 0, "prefill without a generation session (start_generation)");
   GPT2_CHECK(length >= 1 && length <= gen_max_len_, "prefill of ", length,
              " tokens in a session of max_len ", gen_max_len_);
+  check_parameters_whole("prefill");
   cudaStream_t stream = ctx_->stream();
   const int B = gen_B_, C = config_.channels, L = config_.num_layers, NH = config_.num_heads;
   const size_t BT = static_cast<size_t>(B) * length, Cs = C;
@@ -1116,6 +1199,7 @@ void CudaModel<T_>::decode_step(const int* next_tokens, float* logits) {
                                                : "decode_step before prefill");
   GPT2_CHECK(gen_length_ < gen_max_len_, "decode_step past max_len: the sequences hold ",
              gen_length_, " of ", gen_max_len_, " tokens");
+  check_parameters_whole("decode_step");
   const gpu::Context& ctx = *ctx_;
   cudaStream_t stream = ctx.stream();
   const int B = gen_B_, C = config_.channels, L = config_.num_layers, NH = config_.num_heads;
@@ -1170,21 +1254,28 @@ void CudaModel<T_>::generation_logits(const T_* rows, float* logits) {
 }
 
 template <typename T_>
+template <typename Use>
+void CudaModel<T_>::with_update_gradients(Use&& use) const {
+  if (!dp_) return use(buf<T_>(kGrads), static_cast<int64_t>(layout_.total));
+  const auto count = static_cast<int64_t>(dp_->reduced_count());
+  if constexpr (std::is_same_v<T_, bf16>) {
+    if (dp_->reduces_in_bf16()) return use(static_cast<const bf16*>(dp_->reduced()), count);
+  }
+  use(static_cast<const float*>(dp_->reduced()), count);
+}
+
+template <typename T_>
 float CudaModel<T_>::grad_norm() {
   check_training("grad_norm");
-  if (dp_) {
-    // The summed gradient: ZeRO-1, each rank's shards, added over the ranks in rank order;
-    // ZeRO-0, all of it on every rank (the same bits everywhere).
-    check_reduced("grad_norm");
-    const double squared = gpu::global_norm_squared_to_host(
-        dp_->reduced(), static_cast<int64_t>(dp_->reduced_count()), buf<float>(kNormPartials),
-        buf<double>(kNormResult), ctx_->stream());
-    return static_cast<float>(
-        std::sqrt(dp_->sharded() ? sum_in_rank_order(dp_->comm(), squared) : squared));
-  }
-  const double squared = gpu::global_norm_squared_to_host(
-      buf<T_>(kGrads), static_cast<int64_t>(layout_.total), buf<float>(kNormPartials),
-      buf<double>(kNormResult), ctx_->stream());
+  if (dp_) check_reduced("grad_norm");
+  double squared = 0.0;
+  with_update_gradients([&](const auto* grads, int64_t count) {
+    squared = gpu::global_norm_squared_to_host(grads, count, buf<float>(kNormPartials),
+                                               buf<double>(kNormResult), ctx_->stream());
+  });
+  // ZeRO-1: each rank squared its shard, added over the ranks in rank order; ZeRO-0: every rank
+  // holds all of the summed gradient (the same bits everywhere).
+  if (dp_ && dp_->sharded()) squared = sum_in_rank_order(dp_->comm(), squared);
   return static_cast<float>(std::sqrt(squared));
 }
 
@@ -1192,21 +1283,13 @@ template <typename T_>
 void CudaModel<T_>::adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_scale) {
   check_training("adamw_step");
   GPT2_CHECK(step >= 1, "AdamW steps are 1-based (got ", step, ")");
-  if (dp_) {
-    check_reduced("adamw_step");
-    // This rank's segments (ZeRO-0: every tensor) from the fp32 reduced gradients; the
-    // optimizer state is indexed locally, the parameters by their flat offset.
-    gpu::adamw_update_segments<T_, float>(buf<T_>(kParams), buf<float>(kMaster),
-                                          dp_->reduced(), buf<float>(kAdamM), buf<float>(kAdamV),
-                                          adamw_table_, hyper, step, grad_scale, ctx_->stream());
-    if (dp_->sharded()) dp_->all_gather_parameters();
-    ctx_->synchronize();
-    sample_memory();
-    return;
-  }
-  gpu::adamw_update_segments(buf<T_>(kParams), buf<float>(kMaster), buf<T_>(kGrads),
-                             buf<float>(kAdamM), buf<float>(kAdamV), adamw_table_, hyper, step,
-                             grad_scale, ctx_->stream());
+  if (dp_) check_reduced("adamw_step");
+  with_update_gradients([&](const auto* grads, int64_t) {
+    gpu::adamw_update_segments(buf<T_>(kParams), buf<float>(kMaster), grads, buf<float>(kAdamM),
+                               buf<float>(kAdamV), adamw_table_, hyper, step, grad_scale,
+                               ctx_->stream());
+  });
+  if (dp_) dp_->parameters_updated();
   ctx_->synchronize();
   sample_memory();
 }
@@ -1215,21 +1298,26 @@ template <typename T_>
 Model::StepOutcome CudaModel<T_>::finish_step(const cpu::AdamWHyper& hyper, int step,
                                               float grad_clip, int micro_batches) {
   check_training("finish_step");
-  if (dp_) {  // the loss sum over the ranks is a host collective: the host path
-    const double local_loss_sum = read_step_scalars(kTrainingScalars).loss_sum;
-    return finish_step_on_host(hyper, step, grad_clip, micro_batches, local_loss_sum);
-  }
   GPT2_CHECK(step >= 1, "AdamW steps are 1-based (got ", step, ")");
+  if (dp_) check_reduced("finish_step");
   cudaStream_t stream = ctx_->stream();
   gpu::StepScalars* scalars = step_scalars(kTrainingScalars);
   // The norm, the decision and the update on the device: the same arithmetic as the host path
-  // (step_scalars.cuh), with one wait at the end for the values the metrics need.
-  gpu::global_norm_squared(&scalars->norm_squared, buf<T_>(kGrads),
-                           static_cast<int64_t>(layout_.total), buf<float>(kNormPartials), stream);
+  // (step_scalars.cuh), with one wait at the end for the values the metrics need. Data
+  // parallel: the loss sum and (ZeRO-1) the norm's squares over the ranks in rank order, as
+  // sum_in_rank_order adds them, then this rank's segments of the update.
+  with_update_gradients([&](const auto* grads, int64_t count) {
+    gpu::global_norm_squared(&scalars->norm_squared, grads, count, buf<float>(kNormPartials),
+                             stream);
+  });
+  if (dp_) dp_->sum_step_scalars(scalars);
   gpu::clip_decision(scalars, micro_batches, grad_clip, stream);
-  gpu::adamw_update_segments(buf<T_>(kParams), buf<float>(kMaster), buf<T_>(kGrads),
-                             buf<float>(kAdamM), buf<float>(kAdamV), adamw_table_, hyper, step,
-                             1.0f, stream, &scalars->control);
+  with_update_gradients([&](const auto* grads, int64_t) {
+    gpu::adamw_update_segments(buf<T_>(kParams), buf<float>(kMaster), grads, buf<float>(kAdamM),
+                               buf<float>(kAdamV), adamw_table_, hyper, step, 1.0f, stream,
+                               &scalars->control);
+  });
+  if (dp_) dp_->parameters_updated();
   const gpu::StepScalars host = read_step_scalars(kTrainingScalars);
   sample_memory();
   StepOutcome outcome;

@@ -44,6 +44,14 @@ const char* to_string(Precision precision) {
   return "unknown";
 }
 
+const char* to_string(GradReduce reduce) {
+  switch (reduce) {
+    case GradReduce::kFp32: return "fp32";
+    case GradReduce::kBf16: return "bf16";
+  }
+  return "unknown";
+}
+
 Model::StepOutcome Model::finish_step(const cpu::AdamWHyper& hyper, int step, float grad_clip,
                                       int micro_batches) {
   const double local_loss_sum = queued_loss_sum_;

@@ -36,10 +36,13 @@ namespace gpt2 {
 
 enum class DeviceKind { kCpu, kCuda };
 enum class Precision { kFp32, kBf16 };
+/// The element type in which data parallelism sums the gradients over the ranks.
+enum class GradReduce { kFp32, kBf16 };
 
 const char* to_string(AttentionKind kind);   // "naive" | "flash"
 const char* to_string(DeviceKind kind);      // "cpu" | "cuda"
 const char* to_string(Precision precision);  // "fp32" | "bf16"
+const char* to_string(GradReduce reduce);    // "fp32" | "bf16"
 
 struct ModelOptions {
   ModelConfig config;
@@ -58,10 +61,10 @@ struct ModelOptions {
   /// recompute them in backward by the same fc GEMM (one more per layer): the same bits, and
   /// 2 (L-1) B T 4C fewer elements held (what grows with T besides attention's own).
   bool recompute_fc = false;
-  /// CUDA: replay a training micro-batch's forward and backward (about a thousand launches at
-  /// d12) as one CUDA graph, captured on the second call: the same kernels on the same buffers,
-  /// so the same bits, without the launch gaps. Not with data parallelism (its backward
-  /// interleaves with the collectives' stream). Ignored by the CPU backend.
+  /// CUDA: replay a training micro-batch's forward and backward (about 440 launches at d12),
+  /// with the collectives data parallelism runs inside them, as one CUDA graph, captured on the
+  /// second call of each kind of micro-batch: the same kernels on the same buffers, so the same
+  /// bits, without the launch gaps. Ignored by the CPU backend.
   bool cuda_graphs = true;
   /// false: inference only (generation, evaluate): no gradients, no AdamW moments and no
   /// backward workspace are planned or allocated; forward_backward, grad_norm, adamw_step and
@@ -76,8 +79,17 @@ struct ModelOptions {
   Communicator* comm = nullptr;
   int zero_stage = 0;
   size_t bucket_elements = kDefaultBucketElements;
+  /// Data parallel: the sums over the ranks in fp32, or in bf16 (communicator.h: each addition
+  /// rounded to bf16; half the bytes). CUDA: bf16 needs bf16 precision, whose gradients are
+  /// then reduced as the backward left them (fp32 widens them first); the reduced gradients
+  /// are bf16 and AdamW reads them in fp32. CPU (fp32 gradients): bf16 rounds each rank's
+  /// gradients to bf16 before the sum and widens the sum back, the GPU's arithmetic on the
+  /// host (tests bound its error).
+  GradReduce grad_reduce = GradReduce::kFp32;
   /// CUDA data parallel: start reducing gradient buckets during the last micro-batch's
-  /// backward (see expect_last_micro_batch) instead of after it.
+  /// backward (see expect_last_micro_batch) instead of after it, and under ZeRO-1 gather the
+  /// updated parameters during the next forward (each layer waits for its own buckets)
+  /// instead of right after the update.
   bool overlap_communication = true;
 
   int world_size() const { return comm != nullptr ? comm->world_size() : 1; }
@@ -145,6 +157,13 @@ class Model {
   /// before it throws gpt2::Error). Optional: without it every reduction starts in
   /// reduce_gradients. Not collective. Backends without overlap ignore it.
   virtual void expect_last_micro_batch() {}
+
+  /// Collective. Makes every parameter whole on this rank before a forward-only call
+  /// (evaluate, generation), which a CUDA model under ZeRO-1 with overlapped communication
+  /// refuses until then: its update leaves the other ranks' shards to be gathered during the
+  /// next training forward. Call it on every rank after finish_step (or adamw_step) when an
+  /// evaluation or a generation on some rank follows. Backends without that nothing to do.
+  virtual void synchronize_parameters() {}
 
   /// Collective. Sums the gradients accumulated by every rank (each rank's loss_scale carries
   /// 1/world_size besides 1/grad_accum_steps, so the sum is the gradient of the global batch's

@@ -1,34 +1,47 @@
 #!/usr/bin/env bash
-# Data-parallel training through NCCL on this machine's GPUs, in one command (issues 8 and 9):
+# Data-parallel training through NCCL on this machine's GPUs, in one command (issues 8, 9, 20):
 #   1. build (unless SKIP_BUILD=1);
-#   2. world size 1: the plain single-GPU run against --comm nccl with ZeRO 0 and 1, reductions
-#      overlapped or not (d12, T=1024, B=16): the losses must be the same bits, and the
-#      tokens/s are compared;
-#   3. with 2 or more GPUs and mpirun: 2 ranks against 1 GPU on the same global batch (fp32 over
-#      10 steps, bf16 over 50, d12 T=1024, 2 x B=16 against 1 x B=32, plus a second 1-GPU bf16
-#      run as the run-to-run noise), scaling (d12 and gpt2-medium at T=1024; 1 GPU, then 2 with
-#      ZeRO 1 and 0, overlapped and not), long context (d12, T=65536, B=1 per GPU) and a
-#      compute-sanitizer memcheck of the 2-GPU model test;
+#   2. world size 1: the plain single-GPU run against --comm nccl with ZeRO 0 and 1, sums in
+#      bf16 and fp32, communication overlapped or not (d12, T=1024, B=16): the losses must be the
+#      same bits, and the tokens/s are compared;
+#   3. with 2 or more GPUs and mpirun:
+#      tune   (ONLY=tune, or TUNE=1 beside the rest): d12 T=1024 on 2 GPUs over bucket sizes,
+#             NCCL's thread blocks (NCCL_MAX_CTAS), fp32 sums, no overlap and no CUDA graph,
+#             against 1 GPU before and after, and each GPU alone (they may differ);
+#      agree  2 ranks against 1 GPU on the same global batch: fp32 over 10 steps (2 x B=16
+#             against 1 x B=32), bf16 over 50 with the default bf16 sums, plus a second 1-GPU
+#             bf16 run as the run-to-run noise;
+#      scale  d12 and gpt2-medium at T=1024, B=16 per GPU: 1 GPU, then 2 with the defaults
+#             (ZeRO-1, bf16 sums, overlap, graphs), with fp32 sums, without overlap, ZeRO-0;
+#      long   d12 at T=65536, B=1 per GPU, 1 GPU and 2;
+#      memcheck  compute-sanitizer memcheck of the 2-GPU tests, and of a deliberate error (the
+#             disabled SanitizerCanary test), which the same command must report;
 #   4. bench/data_parallel_report.py checks the agreement and writes the tables.
 # Every run is gpt2-train writing OUT_DIR/<name>/{metrics.jsonl,summary.json}; OUT_DIR/runs.tsv
 # lists them. NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
 #
 #   tools/data_parallel_check.sh
-#   SKIP_BUILD=1 STEPS=20 OUT_DIR=/tmp/dp tools/data_parallel_check.sh
+#   SKIP_BUILD=1 STEPS=40 ONLY=multi OUT_DIR=/tmp/dp tools/data_parallel_check.sh
 #
-# Environment: BUILD_DIR (build-gpu), OUT_DIR (out/data-parallel), STEPS (30, the timed runs),
-# RESULTS (bench/results: the report's .md and .csv), ONLY (world1 | multi: one part).
+# Environment: BUILD_DIR (build-gpu), OUT_DIR (out/data-parallel), STEPS (40, the timed runs),
+# RESULTS (bench/results: the report's .md and .csv), ONLY (world1 | tune | multi: one part),
+# TUNE (1: the tune part too), TUNE_CTAS ("4 8 16 32") and TUNE_BUCKETS ("1048576 4194304
+# 16777216"): the grid of the tune part.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 OUT_DIR=${OUT_DIR:-out/data-parallel}
-STEPS=${STEPS:-30}
+STEPS=${STEPS:-40}
 RESULTS=${RESULTS:-bench/results}
 ONLY=${ONLY:-}
+TUNE=${TUNE:-}
+TUNE_CTAS=${TUNE_CTAS:-4 8 16 32}
+TUNE_BUCKETS=${TUNE_BUCKETS:-1048576 4194304 16777216}
 export NCCL_NVLS_ENABLE=0
 
 section() { printf '\n==== %s ====\n' "$*"; }
+wants() { [ -z "$ONLY" ] || [ "$ONLY" = "$1" ]; }
 
 if [ -z "${SKIP_BUILD:-}" ]; then
   section "build ($BUILD_DIR)"
@@ -42,49 +55,65 @@ GPUS=$(nvidia-smi -L | wc -l)
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 mkdir -p "$OUT_DIR"
 MANIFEST="$OUT_DIR/runs.tsv"
-printf 'name\tgroup\tmodel\tseq_len\tbatch_per_gpu\tworld\tcomm\tzero\toverlap\tprecision\n' >"$MANIFEST"
+printf 'name\tgroup\tmodel\tseq_len\tbatch_per_gpu\tworld\tcomm\tzero\toverlap\tprecision\t'\
+'grad_reduce\tbucket\tctas\tgraph\tgpu\n' >"$MANIFEST"
 
-# run NAME GROUP WORLD MODEL T B PRECISION STEPS [gpt2-train options...]
+# [CTAS=n] [GPU=i] run NAME GROUP WORLD MODEL T B PRECISION STEPS [gpt2-train options...]
+# CTAS sets NCCL_MAX_CTAS for the run (else the communicator's default); GPU makes only that
+# GPU visible to a 1-GPU run.
 run() {
   local name=$1 group=$2 world=$3 model=$4 T=$5 B=$6 precision=$7 steps=$8
   shift 8
-  local comm=plain zero=- overlap=-
+  local comm=plain zero=- overlap=- reduce=- bucket=default graph=on
   local args=("$@")
   for ((i = 0; i < ${#args[@]}; i++)); do
     case "${args[$i]}" in
       --comm) comm=${args[$((i + 1))]} ;;
       --zero) zero=${args[$((i + 1))]} ;;
       --overlap-comm) overlap=${args[$((i + 1))]} ;;
+      --grad-reduce) reduce=${args[$((i + 1))]} ;;
+      --grad-bucket) bucket=${args[$((i + 1))]} ;;
+      --cuda-graph) graph=${args[$((i + 1))]} ;;
     esac
   done
   if [ "$world" -gt 1 ]; then comm=nccl; fi
-  if [ "$comm" = nccl ] && [ "$zero" = - ]; then zero=$([ "$world" -gt 1 ] && echo 1 || echo 0); fi
-  if [ "$comm" = nccl ] && [ "$overlap" = - ]; then overlap=1; fi
+  if [ "$comm" = nccl ]; then
+    [ "$zero" = - ] && zero=$([ "$world" -gt 1 ] && echo 1 || echo 0)
+    [ "$overlap" = - ] && overlap=1
+    [ "$reduce" = - ] && reduce=$precision
+  fi
+  local environment=(env)
+  [ -n "${CTAS:-}" ] && environment+=("NCCL_MAX_CTAS=$CTAS")
+  [ -n "${GPU:-}" ] && environment+=("CUDA_VISIBLE_DEVICES=$GPU")
   local launch=()
   if [ "$world" -gt 1 ]; then
     launch=(mpirun --allow-run-as-root -np "$world" --bind-to none -x NCCL_NVLS_ENABLE
             -x PATH -x LD_LIBRARY_PATH)
+    [ -n "${CTAS:-}" ] && launch+=(-x NCCL_MAX_CTAS)
   fi
   printf '%-34s ' "$name"
-  if "${launch[@]}" "$TRAIN" --device cuda --model "$model" --seq-len "$T" --max-seq-len "$T" \
-      --batch-size "$B" --precision "$precision" --steps "$steps" --val-every 0 \
-      --sample-every 0 --checkpoint-every 0 --seed 1337 --out "$OUT_DIR/$name" "$@" \
-      >"$OUT_DIR/$name.log" 2>&1; then
+  if "${environment[@]}" "${launch[@]}" "$TRAIN" --device cuda --model "$model" --seq-len "$T" \
+      --max-seq-len "$T" --batch-size "$B" --precision "$precision" --steps "$steps" \
+      --val-every 0 --sample-every 0 --checkpoint-every 0 --seed 1337 --out "$OUT_DIR/$name" \
+      "$@" >"$OUT_DIR/$name.log" 2>&1; then
     grep -E "^  throughput" "$OUT_DIR/$name.log" | sed 's/^  throughput *//' || echo
   else
     echo "FAILED (log $OUT_DIR/$name.log)"
     tail -n 5 "$OUT_DIR/$name.log"
   fi
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$group" "$model" "$T" "$B" \
-    "$world" "$comm" "$zero" "$overlap" "$precision" >>"$MANIFEST"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$group" \
+    "$model" "$T" "$B" "$world" "$comm" "$zero" "$overlap" "$precision" "$reduce" "$bucket" \
+    "${CTAS:-default}" "$graph" "${GPU:-all}" >>"$MANIFEST"
 }
 
-if [ "$ONLY" != multi ]; then
+if wants world1; then
   section "world size 1: plain against NCCL (d12, T=1024, B=16, bf16, $STEPS steps)"
   # Interleaved, twice, so that a drift of the clock over the runs does not favour one of them.
   for pass in 1 2; do
     run "w1-plain-$pass" world1 1 d12 1024 16 bf16 "$STEPS"
     run "w1-nccl-z1-$pass" world1 1 d12 1024 16 bf16 "$STEPS" --comm nccl --zero 1
+    run "w1-nccl-z1-fp32sum-$pass" world1 1 d12 1024 16 bf16 "$STEPS" --comm nccl --zero 1 \
+      --grad-reduce fp32
     run "w1-nccl-z0-$pass" world1 1 d12 1024 16 bf16 "$STEPS" --comm nccl --zero 0
     run "w1-nccl-z1-noovl-$pass" world1 1 d12 1024 16 bf16 "$STEPS" --comm nccl --zero 1 \
       --overlap-comm 0
@@ -93,11 +122,32 @@ if [ "$ONLY" != multi ]; then
   run w1-nccl-z1-fp32 world1 1 d12 1024 8 fp32 10 --comm nccl --zero 1
 fi
 
-if [ "$ONLY" != world1 ] && [ "$GPUS" -ge 2 ]; then
+multi_gpu_ready() {
+  [ "$GPUS" -ge 2 ] || return 1
   if ! command -v mpirun >/dev/null 2>&1; then
     echo "data_parallel_check: $GPUS GPUs but no mpirun: the multi-GPU part needs OpenMPI" >&2
     exit 1
   fi
+}
+
+if { wants tune || [ -n "$TUNE" ]; } && multi_gpu_ready; then
+  section "tune: d12, T=1024, B=16 per GPU, $STEPS steps"
+  run tune-1gpu-a tune 1 d12 1024 16 bf16 "$STEPS"
+  GPU=0 run tune-gpu0 tune 1 d12 1024 16 bf16 "$STEPS"
+  GPU=1 run tune-gpu1 tune 1 d12 1024 16 bf16 "$STEPS"
+  for ctas in $TUNE_CTAS; do
+    CTAS=$ctas run "tune-2gpu-ctas$ctas" tune 2 d12 1024 16 bf16 "$STEPS"
+  done
+  for bucket in $TUNE_BUCKETS; do
+    run "tune-2gpu-bucket$bucket" tune 2 d12 1024 16 bf16 "$STEPS" --grad-bucket "$bucket"
+  done
+  run tune-2gpu-fp32sum tune 2 d12 1024 16 bf16 "$STEPS" --grad-reduce fp32
+  run tune-2gpu-noovl tune 2 d12 1024 16 bf16 "$STEPS" --overlap-comm 0
+  run tune-2gpu-nograph tune 2 d12 1024 16 bf16 "$STEPS" --cuda-graph off
+  run tune-1gpu-b tune 1 d12 1024 16 bf16 "$STEPS"
+fi
+
+if wants multi && multi_gpu_ready; then
   section "2 GPUs against 1 on the same global batch (d12, T=1024)"
   run agree-1gpu-fp32 agree 1 d12 1024 32 fp32 10
   run agree-2gpu-fp32 agree 2 d12 1024 16 fp32 10
@@ -108,23 +158,36 @@ if [ "$ONLY" != world1 ] && [ "$GPUS" -ge 2 ]; then
   for model in d12 gpt2-medium; do
     section "scaling: $model, T=1024, B=16 per GPU, $STEPS steps"
     run "scale-$model-1gpu" scale 1 "$model" 1024 16 bf16 "$STEPS"
-    run "scale-$model-2gpu-z1" scale 2 "$model" 1024 16 bf16 "$STEPS" --zero 1
-    run "scale-$model-2gpu-z1-noovl" scale 2 "$model" 1024 16 bf16 "$STEPS" --zero 1 \
-      --overlap-comm 0
+    run "scale-$model-2gpu" scale 2 "$model" 1024 16 bf16 "$STEPS"
+    run "scale-$model-2gpu-fp32sum" scale 2 "$model" 1024 16 bf16 "$STEPS" --grad-reduce fp32
+    run "scale-$model-2gpu-noovl" scale 2 "$model" 1024 16 bf16 "$STEPS" --overlap-comm 0
     run "scale-$model-2gpu-z0" scale 2 "$model" 1024 16 bf16 "$STEPS" --zero 0
-    run "scale-$model-2gpu-z0-noovl" scale 2 "$model" 1024 16 bf16 "$STEPS" --zero 0 \
-      --overlap-comm 0
   done
 
   section "long context: d12, T=65536, B=1 per GPU"
-  run long-1gpu long 1 d12 65536 1 bf16 8
-  run long-2gpu long 2 d12 65536 1 bf16 8
+  run long-1gpu long 1 d12 65536 1 bf16 10
+  run long-2gpu long 2 d12 65536 1 bf16 10
 
-  section "compute-sanitizer memcheck: the 2-GPU model test"
-  compute-sanitizer --tool memcheck --error-exitcode 1 --print-limit 20 \
-    "$BUILD_DIR/tests/test_gpu" --gtest_filter='CudaDataParallel.TwoGpus*' --gtest_brief=1 \
-    >"$OUT_DIR/memcheck.log" 2>&1 && echo "memcheck: passed" || echo "memcheck: FAILED"
-  tail -n 4 "$OUT_DIR/memcheck.log"
+  section "compute-sanitizer memcheck: the 2-GPU tests, then a deliberate error"
+  # --report-api-errors no: NCCL probes its kernels with cudaFuncGetAttributes, and the probes
+  # of kernels not built for this GPU return cudaErrorNoKernelImageForDevice, which NCCL expects
+  # and handles; reported, they are 200 "errors" in a clean run. Memory errors, races of the
+  # memcheck tool and leaks are still reported, and the canary below proves it.
+  memcheck=(compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1
+            --print-limit 20)
+  set +e
+  "${memcheck[@]}" "$BUILD_DIR/tests/test_gpu" \
+    --gtest_filter='CudaDataParallel.TwoGpus*:NcclCommunicator.TwoGpus*' --gtest_brief=1 \
+    >"$OUT_DIR/memcheck.log" 2>&1
+  echo $? >"$OUT_DIR/memcheck.rc"
+  "${memcheck[@]}" "$BUILD_DIR/tests/test_gpu" --gtest_also_run_disabled_tests \
+    --gtest_filter='SanitizerCanary.*' --gtest_brief=1 >"$OUT_DIR/memcheck_canary.log" 2>&1
+  echo $? >"$OUT_DIR/memcheck_canary.rc"
+  set -e
+  echo "memcheck of the 2-GPU tests: exit $(cat "$OUT_DIR/memcheck.rc") (0: clean)"
+  grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT_DIR/memcheck.log" | tail -n 3
+  echo "memcheck of the deliberate error: exit $(cat "$OUT_DIR/memcheck_canary.rc") (must fail)"
+  grep -E "ERROR SUMMARY|Invalid" "$OUT_DIR/memcheck_canary.log" | head -n 2
 fi
 
 section "report"

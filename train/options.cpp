@@ -62,15 +62,21 @@ cxxopts::Options make_options() {
       ("comm", "collectives of a --device cuda job: auto (NCCL with several ranks) | nccl "
        "(NCCL at world size 1 too: the data-parallel path on one GPU)", s()->default_value("auto"))
       ("overlap-comm", "--device cuda with NCCL: reduce gradient buckets during the last "
-       "micro-batch's backward (1) or after it (0)", s()->default_value("1"))
+       "micro-batch's backward and (ZeRO-1) gather the updated parameters during the next "
+       "forward (1), or each after its phase (0)", s()->default_value("1"))
+      ("grad-reduce", "data parallel: sum the gradients over the ranks in fp32 or bf16 (half the "
+       "bytes, each addition rounded to bf16) (default: bf16 with --precision bf16, else fp32)",
+       s())
+      ("grad-bucket", "data parallel: gradient elements per bucket, each bucket one collective",
+       s()->default_value(std::to_string(kDefaultBucketElements)))
       ("classifier-chunk-rows", "--device cuda: rows of B*T whose logits the classifier holds "
        "at once (0: automatic, a 256 MiB budget; at least B, at most B*T)", s()->default_value("0"))
       ("recompute", "--device cuda: none | fc (keep one layer's fc output and GELU instead of "
        "every layer's and recompute them in backward with one more fc GEMM per layer; the same "
        "bits, less memory for long context)", s()->default_value("none"))
-      ("cuda-graph", "--device cuda: on | off (replay each micro-batch's forward and backward as "
-       "one CUDA graph, captured at the second micro-batch: the same bits without the gaps "
-       "between a thousand launches; not with several GPUs)", s()->default_value("on"))
+      ("cuda-graph", "--device cuda: on | off (replay each micro-batch's forward and backward, "
+       "collectives included, as one CUDA graph, captured at the second micro-batch of its kind: "
+       "the same bits without the gaps between 440 launches)", s()->default_value("on"))
       ("h,help", "print this help");
   return options;
 }
@@ -267,6 +273,14 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   if (overlap != "0" && overlap != "1")
     GPT2_USAGE_FAIL("--overlap-comm must be 0 or 1 (got '", overlap, "')");
   cli.overlap_comm = overlap == "1";
+  if (given("grad-reduce")) {
+    const std::string reduce = text("grad-reduce");
+    if (reduce != "fp32" && reduce != "bf16")
+      GPT2_USAGE_FAIL("--grad-reduce must be fp32 or bf16 (got '", reduce, "')");
+    cli.grad_reduce = reduce == "bf16" ? GradReduce::kBf16 : GradReduce::kFp32;
+  }
+  cli.grad_bucket = static_cast<size_t>(parse_integer(
+      "grad-bucket", text("grad-bucket"), 1, int64_t{1} << 40, "a positive integer"));
   cli.classifier_chunk_rows = parse_count("classifier-chunk-rows", text("classifier-chunk-rows"));
   const std::string recompute = text("recompute");
   if (recompute != "none" && recompute != "fc")
@@ -309,6 +323,16 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
   config.precision = cli.precision.value_or(on_cuda ? Precision::kBf16 : Precision::kFp32);
   if (!on_cuda && config.precision == Precision::kBf16)
     GPT2_USAGE_FAIL("--precision bf16 needs --device cuda (the CPU backend is fp32 only)");
+  // bf16 sums halve the bytes of the gradient reduction (bench/results/data_parallel.md); the
+  // GPU reduces bf16 gradients as they are, and the CPU rounds its fp32 ones for the same sum.
+  config.grad_reduce = cli.grad_reduce.value_or(config.precision == Precision::kBf16
+                                                    ? GradReduce::kBf16
+                                                    : GradReduce::kFp32);
+  if (on_cuda && config.grad_reduce == GradReduce::kBf16 &&
+      config.precision != Precision::kBf16)
+    GPT2_USAGE_FAIL("--grad-reduce bf16 needs --precision bf16 on the GPU (an fp32 run reduces "
+                    "its fp32 gradients in fp32)");
+  config.bucket_elements = cli.grad_bucket;
   config.attention = cli.attention;
   config.flash_kernel = cli.flash_kernel;
   config.deterministic_attention = cli.deterministic_attention;

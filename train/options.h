@@ -82,6 +82,8 @@ struct CommandLine {
   std::optional<int> zero_stage;  // 0 | 1
   std::string comm = "auto";      // auto | nccl
   bool overlap_comm = true;
+  std::optional<GradReduce> grad_reduce;        // --grad-reduce fp32|bf16
+  size_t grad_bucket = kDefaultBucketElements;  // --grad-bucket
   int classifier_chunk_rows = 0;  // 0: automatic
   bool recompute_fc = false;      // --recompute fc
   bool cuda_graphs = true;        // --cuda-graph on|off
@@ -113,6 +115,8 @@ struct TrainConfig {
   /// with --comm nccl), reduced during the last micro-batch's backward when overlap_comm.
   bool nccl = false;
   bool overlap_comm = true;
+  GradReduce grad_reduce = GradReduce::kFp32;  // the sums over the ranks
+  size_t bucket_elements = kDefaultBucketElements;
   int64_t total_batch_size = 0;  // tokens per optimizer step, all ranks
   int grad_accum_steps = 1;      // total_batch_size / (B * T * world_size)
   int steps = 0;

@@ -53,6 +53,8 @@ ModelOptions model_options(const TrainConfig& config, Communicator& comm) {
   options.comm = &comm;
   options.zero_stage = config.zero_stage;
   options.overlap_communication = config.overlap_comm;
+  options.grad_reduce = config.grad_reduce;
+  options.bucket_elements = config.bucket_elements;
   options.config = config.model_config;
   options.batch_size = config.batch_size;
   options.seq_len = config.seq_len;
@@ -130,12 +132,12 @@ void print_configuration(const TrainConfig& c, const DataLoader& train, const Da
   std::printf("  %-18s B=%d T=%d world=%d\n", "micro-batch", c.batch_size, c.seq_len,
               c.world_size);
   if (c.world_size > 1 || c.nccl) {
-    const ShardPlan shards(num_params, c.world_size, c.rank, kDefaultBucketElements);
-    std::printf("  %-18s %d rank(s) over %s, ZeRO-%d: gradients %s in %zu bucket(s) of up to "
-                "%zu floats, %s",
+    const ShardPlan shards(num_params, c.world_size, c.rank, c.bucket_elements);
+    std::printf("  %-18s %d rank(s) over %s, ZeRO-%d: gradients %s in %s in %zu bucket(s) of "
+                "up to %zu elements, %s",
                 "data parallel", c.world_size, c.nccl ? "NCCL" : "MPI", c.zero_stage,
-                c.zero_stage == 1 ? "reduce-scattered" : "all-reduced", shards.buckets().size(),
-                shards.max_bucket_size(),
+                c.zero_stage == 1 ? "reduce-scattered" : "all-reduced", to_string(c.grad_reduce),
+                shards.buckets().size(), shards.max_bucket_size(),
                 c.zero_stage == 1 ? (c.device == DeviceKind::kCuda
                                          ? "AdamW state and master weights sharded, parameters "
                                            "all-gathered"
@@ -143,6 +145,7 @@ void print_configuration(const TrainConfig& c, const DataLoader& train, const Da
                                   : "AdamW state on every rank");
     if (c.nccl)
       std::printf(", %s", c.overlap_comm ? "reductions overlapped with the last backward"
+                                           " and gathers with the next forward"
                                          : "reductions after the backward");
     std::printf("\n");
   }
@@ -327,6 +330,10 @@ void report_summary(const TrainConfig& config, const Model& model, const MemoryP
   if (config.nccl) {
     summary["comm_backend"] = "nccl";
     summary["overlap_comm"] = config.overlap_comm;
+  }
+  if (world > 1 || config.nccl) {
+    summary["grad_reduce"] = to_string(config.grad_reduce);
+    summary["bucket_elements"] = config.bucket_elements;
   }
   if (measured_comm) summary["comm_ms_per_step"] = comm_ms;
   if (measured_exposed) summary["comm_exposed_ms_per_step"] = exposed_ms;
@@ -601,7 +608,12 @@ int run_training(const TrainConfig& config, Communicator& comm) {
     const bool last_step = step == config.steps;
     const bool stopping = !finite && (config.on_nonfinite == NonFinitePolicy::kStop ||
                                       skipped_in_a_row >= kMaxConsecutiveSkippedSteps);
-    if (val_loader && !stopping && (step % config.val_every == 0 || last_step)) {
+    const bool validating =
+        val_loader && !stopping && (step % config.val_every == 0 || last_step);
+    const bool sampling = config.sample_every > 0 && !stopping && step % config.sample_every == 0;
+    // ZeRO-1 leaves the other ranks' shards to the next forward: whole before reading them.
+    if (validating || sampling) model->synchronize_parameters();
+    if (validating) {
       metrics_row.val_loss =
           validation_loss(*model, *val_loader, val_batches, inputs, targets, comm);
       totals.last_val_loss = metrics_row.val_loss;
@@ -635,7 +647,7 @@ int run_training(const TrainConfig& config, Communicator& comm) {
 
     const double eta = totals.throughput.mean_step_seconds() * (config.steps - step);
     std::printf("%s\n", format_step_line(metrics_row, config.steps, eta).c_str());
-    if (root && config.sample_every > 0 && !stopping && step % config.sample_every == 0) {
+    if (root && sampling) {
       const std::vector<int> sample =
           generate_training_sample(*model, config.sample_tokens, sample_rng);
       std::printf("sample at step %d:\n%s\n---\n", step, tokenizer->decode(sample).c_str());

@@ -35,6 +35,17 @@ __global__ void clip_decision_kernel(StepScalars* scalars, int micro_batches, fl
       (grad_clip > 0.0f && norm > grad_clip) ? __fdiv_rn(grad_clip, norm) : 1.0f;
 }
 
+__global__ void sum_rank_scalars_kernel(StepScalars* scalars, const double* gathered, int world,
+                                        bool sum_norm) {
+  double loss_sum = 0.0, norm_squared = 0.0;
+  for (int r = 0; r < world; ++r) {
+    loss_sum += gathered[2 * r];
+    norm_squared += gathered[2 * r + 1];
+  }
+  scalars->loss_sum = loss_sum;
+  if (sum_norm) scalars->norm_squared = norm_squared;
+}
+
 }  // namespace
 
 void mean_loss_accumulate(StepScalars* scalars, const float* losses, int64_t n,
@@ -50,6 +61,14 @@ void clip_decision(StepScalars* scalars, int micro_batches, float grad_clip,
   GPT2_CHECK(micro_batches >= 1, micro_batches, " micro-batches");
   GPT2_CHECK(scalars != nullptr);
   clip_decision_kernel<<<1, 1, 0, stream>>>(scalars, micro_batches, grad_clip);
+  GPT2_CUDA_CHECK_LAUNCH();
+}
+
+void sum_rank_scalars(StepScalars* scalars, const double* gathered, int world, bool sum_norm,
+                      cudaStream_t stream) {
+  GPT2_CHECK(world >= 1, "world size ", world);
+  GPT2_CHECK(scalars != nullptr && gathered != nullptr);
+  sum_rank_scalars_kernel<<<1, 1, 0, stream>>>(scalars, gathered, world, sum_norm);
   GPT2_CUDA_CHECK_LAUNCH();
 }
 

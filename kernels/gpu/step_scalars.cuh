@@ -13,7 +13,13 @@
  *     control.skip = !(isfinite(loss) && isfinite(norm))
  *     control.grad_scale = grad_clip > 0 && norm > grad_clip ? grad_clip / norm : 1
  *   scalars->grad_norm = norm. AdamW reads scalars->control (adamw.cuh).
- * Both are single-block launches on `stream`, with no host synchronization (graph-capturable).
+ * sum_rank_scalars(scalars, gathered, world, sum_norm): data parallel, after every rank's
+ *   (loss_sum, norm_squared) pair was gathered into gathered[2r], gathered[2r+1] (rank order):
+ *     scalars->loss_sum = 0 + gathered[0] + gathered[2] + ...   (ranks in order, in double)
+ *     scalars->norm_squared likewise from the odd slots when sum_norm (ZeRO-1: each rank
+ *     squared its own shard), left alone otherwise.
+ *   The arithmetic of sum_in_rank_order (dist/communicator.h), its CPU twin: the same bits.
+ * All are single-block launches on `stream`, with no host synchronization (graph-capturable).
  */
 #pragma once
 
@@ -27,6 +33,7 @@ namespace gpt2::gpu {
 
 /// One step's scalars in device memory (one struct: one copy brings them all to the host).
 struct StepScalars {
+  // loss_sum and norm_squared first and together: data parallelism gathers the pair.
   double loss_sum = 0.0;      // the micro-batches' mean losses since the step began
   double norm_squared = 0.0;  // of the accumulated gradients
   float last_mean_loss = 0.0f;
@@ -38,5 +45,7 @@ void mean_loss_accumulate(StepScalars* scalars, const float* losses, int64_t n,
                           cudaStream_t stream);
 
 void clip_decision(StepScalars* scalars, int micro_batches, float grad_clip, cudaStream_t stream);
+void sum_rank_scalars(StepScalars* scalars, const double* gathered, int world, bool sum_norm,
+                      cudaStream_t stream);
 
 }  // namespace gpt2::gpu

@@ -64,9 +64,25 @@ TEST(SingleProcessCommunicator, CollectivesAreTheIdentity) {
   comm.broadcast(&value, sizeof value, 0);
   EXPECT_EQ(value, 7);
   EXPECT_THROW(comm.broadcast(&value, sizeof value, 1), Error);
+  std::vector<uint16_t> halves = {0x3F80, 0xC000, 0x4049};  // 1, -2, 3.140625 in bf16
+  const std::vector<uint16_t> original = halves;
+  comm.all_reduce_sum_bf16(halves.data(), halves.size());
+  EXPECT_EQ(halves, original);
+  std::vector<uint16_t> halves_out(3, 0);
+  comm.reduce_scatter_sum_bf16(halves.data(), halves_out.data(), 3);
+  EXPECT_EQ(halves_out, original);
   comm.barrier();
   EXPECT_EQ(sum_in_rank_order(comm, 0.3), 0.3);
-  EXPECT_EQ(comm.stats().calls, 10);
+  EXPECT_EQ(comm.stats().calls, 12);
+}
+
+TEST(Bf16Sum, AddsInFp32AndRoundsToNearestEven) {
+  EXPECT_EQ(add_bf16(0x3F80, 0x3F80), 0x4000);  // 1 + 1 = 2
+  // 1 + 2^-8: exactly halfway between 1 and 1 + 2^-7 in bf16: ties to even, 1.
+  EXPECT_EQ(add_bf16(0x3F80, 0x3B80), 0x3F80);
+  // 1 + 3 * 2^-9 = 1.005859375: the nearest bf16 is 1 + 2^-7 = 1.0078125.
+  EXPECT_EQ(add_bf16(0x3F80, 0x3BC0), 0x3F81);
+  EXPECT_EQ(add_bf16(0x4000, 0xC000), 0x0000);  // 2 - 2 = +0
 }
 
 // Environment variables of one test process (ctest runs every TEST in its own).

@@ -47,6 +47,36 @@ TEST(GpuStepScalars, MeanLossMatchesHostSumAndAccumulates) {
   }
 }
 
+// Data parallel: every rank's (loss_sum, norm_squared) summed in rank order as the host's
+// sum_in_rank_order adds them (0, then rank 0, rank 1, ...): the same bits; the norm only when
+// asked (ZeRO-1).
+TEST(GpuStepScalars, RankSumsAreTheHostsRankOrderSums) {
+  GPT2_REQUIRE_GPU();
+  for (const int world : {1, 2, 3, 8}) {
+    std::vector<double> gathered(2 * static_cast<size_t>(world));
+    for (size_t i = 0; i < gathered.size(); ++i)
+      gathered[i] = (i % 2 ? 1e-17 : 1.0) * (0.1 + static_cast<double>(i)) + 1e16 * (i == 2);
+    double loss_sum = 0.0, norm_squared = 0.0;
+    for (int r = 0; r < world; ++r) {
+      loss_sum += gathered[2 * r];
+      norm_squared += gathered[2 * r + 1];
+    }
+    for (const bool sum_norm : {false, true}) {
+      DeviceBuffer<StepScalars> d_scalars(1);
+      StepScalars in;
+      in.loss_sum = -1.0;
+      in.norm_squared = 42.0;
+      d_scalars.upload({in});
+      DeviceBuffer<double> d_gathered(gathered.size());
+      d_gathered.upload(gathered);
+      sum_rank_scalars(d_scalars.get(), d_gathered.get(), world, sum_norm, nullptr);
+      const StepScalars out = download_scalars(d_scalars);
+      EXPECT_EQ(out.loss_sum, loss_sum) << "world " << world;
+      EXPECT_EQ(out.norm_squared, sum_norm ? norm_squared : 42.0) << "world " << world;
+    }
+  }
+}
+
 TEST(GpuStepScalars, ClipDecisionIsTheHostRuleBitForBit) {
   GPT2_REQUIRE_GPU();
   const double inf = std::numeric_limits<double>::infinity();

@@ -1,10 +1,15 @@
 // The CUDA model's data parallelism (model/cuda_data_parallel.h) over NCCL:
 // - the bucket bookkeeping (ready points, update segments) against brute force, on the host;
-// - world size 1 through NCCL is the plain single-GPU model bit for bit (fp32 and bf16, ZeRO 0
-//   and 1, reductions overlapped or not, two micro-batches, small buckets so there are many);
-// - the calls out of order are refused;
+// - world size 1 through NCCL is the plain single-GPU model bit for bit (fp32 and bf16, sums in
+//   fp32 and bf16, ZeRO 0 and 1, communication overlapped or not, two micro-batches, small
+//   buckets so there are many), step by step (grad_norm, adamw_step) and through finish_step
+//   with CUDA graphs (the collectives captured);
+// - the calls out of order are refused, and so is a forward-only call before the parameters
+//   of an overlapped ZeRO-1 update were gathered;
 // - with 2 GPUs (ranks as threads, NCCL between them): 2 ranks x B=2 give one GPU's B=4 losses,
-//   norms and AdamW first moment in fp32, and both ranks hold the same parameters bit for bit.
+//   norms and AdamW first moment in fp32, and both ranks hold the same parameters bit for bit;
+//   the overlapped gathers and reductions give the bits of the blocking ones; bf16 sums stay
+//   within a bound of fp32 sums.
 // The GPU tests skip without a GPU or NCCL, the 2-GPU one with fewer than 2 GPUs.
 #include <algorithm>
 #include <cmath>
@@ -132,16 +137,18 @@ struct Trained {
 
 struct RunSpec {
   Precision precision = Precision::kFp32;
+  GradReduce grad_reduce = GradReduce::kFp32;
   int zero_stage = 0;
   bool overlap = true;
   int micro_batches = 1;
   size_t bucket_elements = 4096;
+  bool finish_step = false;  // the one-round-trip step (graphs); else grad_norm + adamw_step
+  int steps = 3;
 };
 
 // kSteps steps; each micro-batch of each step is a (world*B, T) batch dealt over the ranks.
 // comm: nullptr for the plain single-GPU model.
 Trained train(Communicator* comm, int world, int rank, int B, const RunSpec& spec) {
-  constexpr int kSteps = 3;
   ModelOptions options;
   options.config = small_config();
   options.batch_size = B;
@@ -151,6 +158,7 @@ Trained train(Communicator* comm, int world, int rank, int B, const RunSpec& spe
   options.zero_stage = spec.zero_stage;
   options.bucket_elements = spec.bucket_elements;
   options.overlap_communication = spec.overlap;
+  options.grad_reduce = spec.grad_reduce;
   std::unique_ptr<Model> model = make_cuda_model(options);
   const size_t n = ParameterLayout::for_config(options.config).total;
   std::vector<float> params(n);
@@ -162,7 +170,7 @@ Trained train(Communicator* comm, int world, int rank, int B, const RunSpec& spe
   const int V = options.config.vocab_size;
   const float loss_scale = 1.0f / static_cast<float>(world * spec.micro_batches);
   Trained result;
-  for (int step = 1; step <= kSteps; ++step) {
+  for (int step = 1; step <= spec.steps; ++step) {
     model->zero_grad();
     double loss = 0.0;
     for (int micro = 0; micro < spec.micro_batches; ++micro) {
@@ -171,10 +179,23 @@ Trained train(Communicator* comm, int world, int rank, int B, const RunSpec& spe
       const std::vector<int> inputs = random_tokens(rows, V, seed);
       const std::vector<int> targets = random_tokens(rows, V, seed + 1);
       if (micro + 1 == spec.micro_batches) model->expect_last_micro_batch();
-      loss += model->forward_backward(rank_rows(inputs, world, rank, B).data(),
-                                      rank_rows(targets, world, rank, B).data(), loss_scale);
+      const std::vector<int> my_inputs = rank_rows(inputs, world, rank, B);
+      const std::vector<int> my_targets = rank_rows(targets, world, rank, B);
+      if (spec.finish_step) {
+        model->queue_forward_backward(my_inputs.data(), my_targets.data(), loss_scale);
+      } else {
+        loss += model->forward_backward(my_inputs.data(), my_targets.data(), loss_scale);
+      }
     }
     model->reduce_gradients();
+    if (spec.finish_step) {
+      // Every rank's losses, summed over the ranks: world * micro_batches micro-batches.
+      const Model::StepOutcome outcome =
+          model->finish_step(hyper, step, 1.0f, world * spec.micro_batches);
+      result.losses.push_back(outcome.loss);
+      result.norms.push_back(outcome.grad_norm);
+      continue;
+    }
     result.losses.push_back(static_cast<float>(loss));
     const float norm = model->grad_norm();
     result.norms.push_back(norm);
@@ -197,30 +218,72 @@ Trained train(Communicator* comm, int world, int rank, int B, const RunSpec& spe
 TEST(CudaDataParallel, WorldOneThroughNcclIsThePlainModelBitForBit) {
   GPT2_REQUIRE_NCCL();
 #ifdef GPT2_WITH_NCCL
-  for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
-    RunSpec plain_spec;
-    plain_spec.precision = precision;
-    plain_spec.micro_batches = 2;
-    const Trained plain = train(nullptr, 1, 0, 2, plain_spec);
-    for (const int zero : {0, 1}) {
-      for (const bool overlap : {true, false}) {
-        SCOPED_TRACE(::testing::Message() << to_string(precision) << " ZeRO-" << zero
-                                          << (overlap ? " overlapped" : " after the backward"));
-        RunSpec spec = plain_spec;
-        spec.zero_stage = zero;
-        spec.overlap = overlap;
-        SingleProcessCommunicator host;
-        NcclCommunicator nccl(host);
-        const Trained got = train(&nccl, 1, 0, 2, spec);
-        EXPECT_EQ(got.losses, plain.losses);
-        EXPECT_EQ(got.norms, plain.norms);
-        EXPECT_EQ(got.params, plain.params);
-        EXPECT_EQ(got.m, plain.m);
-        EXPECT_EQ(got.v, plain.v);
-        EXPECT_GT(nccl.stats().calls, 0) << "nothing went through NCCL";
+  for (const bool finish_step : {false, true}) {
+    for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+      RunSpec plain_spec;
+      plain_spec.precision = precision;
+      plain_spec.micro_batches = 2;
+      plain_spec.finish_step = finish_step;
+      plain_spec.steps = finish_step ? 4 : 3;  // 4: every kind of micro-batch replays a graph
+      const Trained plain = train(nullptr, 1, 0, 2, plain_spec);
+      std::vector<GradReduce> reductions = {GradReduce::kFp32};
+      if (precision == Precision::kBf16) reductions.push_back(GradReduce::kBf16);
+      for (const GradReduce reduce : reductions) {
+        for (const int zero : {0, 1}) {
+          for (const bool overlap : {true, false}) {
+            SCOPED_TRACE(::testing::Message()
+                         << to_string(precision) << " sums in " << to_string(reduce) << " ZeRO-"
+                         << zero << (overlap ? " overlapped" : " after each phase")
+                         << (finish_step ? ", finish_step" : ", grad_norm + adamw_step"));
+            RunSpec spec = plain_spec;
+            spec.grad_reduce = reduce;
+            spec.zero_stage = zero;
+            spec.overlap = overlap;
+            SingleProcessCommunicator host;
+            NcclCommunicator nccl(host);
+            const Trained got = train(&nccl, 1, 0, 2, spec);
+            EXPECT_EQ(got.losses, plain.losses);
+            EXPECT_EQ(got.norms, plain.norms);
+            EXPECT_EQ(got.params, plain.params);
+            EXPECT_EQ(got.m, plain.m);
+            EXPECT_EQ(got.v, plain.v);
+            EXPECT_GT(nccl.stats().calls, 0) << "nothing went through NCCL";
+          }
+        }
       }
     }
   }
+#endif
+}
+
+TEST(CudaDataParallel, ForwardOnlyCallsWaitForTheOverlappedGather) {
+  GPT2_REQUIRE_NCCL();
+#ifdef GPT2_WITH_NCCL
+  SingleProcessCommunicator host;
+  NcclCommunicator nccl(host);
+  ModelOptions options;
+  options.config = small_config();
+  options.batch_size = 1;
+  options.seq_len = kT;
+  options.precision = Precision::kBf16;
+  options.grad_reduce = GradReduce::kBf16;
+  options.comm = &nccl;
+  options.zero_stage = 1;
+  std::unique_ptr<Model> model = make_cuda_model(options);
+  const std::vector<int> tokens = random_tokens(kT, options.config.vocab_size, 7);
+  model->zero_grad();
+  model->expect_last_micro_batch();
+  model->queue_forward_backward(tokens.data(), tokens.data(), 1.0f);
+  model->reduce_gradients();
+  model->finish_step(cpu::AdamWHyper{}, 1, 1.0f, 1);
+  EXPECT_THROW(model->evaluate(tokens.data(), tokens.data()), Error);
+  EXPECT_THROW(model->start_generation(1, kT), Error);
+  model->synchronize_parameters();
+  EXPECT_TRUE(std::isfinite(model->evaluate(tokens.data(), tokens.data())));
+  std::vector<float> logits(options.config.vocab_size);
+  model->start_generation(1, kT);
+  model->prefill(tokens.data(), 4, logits.data());
+  EXPECT_TRUE(std::isfinite(logits[0]));
 #endif
 }
 
@@ -298,6 +361,55 @@ TEST(CudaDataParallel, TwoGpusGiveOneGpusWholeBatchInFp32) {
     // divides by the RMS of gradients, some of which are as small as their rounding).
     EXPECT_LE(max_relative_difference(ranks[0].m, single.m), 1e-5);
   }
+  GPT2_CUDA_CHECK(cudaSetDevice(0));
+#endif
+}
+
+TEST(CudaDataParallel, TwoGpusOverlappedIsBlockingBitForBitAndBf16SumsStayClose) {
+  GPT2_REQUIRE_NCCL();
+#ifdef GPT2_WITH_NCCL
+  int devices = 0;
+  GPT2_CUDA_CHECK(cudaGetDeviceCount(&devices));
+  if (devices < 2) GTEST_SKIP() << "needs 2 GPUs, " << devices << " visible";
+  constexpr int kWorld = 2, kB = 2;
+  const auto run_two = [&](const RunSpec& spec) {
+    std::vector<Trained> ranks(kWorld);
+    testing::run_ranks(kWorld, [&](int rank, Communicator& host) {
+      NcclCommunicator nccl(host);  // device = rank
+      ranks[static_cast<size_t>(rank)] = train(&nccl, kWorld, rank, kB, spec);
+    });
+    EXPECT_EQ(ranks[1].params, ranks[0].params) << "replicas differ";
+    return ranks[0];
+  };
+  RunSpec spec;
+  spec.precision = Precision::kBf16;
+  spec.zero_stage = 1;
+  spec.micro_batches = 2;
+  spec.finish_step = true;
+  spec.steps = 4;
+  for (const GradReduce reduce : {GradReduce::kFp32, GradReduce::kBf16}) {
+    SCOPED_TRACE(::testing::Message() << "sums in " << to_string(reduce));
+    spec.grad_reduce = reduce;
+    spec.overlap = true;
+    const Trained overlapped = run_two(spec);
+    spec.overlap = false;
+    const Trained blocking = run_two(spec);
+    EXPECT_EQ(overlapped.losses, blocking.losses);
+    EXPECT_EQ(overlapped.norms, blocking.norms);
+    EXPECT_EQ(overlapped.params, blocking.params);
+    EXPECT_EQ(overlapped.m, blocking.m);
+    EXPECT_EQ(overlapped.v, blocking.v);
+  }
+  // One rounding of the two ranks' sum to bf16 (2^-9 relative) in each step's gradients: the
+  // first moment, linear in them, moves by about that.
+  spec.overlap = true;
+  spec.grad_reduce = GradReduce::kFp32;
+  const Trained fp32_sums = run_two(spec);
+  spec.grad_reduce = GradReduce::kBf16;
+  const Trained bf16_sums = run_two(spec);
+  EXPECT_LE(max_relative_difference(bf16_sums.m, fp32_sums.m), 1e-2);
+  for (size_t step = 0; step < fp32_sums.losses.size(); ++step)
+    EXPECT_NEAR(bf16_sums.losses[step], fp32_sums.losses[step], 1e-3 * fp32_sums.losses[step]);
   GPT2_CUDA_CHECK(cudaSetDevice(0));
 #endif
 }

@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/bf16.h"
 #include "base/error.h"
 #include "base/rng.h"
 #include "dist/shard_plan.h"
@@ -189,6 +190,66 @@ TEST(CpuDataParallel, SummedGradientIsOneModelsOnTheWholeBatch) {
   for (const size_t bucket : {size_t{1000}, kDefaultBucketElements}) {
     SCOPED_TRACE(::testing::Message() << "buckets of " << bucket);
     EXPECT_LE(max_difference(gradient(3, bucket), single), 1e-6 * largest);
+  }
+}
+
+// --grad-reduce bf16: each rank's fp32 gradient rounded to bf16, the ranks' values added in rank
+// order with a bf16 rounding after each addition (add_bf16), widened back: bit for bit, on
+// every element a rank holds after the reduction (ZeRO-0: all; ZeRO-1: its blocks), with
+// buckets that leave a padded tail at 3 ranks.
+TEST(CpuDataParallel, Bf16SumsRoundEachGradientAndEachAddition) {
+  constexpr int kWorld = 3, kB = 1;
+  constexpr size_t kBucket = 1000;
+  for (const int zero : {0, 1}) {
+    SCOPED_TRACE(::testing::Message() << "ZeRO-" << zero);
+    std::vector<std::vector<float>> local(kWorld), reduced(kWorld);
+    std::vector<ShardPlan> plans(kWorld);
+    run_ranks(kWorld, [&](int rank, Communicator& comm) {
+      ModelOptions options = small_options(kB);
+      options.comm = &comm;
+      options.zero_stage = zero;
+      options.bucket_elements = kBucket;
+      options.grad_reduce = GradReduce::kBf16;
+      std::unique_ptr<Model> model = make_cpu_model(options);
+      initialize(*model);
+      const ModelConfig& config = options.config;
+      const size_t rows = size_t(kWorld * kB * kT);
+      const std::vector<int> inputs = random_tokens(rows, config.vocab_size, 41);
+      const std::vector<int> targets = random_tokens(rows, config.vocab_size, 42);
+      model->zero_grad();
+      model->forward_backward(rank_rows(inputs, kWorld, rank, kB).data(),
+                              rank_rows(targets, kWorld, rank, kB).data(), 1.0f / kWorld);
+      CpuModel& cpu = static_cast<CpuModel&>(*model);
+      const float* grads = cpu.gpt2().grads();
+      const size_t n = cpu.gpt2().num_parameters();
+      local[static_cast<size_t>(rank)].assign(grads, grads + n);
+      model->reduce_gradients();
+      reduced[static_cast<size_t>(rank)].assign(grads, grads + n);
+      plans[static_cast<size_t>(rank)] = cpu.shard_plan();
+    });
+    const size_t n = local[0].size();
+    std::vector<float> expected(n);
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t sum = float_to_bf16_bits(local[0][i]);
+      for (int r = 1; r < kWorld; ++r) sum = add_bf16(sum, float_to_bf16_bits(local[r][i]));
+      expected[i] = bf16_bits_to_float(sum);
+    }
+    ASSERT_GT(plans[0].buckets().back().size, plans[0].buckets().back().valid);
+    size_t checked_over_ranks = 0;
+    for (int rank = 0; rank < kWorld; ++rank) {
+      const ShardPlan& plan = plans[static_cast<size_t>(rank)];
+      size_t checked = 0, differ = 0;
+      for (size_t k = 0; k < plan.buckets().size(); ++k) {
+        const ShardRange range = plan.local_range(k);
+        const size_t begin = zero == 1 ? range.begin : plan.buckets()[k].begin;
+        const size_t count = zero == 1 ? range.count : plan.buckets()[k].valid;
+        for (size_t i = begin; i < begin + count; ++i, ++checked)
+          if (reduced[rank][i] != expected[i]) ++differ;
+      }
+      EXPECT_EQ(differ, 0u) << "rank " << rank << ": " << differ << " of " << checked;
+      checked_over_ranks += checked;
+    }
+    EXPECT_EQ(checked_over_ranks, zero == 1 ? n : kWorld * n);  // every element, by its owners
   }
 }
 

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -82,6 +83,18 @@ class ThreadCommunicator final : public Communicator {
     record(recv_count * world_size() * sizeof(float), 0.0);
   }
 
+  void all_reduce_sum_bf16(void* data, size_t count) override {
+    std::vector<uint16_t> result(count);
+    exchange(data, [&] { sum_bf16(result.data(), 0, count); });
+    std::memcpy(data, result.data(), count * sizeof(uint16_t));
+    record(count * sizeof(uint16_t), 0.0);
+  }
+  void reduce_scatter_sum_bf16(const void* send, void* recv, size_t recv_count) override {
+    std::vector<uint16_t> result(recv_count);
+    exchange(send, [&] { sum_bf16(result.data(), rank_ * recv_count, recv_count); });
+    std::memcpy(recv, result.data(), recv_count * sizeof(uint16_t));
+    record(recv_count * world_size() * sizeof(uint16_t), 0.0);
+  }
   void all_gather(const float* send, float* recv, size_t send_count) override {
     std::vector<float> result(send_count * world_size());
     exchange(send, [&] {
@@ -130,6 +143,15 @@ class ThreadCommunicator final : public Communicator {
     board_.wait_all();
   }
 
+  // result[i] = the posted bf16 buffers' elements [first, first + count) added in rank order,
+  // each addition rounded to bf16 (add_bf16).
+  void sum_bf16(uint16_t* result, size_t first, size_t count) const {
+    for (int r = 0; r < world_size(); ++r) {
+      const uint16_t* from = static_cast<const uint16_t*>(board_.posted(r)) + first;
+      for (size_t i = 0; i < count; ++i)
+        result[i] = r == 0 ? from[i] : add_bf16(result[i], from[i]);
+    }
+  }
   template <typename T>
   void reduce(T* data, size_t count, ReduceOp op) {
     std::vector<T> result(count);

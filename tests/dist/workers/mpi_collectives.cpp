@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/bf16.h"
 #include "base/error.h"
 #include "base/rng.h"
 #include "dist/communicator.h"
@@ -70,6 +71,32 @@ void check_collectives(gpt2::Communicator& comm) {
     CHECK_THAT(in_place[rank * block + i] == expected, "in place [", i, "]");
   }
 
+  // bf16 sums, all-reduce and reduce-scatter (out of place and in place), of values whose sums
+  // over up to 8 ranks are exact in bf16 (so any grouping of the additions gives them):
+  // 1 + rank/8 + (j % 8)/8.
+  const auto half_value = [](int r, size_t j) {
+    return 1.0f + static_cast<float>(r) / 8.0f + static_cast<float>(j % 8) / 8.0f;
+  };
+  std::vector<uint16_t> halves(block * world), halves_recv(block);
+  for (size_t j = 0; j < halves.size(); ++j)
+    halves[j] = gpt2::float_to_bf16_bits(half_value(rank, j));
+  std::vector<uint16_t> halves_in_place = halves, halves_all = halves;
+  comm.all_reduce_sum_bf16(halves_all.data(), halves_all.size());
+  comm.reduce_scatter_sum_bf16(halves.data(), halves_recv.data(), block);
+  comm.reduce_scatter_sum_bf16(halves_in_place.data(), halves_in_place.data() + rank * block,
+                               block);
+  const size_t own = static_cast<size_t>(rank) * block;
+  for (size_t j = 0; j < halves.size(); ++j) {
+    float sum = 0.0f;
+    for (int r = 0; r < world; ++r) sum += half_value(r, j);
+    const uint16_t expected = gpt2::float_to_bf16_bits(sum);
+    CHECK_THAT(halves_all[j] == expected, "bf16 all_reduce [", j, "]");
+    if (j >= own && j < own + block) {
+      CHECK_THAT(halves_recv[j - own] == expected, "bf16 reduce_scatter [", j, "]");
+      CHECK_THAT(halves_in_place[j] == expected, "bf16 reduce_scatter in place [", j, "]");
+    }
+  }
+
   // all_gather, out of place and in place.
   std::vector<float> mine(block), gathered(block * world, -1.0f), gathered_in_place(block * world);
   for (size_t i = 0; i < block; ++i) mine[i] = static_cast<float>(1000 * rank + static_cast<int>(i));
@@ -125,7 +152,7 @@ void check_collectives(gpt2::Communicator& comm) {
   CHECK_THAT(got == expected, "sum_in_rank_order ", got, " != ", expected);
 
   comm.barrier();
-  CHECK_THAT(comm.stats().calls == 15, "calls ", comm.stats().calls);
+  CHECK_THAT(comm.stats().calls == 18, "calls ", comm.stats().calls);
   CHECK_THAT(comm.stats().bytes > 0, "bytes ", comm.stats().bytes);
 }
 
