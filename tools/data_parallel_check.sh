@@ -26,7 +26,8 @@
 # Environment: BUILD_DIR (build-gpu), OUT_DIR (out/data-parallel), STEPS (40, the timed runs),
 # RESULTS (bench/results: the report's .md and .csv), ONLY (world1 | tune | multi: one part),
 # TUNE (1: the tune part too), TUNE_CTAS ("4 8 16 32") and TUNE_BUCKETS ("1048576 4194304
-# 16777216"): the grid of the tune part.
+# 16777216"): the grid of the tune part; RUN_TIMEOUT (600): seconds before a run (a hung
+# collective, say) is killed and reported FAILED.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,6 +39,7 @@ ONLY=${ONLY:-}
 TUNE=${TUNE:-}
 TUNE_CTAS=${TUNE_CTAS:-4 8 16 32}
 TUNE_BUCKETS=${TUNE_BUCKETS:-1048576 4194304 16777216}
+RUN_TIMEOUT=${RUN_TIMEOUT:-600}
 export NCCL_NVLS_ENABLE=0
 
 section() { printf '\n==== %s ====\n' "$*"; }
@@ -82,7 +84,7 @@ run() {
     [ "$overlap" = - ] && overlap=1
     [ "$reduce" = - ] && reduce=$precision
   fi
-  local environment=(env)
+  local environment=(timeout -k 10 "$RUN_TIMEOUT" env)
   [ -n "${CTAS:-}" ] && environment+=("NCCL_MAX_CTAS=$CTAS")
   [ -n "${GPU:-}" ] && environment+=("CUDA_VISIBLE_DEVICES=$GPU")
   local launch=()
