@@ -10,9 +10,14 @@
  * updated, dropped when gathered). Each bucket is one collective. Rank r owns block r of each
  * bucket, [begin + r*shard, begin + (r+1)*shard) with shard = size / world_size; a rank's local
  * optimizer state is its blocks of every bucket concatenated in bucket order.
- * The plan depends only on (N, world_size, bucket_elements): every rank, and every run at the
- * same world size, reduces the same ranges in the same order, which is what makes a repeated
- * run give the same bits. World size 1: one block per bucket, the whole buffer.
+ * Cuts: element indices a bucket may not run across, so that a range that becomes ready at
+ * once (a layer's gradients, in the CUDA model's layer-major order) is whole buckets. Between
+ * cuts the cutting is the same; the last bucket before a cut is rounded up to a multiple of
+ * world_size like the last of all, so it may take up to world_size - 1 elements past the cut
+ * (the next range starts after them).
+ * The plan depends only on (N, world_size, bucket_elements, cuts): every rank, and every run at
+ * the same world size, reduces the same ranges in the same order, which is what makes a
+ * repeated run give the same bits. World size 1: one block per bucket, the whole buffer.
  */
 #pragma once
 
@@ -43,8 +48,9 @@ class ShardPlan {
  public:
   ShardPlan() = default;
   /// Throws gpt2::Error for num_elements == 0, world_size < 1, rank outside [0, world_size) or
-  /// bucket_elements == 0.
-  ShardPlan(size_t num_elements, int world_size, int rank, size_t bucket_elements);
+  /// bucket_elements == 0. Cuts outside (0, num_elements) are ignored.
+  ShardPlan(size_t num_elements, int world_size, int rank, size_t bucket_elements,
+            std::vector<size_t> cuts = {});
 
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
   size_t num_elements() const { return num_elements_; }

@@ -378,7 +378,9 @@ MemoryPlan plan_cpu_model_memory(const ModelOptions& options) {
   if (options.training) {
     plan.add("gradients", "gradients (fp32)", param_bytes);
     if (world > 1 && options.zero_stage == 1) {
-      const ShardPlan shards(num_params, world, options.comm->rank(), options.bucket_elements);
+      const ShardPlan shards = gradient_bucket_plan(config, DeviceKind::kCpu,
+                                                    options.bucket_elements, world,
+                                                    options.comm->rank());
       const size_t shard_bytes = shards.local_elements() * sizeof(float);
       const std::string shard = str_cat("ZeRO-1 shard, ", shards.local_elements(), " of ",
                                         num_params, ")");
@@ -389,7 +391,9 @@ MemoryPlan plan_cpu_model_memory(const ModelOptions& options) {
       plan.add("optimizer", "AdamW v (fp32)", param_bytes);
     }
     if (world > 1) {
-      const ShardPlan shards(num_params, world, options.comm->rank(), options.bucket_elements);
+      const ShardPlan shards = gradient_bucket_plan(config, DeviceKind::kCpu,
+                                                    options.bucket_elements, world,
+                                                    options.comm->rank());
       const GradientBucket& last = shards.buckets().back();
       if (last.size > last.valid)
         plan.add("workspace", "data-parallel staging of the padded last bucket",
@@ -446,8 +450,8 @@ CpuModel::CpuModel(const ModelOptions& options)
   if (options.training) {
     const int world = options.world_size();
     comm_ = options.comm;
-    shards_ = ShardPlan(gpt2_->num_parameters(), world, comm_ != nullptr ? comm_->rank() : 0,
-                        options.bucket_elements);
+    shards_ = gradient_bucket_plan(options.config, DeviceKind::kCpu, options.bucket_elements,
+                                   world, comm_ != nullptr ? comm_->rank() : 0);
     const size_t moments = sharded() ? shards_.local_elements() : gpt2_->num_parameters();
     allocate(adam_m_, moments, "AdamW m");
     allocate(adam_v_, moments, "AdamW v");

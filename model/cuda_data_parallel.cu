@@ -38,47 +38,40 @@ void widen_and_pad(float* out, const T_* in, size_t valid, size_t size, cudaStre
   GPT2_CUDA_CHECK_LAUNCH();
 }
 
-/// For each bucket, `combine` over the points `point_of(tensor, lo)` of the tensors it holds
-/// (lo: the first element of the tensor inside the bucket), starting from `initial`.
+/// For each bucket, `combine` over the points `point_of(slice)` of the slices it holds, starting
+/// from `initial`.
 template <typename PointOf, typename Combine>
-std::vector<int> bucket_points(const ShardPlan& plan, const ParameterLayout& layout, int initial,
-                               PointOf&& point_of, Combine&& combine) {
+std::vector<int> bucket_points(const ShardPlan& plan, const std::vector<ParameterSlice>& slices,
+                               int initial, PointOf&& point_of, Combine&& combine) {
   std::vector<int> points;
   points.reserve(plan.buckets().size());
   for (const GradientBucket& bucket : plan.buckets()) {
     const size_t end = bucket.begin + bucket.valid;
     int point = initial;
-    for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
-      const size_t lo = std::max(bucket.begin, layout.offsets[tensor]);
-      const size_t hi = std::min(end, layout.offsets[tensor] + layout.sizes[tensor]);
-      if (lo < hi) point = combine(point, point_of(tensor, lo, hi));
-    }
+    for (const ParameterSlice& slice : slices)
+      if (slice.offset < end && bucket.begin < slice.offset + slice.size)
+        point = combine(point, point_of(slice));
     points.push_back(point);
   }
   return points;
 }
 
-/// The layer of flat element `i` of per-layer tensor `tensor` ((L, ...) layout).
-int layer_of(const ParameterLayout& layout, int tensor, size_t i, int num_layers) {
-  const size_t per_layer = layout.sizes[tensor] / static_cast<size_t>(num_layers);
-  return static_cast<int>((i - layout.offsets[tensor]) / per_layer);
-}
-
 }  // namespace
 
-std::vector<UpdateSegment> update_segments(const ShardPlan& plan, const ParameterLayout& layout,
+std::vector<UpdateSegment> update_segments(const ShardPlan& plan,
+                                           const std::vector<ParameterSlice>& slices,
                                            bool sharded) {
   std::vector<UpdateSegment> segments;
   const auto cut = [&](size_t begin, size_t count, size_t local) {
     const size_t end = begin + count;
-    for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
-      const size_t lo = std::max(begin, layout.offsets[tensor]);
-      const size_t hi = std::min(end, layout.offsets[tensor] + layout.sizes[tensor]);
-      if (lo < hi) segments.push_back({lo, local + (lo - begin), hi - lo, tensor});
+    for (const ParameterSlice& slice : slices) {
+      const size_t lo = std::max(begin, slice.offset);
+      const size_t hi = std::min(end, slice.offset + slice.size);
+      if (lo < hi) segments.push_back({lo, local + (lo - begin), hi - lo, slice.tensor});
     }
   };
   if (!sharded) {
-    cut(0, layout.total, 0);
+    for (const ParameterSlice& slice : slices) cut(slice.offset, slice.size, slice.offset);
     return segments;
   }
   for (size_t k = 0; k < plan.buckets().size(); ++k) {
@@ -88,33 +81,31 @@ std::vector<UpdateSegment> update_segments(const ShardPlan& plan, const Paramete
   return segments;
 }
 
-std::vector<int> bucket_ready_points(const ShardPlan& plan, const ParameterLayout& layout,
-                                     int num_layers) {
+std::vector<int> bucket_ready_points(const ShardPlan& plan,
+                                     const std::vector<ParameterSlice>& slices, int num_layers) {
   const int L = num_layers;
-  // Per-layer tensors: the backward finishes layer l at point L - l, so a range's lowest layer
-  // decides.
+  // The backward finishes layer l at point L - l; a bucket waits for its last slice.
   return bucket_points(
-      plan, layout, 0,
-      [&](int tensor, size_t lo, size_t) {
-        if (tensor == kWte || tensor == kWpe) return L + 1;
-        if (tensor == kLnfw || tensor == kLnfb) return 0;
-        return L - layer_of(layout, tensor, lo, L);
+      plan, slices, 0,
+      [&](const ParameterSlice& slice) {
+        if (slice.tensor == kWte || slice.tensor == kWpe) return L + 1;
+        if (slice.tensor == kLnfw || slice.tensor == kLnfb) return 0;
+        return L - slice.layer;
       },
       [](int a, int b) { return std::max(a, b); });
 }
 
-std::vector<int> bucket_need_points(const ShardPlan& plan, const ParameterLayout& layout,
-                                    int num_layers) {
+std::vector<int> bucket_need_points(const ShardPlan& plan,
+                                    const std::vector<ParameterSlice>& slices, int num_layers) {
   const int L = num_layers;
   // Layer l's ln1 is read at the end of block l - 1 (point l; the encoder's for l = 0), its other
-  // tensors by block l (point l + 1); a range's lowest layer decides.
+  // tensors by block l (point l + 1); a bucket is needed with its first slice.
   return bucket_points(
-      plan, layout, L,
-      [&](int tensor, size_t lo, size_t) {
-        if (tensor == kWte || tensor == kWpe) return 0;
-        if (tensor == kLnfw || tensor == kLnfb) return L;
-        const int layer = layer_of(layout, tensor, lo, L);
-        return tensor == kLn1w || tensor == kLn1b ? layer : layer + 1;
+      plan, slices, L,
+      [&](const ParameterSlice& slice) {
+        if (slice.tensor == kWte || slice.tensor == kWpe) return 0;
+        if (slice.tensor == kLnfw || slice.tensor == kLnfb) return L;
+        return slice.tensor == kLn1w || slice.tensor == kLn1b ? slice.layer : slice.layer + 1;
       },
       [](int a, int b) { return std::min(a, b); });
 }
@@ -136,12 +127,12 @@ cudaEvent_t CudaDataParallel<T_>::EventPool::next() {
 
 template <typename T_>
 CudaDataParallel<T_>::CudaDataParallel(Communicator& comm, const Settings& settings,
-                                       ShardPlan plan, const ParameterLayout& layout,
-                                       int num_layers, cudaStream_t compute)
+                                       ShardPlan plan, const LayerMajorLayout& layout,
+                                       cudaStream_t compute)
     : comm_(comm),
       settings_(settings),
       plan_(std::move(plan)),
-      num_layers_(num_layers),
+      num_layers_(layout.num_layers()),
       compute_(compute),
       comm_stream_(comm.device_stream()) {
   GPT2_CHECK(comm_stream_ != nullptr, "the CUDA model's data parallelism needs a device "
@@ -157,9 +148,9 @@ CudaDataParallel<T_>::CudaDataParallel(Communicator& comm, const Settings& setti
                      [&](size_t a, size_t b) { return points[a] < points[b]; });
     return order;
   };
-  ready_point_ = bucket_ready_points(plan_, layout, num_layers);
+  ready_point_ = bucket_ready_points(plan_, layout.slices(), num_layers_);
   order_ = sorted_by(ready_point_);
-  need_point_ = bucket_need_points(plan_, layout, num_layers);
+  need_point_ = bucket_need_points(plan_, layout.slices(), num_layers_);
   gather_order_ = sorted_by(need_point_);
   GPT2_CUDA_CHECK(cudaEventCreateWithFlags(&signal_, cudaEventDisableTiming));
   need_events_.resize(static_cast<size_t>(last_need_point()) + 1);

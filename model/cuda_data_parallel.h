@@ -10,6 +10,9 @@
  * bucket to fp32 before it, runs in order on the communicator's device_stream(). The two meet
  * only through events, so the whole micro-batch, collectives included, can be captured as one
  * CUDA graph (begin_capture / end_capture / replayed).
+ * Buckets. The buffers are in LayerMajorLayout's order and the plan's cuts
+ * (LayerMajorLayout::bucket_cuts) keep each layer in buckets of its own, one bucket when it fits
+ * --grad-bucket: a backward point's gradients are one collective.
  * Ready points. The backward finishes parameter gradients in this order: point 0, the
  * classifier and the final layernorm (lnf; wte gets only a share); point L - l, transformer
  * layer l (l = L-1 down to 0); point L + 1, the encoder (wte and wpe). A bucket is ready at the
@@ -63,18 +66,20 @@ struct UpdateSegment {
   int tensor = 0;
 };
 
-/// ZeRO-1 (sharded): this rank's block of every bucket, cut at tensor boundaries; otherwise
-/// every tensor whole, local == flat.
-std::vector<UpdateSegment> update_segments(const ShardPlan& plan, const ParameterLayout& layout,
+/// The flat buffer's slices (LayerMajorLayout::slices(), offsets in the buffer's order) cut by:
+/// ZeRO-1 (sharded), this rank's block of every bucket; otherwise every slice whole,
+/// local == flat.
+std::vector<UpdateSegment> update_segments(const ShardPlan& plan,
+                                           const std::vector<ParameterSlice>& slices,
                                            bool sharded);
 
 /// The backward point after which each bucket's gradients are final (see the file comment).
-std::vector<int> bucket_ready_points(const ShardPlan& plan, const ParameterLayout& layout,
-                                     int num_layers);
+std::vector<int> bucket_ready_points(const ShardPlan& plan,
+                                     const std::vector<ParameterSlice>& slices, int num_layers);
 
 /// The forward point before which each bucket's parameters are read (see the file comment).
-std::vector<int> bucket_need_points(const ShardPlan& plan, const ParameterLayout& layout,
-                                    int num_layers);
+std::vector<int> bucket_need_points(const ShardPlan& plan,
+                                    const std::vector<ParameterSlice>& slices, int num_layers);
 
 struct DataParallelTiming {
   double collective_ms = 0.0;  // GPU time inside the step's collectives
@@ -107,7 +112,7 @@ class CudaDataParallel {
 
   /// comm: a device communicator (device_stream() not null) that outlives this object.
   CudaDataParallel(Communicator& comm, const Settings& settings, ShardPlan plan,
-                   const ParameterLayout& layout, int num_layers, cudaStream_t compute);
+                   const LayerMajorLayout& layout, cudaStream_t compute);
   ~CudaDataParallel();
   CudaDataParallel(const CudaDataParallel&) = delete;
   CudaDataParallel& operator=(const CudaDataParallel&) = delete;

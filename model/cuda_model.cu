@@ -120,19 +120,19 @@ DataParallelShape data_parallel_shape(const ModelOptions& options) {
   shape.active = true;
   shape.sharded = options.zero_stage == 1;
   shape.reduce_bf16 = options.grad_reduce == GradReduce::kBf16;
-  shape.plan = ShardPlan(num_params, options.comm->world_size(), options.comm->rank(),
-                         options.bucket_elements);
+  shape.plan = gradient_bucket_plan(options.config, DeviceKind::kCuda, options.bucket_elements,
+                                    options.comm->world_size(), options.comm->rank());
   shape.padded = shape.plan.padded_elements();
   if (shape.sharded) shape.local = shape.plan.local_elements();
   return shape;
 }
 
-/// What one AdamW launch updates: this rank's segments of the parameters (every tensor whole
-/// without data parallel or with ZeRO-0), each with its tensor's weight decay.
+/// What one AdamW launch updates: this rank's segments of the parameters (every slice of the
+/// layout whole without data parallel or with ZeRO-0), each with its tensor's weight decay.
 std::vector<gpu::AdamWSegment> adamw_segments(const DataParallelShape& dp,
-                                              const ParameterLayout& layout) {
+                                              const LayerMajorLayout& layout) {
   std::vector<gpu::AdamWSegment> segments;
-  for (const UpdateSegment& segment : update_segments(dp.plan, layout, dp.sharded)) {
+  for (const UpdateSegment& segment : update_segments(dp.plan, layout.slices(), dp.sharded)) {
     gpu::AdamWSegment adamw;
     adamw.param_offset = static_cast<int64_t>(segment.flat);
     adamw.state_offset = static_cast<int64_t>(segment.local);
@@ -218,7 +218,7 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   set(kAdamM, "optimizer", str_cat("AdamW m (fp32", shard, ")"), dp.local * f);
   set(kAdamV, "optimizer", str_cat("AdamW v (fp32", shard, ")"), dp.local * f);
   set(kAdamWSegments, "optimizer", "AdamW segment table",
-      gpu::adamw_segment_table_bytes(adamw_segments(dp, ParameterLayout::for_config(cfg)).size()));
+      gpu::adamw_segment_table_bytes(adamw_segments(dp, LayerMajorLayout(cfg)).size()));
   // Data parallel: the gradients summed over the ranks (ZeRO-0 sums the gradient buffer in place
   // when it already holds the sum's type), for ZeRO-1 the one bucket a widening or a gather to
   // the host passes through, and every rank's loss and norm.
@@ -431,8 +431,16 @@ class CudaModel final : public CudaModelBase {
   /// The attention of the current (B, T) and the tensors of layer l (saved per layer).
   gpu::AttentionConfig attention_at(int B, int T) const;
   gpu::AttentionTensors attention_tensors(const gpu::AttentionConfig& config, int l) const;
-  T_* param(int tensor) const { return buf<T_>(kParams) + layout_.offsets[tensor]; }
-  T_* grad(int tensor) const { return buf<T_>(kGrads) + layout_.offsets[tensor]; }
+  /// wte, wpe, lnfw, lnfb among the parameters and the gradients (LayerMajorLayout's order).
+  T_* param(int tensor) const { return buf<T_>(kParams) + device_layout_.offset(tensor); }
+  T_* grad(int tensor) const { return buf<T_>(kGrads) + device_layout_.offset(tensor); }
+  /// Layer l's parameters and their gradients.
+  LayerTensors<T_> layer_params(int l) const {
+    return layer_tensors(buf<T_>(kParams), device_layout_, l);
+  }
+  LayerTensors<T_> layer_grads(int l) const {
+    return layer_tensors(buf<T_>(kGrads), device_layout_, l);
+  }
 
   void allocate_all(const std::vector<GpuBufferSpec>& specs);
   /// Throws gpt2::Error for a training call on an inference-only model.
@@ -500,7 +508,9 @@ class CudaModel final : public CudaModelBase {
 
   ModelOptions options_;
   ModelConfig config_;
-  ParameterLayout layout_;
+  // The device buffers hold the parameters, their gradients and the optimizer state in
+  // layer-major order (parameters.h); every host interface converts to and from llm.c's.
+  LayerMajorLayout device_layout_;
   MemoryPlan plan_;
   gpu::AttentionConfig attention_;  // at (batch_size, seq_len); the kernel chosen once
   int classifier_chunk_rows_ = 0;   // rows of the kLogits buffer
@@ -541,13 +551,13 @@ template <typename T_>
 CudaModel<T_>::CudaModel(const ModelOptions& options)
     : options_(options),
       config_(options.config),
+      device_layout_(options.config),
       plan_(plan_cuda_model_memory(options)),
       attention_(attention_config(options)),
       classifier_chunk_rows_(classifier_chunk_rows(options)) {
   static_assert(std::is_same_v<T_, float> || std::is_same_v<T_, bf16>);
   constexpr bool kIsBf16 = std::is_same_v<T_, bf16>;
   GPT2_CHECK((options.precision == Precision::kBf16) == kIsBf16);
-  layout_ = ParameterLayout::for_config(config_);
   ctx_ = std::make_unique<gpu::Context>();
   allocate_all(gpu_buffer_specs(options));
   const size_t BT = static_cast<size_t>(options.batch_size) * options.seq_len;
@@ -562,14 +572,15 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
 #endif
   if (options.training)
     adamw_table_ = gpu::upload_adamw_segments(buffers_[kAdamWSegments],
-                                              adamw_segments(shape, layout_), ctx_->stream());
+                                              adamw_segments(shape, device_layout_),
+                                              ctx_->stream());
   if (shape.active) {
     typename CudaDataParallel<T_>::Settings settings;
     settings.zero_stage = options.zero_stage;
     settings.reduce_bf16 = shape.reduce_bf16;
     settings.overlap = options.overlap_communication;
     dp_ = std::make_unique<CudaDataParallel<T_>>(*options.comm, settings, std::move(shape.plan),
-                                                 layout_, config_.num_layers, ctx_->stream());
+                                                 device_layout_, ctx_->stream());
     typename CudaDataParallel<T_>::Buffers dp_buffers;
     dp_buffers.params = buf<T_>(kParams);
     dp_buffers.grads = buf<T_>(kGrads);
@@ -682,10 +693,12 @@ void CudaModel<T_>::upload_local(GpuBuffer id, const float* full) {
 }
 
 template <typename T_>
-void CudaModel<T_>::set_parameters(const float* params) {
-  const size_t n = layout_.total;
+void CudaModel<T_>::set_parameters(const float* llmc_params) {
+  const size_t n = device_layout_.total();
   cudaStream_t stream = ctx_->stream();
   if (dp_) dp_->discard_parameter_gather();  // every parameter is written here
+  std::vector<float> params(n);
+  device_layout_.from_llmc(llmc_params, params.data());
   if (std::is_same_v<T_, bf16> && dp_ && dp_->sharded()) {
     // This rank keeps the master weights of its shard only: the bf16 copy of all of them is
     // rounded here (round to nearest even, as the device rounds).
@@ -694,42 +707,43 @@ void CudaModel<T_>::set_parameters(const float* params) {
     ctx_->synchronize();
     GPT2_CUDA_CHECK(cudaMemcpy(buffers_[kParams], rounded.data(), n * sizeof(uint16_t),
                                cudaMemcpyHostToDevice));
-    upload_local(kMaster, params);
+    upload_local(kMaster, params.data());
     return;
   }
-  if constexpr (std::is_same_v<T_, float>) {
-    GPT2_CUDA_CHECK(
-        cudaMemcpy(buffers_[kParams], params, n * sizeof(float), cudaMemcpyHostToDevice));
-  } else {
-    GPT2_CUDA_CHECK(
-        cudaMemcpy(buffers_[kMaster], params, n * sizeof(float), cudaMemcpyHostToDevice));
+  const GpuBuffer fp32_copy = master_buffer();  // fp32: the parameters themselves
+  GPT2_CUDA_CHECK(cudaMemcpy(buffers_[fp32_copy], params.data(), n * sizeof(float),
+                             cudaMemcpyHostToDevice));
+  if constexpr (std::is_same_v<T_, bf16>)
     convert(buf<bf16>(kParams), buf<float>(kMaster), static_cast<int64_t>(n), stream);
-  }
   ctx_->synchronize();
 }
 
 template <typename T_>
-void CudaModel<T_>::get_parameters(float* params) const {
-  const size_t n = layout_.total;
-  const GpuBuffer source = master_buffer();
+void CudaModel<T_>::get_parameters(float* llmc_params) const {
+  const size_t n = device_layout_.total();
+  std::vector<float> params(n);
   if (std::is_same_v<T_, bf16> && dp_ && dp_->sharded()) {
-    dp_->gather_to_host(buf<float>(kMaster), params);  // collective
-    return;
+    dp_->gather_to_host(buf<float>(kMaster), params.data());  // collective
+  } else {
+    complete_parameter_gather();  // fp32 ZeRO-1: the parameters are the master weights
+    ctx_->synchronize();
+    GPT2_CUDA_CHECK(cudaMemcpy(params.data(), buffers_[master_buffer()], n * sizeof(float),
+                               cudaMemcpyDeviceToHost));
   }
-  complete_parameter_gather();  // fp32 ZeRO-1: the parameters are the master weights
-  ctx_->synchronize();
-  GPT2_CUDA_CHECK(cudaMemcpy(params, buffers_[source], n * sizeof(float), cudaMemcpyDeviceToHost));
+  device_layout_.to_llmc(params.data(), llmc_params);
 }
 
 template <typename T_>
-void CudaModel<T_>::get_gradients(float* grads) const {
+void CudaModel<T_>::get_gradients(float* llmc_grads) const {
   check_training("get_gradients");
-  const size_t n = layout_.total;
+  const size_t n = device_layout_.total();
   std::vector<T_> host(n);
   ctx_->synchronize();
   GPT2_CUDA_CHECK(
       cudaMemcpy(host.data(), buffers_[kGrads], n * sizeof(T_), cudaMemcpyDeviceToHost));
+  std::vector<float> grads(n);
   for (size_t i = 0; i < n; ++i) grads[i] = host_float(host[i]);
+  device_layout_.to_llmc(grads.data(), llmc_grads);
 }
 
 template <typename T_>
@@ -896,8 +910,8 @@ void CudaModel<T_>::forward_blocks(int B, int T) {
 
 template <typename T_>
 FollowingLayerNorm<T_> CudaModel<T_>::ln1_of(int l, const BlockActivations<T_>& a) const {
-  const size_t Cs = config_.channels;
-  return {a.ln1, a.ln1_mean, a.ln1_rstd, param(kLn1w) + l * Cs, param(kLn1b) + l * Cs};
+  const LayerTensors<T_> w = layer_params(l);
+  return {a.ln1, a.ln1_mean, a.ln1_rstd, w.ln1w, w.ln1b};
 }
 
 template <typename T_>
@@ -929,19 +943,15 @@ void CudaModel<T_>::block_forward(int l, const BlockActivations<T_>& a, int B, i
   const gpu::Context& ctx = *ctx_;
   cudaStream_t stream = ctx.stream();
   const int C = config_.channels;
-  const size_t Cs = C;
   const int64_t rows_x_channels = static_cast<int64_t>(B) * T * C;
-  gpu::matmul_forward(a.qkv, a.ln1, param(kQkvw) + l * 3 * Cs * Cs, param(kQkvb) + l * 3 * Cs, B,
-                      T, C, 3 * C, ctx);
+  const LayerTensors<T_> w = layer_params(l);
+  gpu::matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, B, T, C, 3 * C, ctx);
   attend();
-  gpu::matmul_forward(a.proj, a.atty, param(kAttprojw) + l * Cs * Cs, param(kAttprojb) + l * Cs,
-                      B, T, C, C, ctx);
+  gpu::matmul_forward(a.proj, a.atty, w.attprojw, w.attprojb, B, T, C, C, ctx);
   gpu::residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual, a.proj,
-                                  param(kLn2w) + l * Cs, param(kLn2b) + l * Cs, B, T, C, stream);
-  gpu::matmul_forward_gelu(a.fch_gelu, a.fch, a.ln2, param(kFcw) + l * 4 * Cs * Cs,
-                           param(kFcb) + l * 4 * Cs, B, T, C, 4 * C, ctx);
-  gpu::matmul_forward(a.proj, a.fch_gelu, param(kFcprojw) + l * Cs * 4 * Cs,
-                      param(kFcprojb) + l * Cs, B, T, 4 * C, C, ctx);
+                                  w.ln2w, w.ln2b, B, T, C, stream);
+  gpu::matmul_forward_gelu(a.fch_gelu, a.fch, a.ln2, w.fcw, w.fcb, B, T, C, 4 * C, ctx);
+  gpu::matmul_forward(a.proj, a.fch_gelu, w.fcprojw, w.fcprojb, B, T, 4 * C, C, ctx);
   if (next.out != nullptr)
     gpu::residual_layernorm_forward(a.residual3, next.out, next.mean, next.rstd, a.residual2,
                                     a.proj, next.weight, next.bias, B, T, C, stream);
@@ -982,35 +992,34 @@ void CudaModel<T_>::backward(float loss_scale) {
     const T_* residual2 = act(kResidual2) + l * BT * Cs;
     const T_* ln2 = act(kLn2) + l * BT * Cs;
     const BlockActivations<T_> a = block_activations(l, BT);
+    const LayerTensors<T_> w = layer_params(l);
+    const LayerTensors<T_> dw = layer_grads(l);
     if (options_.recompute_fc)  // the forward's very GEMM again: the same fch and fch_gelu bits
-      gpu::matmul_forward_gelu(a.fch_gelu, a.fch, a.ln2, param(kFcw) + l * 4 * Cs * Cs,
-                               param(kFcb) + l * 4 * Cs, B, T, C, 4 * C, ctx);
+      gpu::matmul_forward_gelu(a.fch_gelu, a.fch, a.ln2, w.fcw, w.fcb, B, T, C, 4 * C, ctx);
     const T_* fch = a.fch;
     const T_* fch_gelu = a.fch_gelu;
 
     // dresidual holds d(residual3): the fcproj branch and the skip to residual2 both get it.
     // fcproj's backward with the GELU's folded in: dfch = gelu'(fch) * (dresidual @ W).
-    gpu::matmul_backward_gelu(dfch, grad(kFcprojw) + l * Cs * 4 * Cs, grad(kFcprojb) + l * Cs,
-                              dresidual, fch_gelu, fch, param(kFcprojw) + l * Cs * 4 * Cs, B, T,
-                              4 * C, C, matmul_scratch, ctx);
-    gpu::matmul_backward(dln2, grad(kFcw) + l * 4 * Cs * Cs, grad(kFcb) + l * 4 * Cs, dfch, ln2,
-                         param(kFcw) + l * 4 * Cs * Cs, B, T, C, 4 * C, matmul_scratch, ctx);
-    gpu::layernorm_backward(dresidual, grad(kLn2w) + l * Cs, grad(kLn2b) + l * Cs, dln2, residual2,
-                            param(kLn2w) + l * Cs, buf<float>(kLn2Mean) + l * BT,
-                            buf<float>(kLn2Rstd) + l * BT, B, T, C, ln_scratch, stream);
+    gpu::matmul_backward_gelu(dfch, dw.fcprojw, dw.fcprojb, dresidual, fch_gelu, fch, w.fcprojw,
+                              B, T, 4 * C, C, matmul_scratch, ctx);
+    gpu::matmul_backward(dln2, dw.fcw, dw.fcb, dfch, ln2, w.fcw, B, T, C, 4 * C, matmul_scratch,
+                         ctx);
+    gpu::layernorm_backward(dresidual, dw.ln2w, dw.ln2b, dln2, residual2, w.ln2w,
+                            buf<float>(kLn2Mean) + l * BT, buf<float>(kLn2Rstd) + l * BT, B, T, C,
+                            ln_scratch, stream);
     // Now d(residual2): the attproj branch and the skip to the block input get it.
-    gpu::matmul_backward(datty, grad(kAttprojw) + l * Cs * Cs, grad(kAttprojb) + l * Cs,
-                         dresidual, atty, param(kAttprojw) + l * Cs * Cs, B, T, C, C,
+    gpu::matmul_backward(datty, dw.attprojw, dw.attprojb, dresidual, atty, w.attprojw, B, T, C, C,
                          matmul_scratch, ctx);
     gpu::AttentionTensors tensors = attention_tensors(attention, l);
     tensors.dout = datty;
     tensors.dqkv = dqkv;
     gpu::attention_backward(attention, tensors, ctx);
-    gpu::matmul_backward(dln1, grad(kQkvw) + l * 3 * Cs * Cs, grad(kQkvb) + l * 3 * Cs, dqkv, ln1,
-                         param(kQkvw) + l * 3 * Cs * Cs, B, T, C, 3 * C, matmul_scratch, ctx);
-    gpu::layernorm_backward(dresidual, grad(kLn1w) + l * Cs, grad(kLn1b) + l * Cs, dln1, residual,
-                            param(kLn1w) + l * Cs, buf<float>(kLn1Mean) + l * BT,
-                            buf<float>(kLn1Rstd) + l * BT, B, T, C, ln_scratch, stream);
+    gpu::matmul_backward(dln1, dw.qkvw, dw.qkvb, dqkv, ln1, w.qkvw, B, T, C, 3 * C,
+                         matmul_scratch, ctx);
+    gpu::layernorm_backward(dresidual, dw.ln1w, dw.ln1b, dln1, residual, w.ln1w,
+                            buf<float>(kLn1Mean) + l * BT, buf<float>(kLn1Rstd) + l * BT, B, T, C,
+                            ln_scratch, stream);
     if (dp_) dp_->backward_point(L - l);  // layer l done
   }
   gpu::encoder_backward(grad(kWte), grad(kWpe), dresidual, buf<int>(kInputs), B, T, C,
@@ -1256,7 +1265,7 @@ void CudaModel<T_>::generation_logits(const T_* rows, float* logits) {
 template <typename T_>
 template <typename Use>
 void CudaModel<T_>::with_update_gradients(Use&& use) const {
-  if (!dp_) return use(buf<T_>(kGrads), static_cast<int64_t>(layout_.total));
+  if (!dp_) return use(buf<T_>(kGrads), static_cast<int64_t>(device_layout_.total()));
   const auto count = static_cast<int64_t>(dp_->reduced_count());
   if constexpr (std::is_same_v<T_, bf16>) {
     if (dp_->reduces_in_bf16()) return use(static_cast<const bf16*>(dp_->reduced()), count);
@@ -1328,31 +1337,41 @@ Model::StepOutcome CudaModel<T_>::finish_step(const cpu::AdamWHyper& hyper, int 
 }
 
 template <typename T_>
-void CudaModel<T_>::get_optimizer_state(float* m, float* v) const {
+void CudaModel<T_>::get_optimizer_state(float* llmc_m, float* llmc_v) const {
   check_training("get_optimizer_state");
+  const size_t n = device_layout_.total();
+  std::vector<float> m(n), v(n);
   if (dp_ && dp_->sharded()) {  // collective
-    dp_->gather_to_host(buf<float>(kAdamM), m);
-    dp_->gather_to_host(buf<float>(kAdamV), v);
-    return;
+    dp_->gather_to_host(buf<float>(kAdamM), m.data());
+    dp_->gather_to_host(buf<float>(kAdamV), v.data());
+  } else {
+    ctx_->synchronize();
+    GPT2_CUDA_CHECK(cudaMemcpy(m.data(), buffers_[kAdamM], n * sizeof(float),
+                               cudaMemcpyDeviceToHost));
+    GPT2_CUDA_CHECK(cudaMemcpy(v.data(), buffers_[kAdamV], n * sizeof(float),
+                               cudaMemcpyDeviceToHost));
   }
-  const size_t bytes = layout_.total * sizeof(float);
-  ctx_->synchronize();
-  GPT2_CUDA_CHECK(cudaMemcpy(m, buffers_[kAdamM], bytes, cudaMemcpyDeviceToHost));
-  GPT2_CUDA_CHECK(cudaMemcpy(v, buffers_[kAdamV], bytes, cudaMemcpyDeviceToHost));
+  device_layout_.to_llmc(m.data(), llmc_m);
+  device_layout_.to_llmc(v.data(), llmc_v);
 }
 
 template <typename T_>
-void CudaModel<T_>::set_optimizer_state(const float* m, const float* v) {
+void CudaModel<T_>::set_optimizer_state(const float* llmc_m, const float* llmc_v) {
   check_training("set_optimizer_state");
+  const size_t n = device_layout_.total();
+  std::vector<float> m(n), v(n);
+  device_layout_.from_llmc(llmc_m, m.data());
+  device_layout_.from_llmc(llmc_v, v.data());
   if (dp_ && dp_->sharded()) {
-    upload_local(kAdamM, m);
-    upload_local(kAdamV, v);
+    upload_local(kAdamM, m.data());
+    upload_local(kAdamV, v.data());
     return;
   }
-  const size_t bytes = layout_.total * sizeof(float);
   ctx_->synchronize();
-  GPT2_CUDA_CHECK(cudaMemcpy(buffers_[kAdamM], m, bytes, cudaMemcpyHostToDevice));
-  GPT2_CUDA_CHECK(cudaMemcpy(buffers_[kAdamV], v, bytes, cudaMemcpyHostToDevice));
+  GPT2_CUDA_CHECK(cudaMemcpy(buffers_[kAdamM], m.data(), n * sizeof(float),
+                             cudaMemcpyHostToDevice));
+  GPT2_CUDA_CHECK(cudaMemcpy(buffers_[kAdamV], v.data(), n * sizeof(float),
+                             cudaMemcpyHostToDevice));
 }
 
 }  // namespace

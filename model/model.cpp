@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "model/cpu_model.h"
+#include "model/parameters.h"
 #ifdef GPT2_WITH_CUDA_BACKEND
 #include "model/cuda_model.h"
 #endif
@@ -80,6 +81,17 @@ Model::StepOutcome Model::finish_step_on_host(const cpu::AdamWHyper& hyper, int 
     adamw_step(hyper, step, grad_scale);
   }
   return outcome;
+}
+
+ShardPlan gradient_bucket_plan(const ModelConfig& config, DeviceKind device,
+                               size_t bucket_elements, int world_size, int rank) {
+  const size_t num_params = ParameterLayout::for_config(config).total;
+  if (device == DeviceKind::kCpu)
+    return ShardPlan(num_params, world_size, rank,
+                     bucket_elements != 0 ? bucket_elements : kDefaultBucketElements);
+  return ShardPlan(num_params, world_size, rank,
+                   bucket_elements != 0 ? bucket_elements : kDefaultLayerBucketElements,
+                   LayerMajorLayout(config).bucket_cuts());
 }
 
 MemoryPlan plan_model_memory(const ModelOptions& options, DeviceKind device) {

@@ -78,7 +78,7 @@ struct ModelOptions {
   /// plain single-GPU path.
   Communicator* comm = nullptr;
   int zero_stage = 0;
-  size_t bucket_elements = kDefaultBucketElements;
+  size_t bucket_elements = 0;  // 0: the backend's default (gradient_bucket_plan)
   /// Data parallel: the sums over the ranks in fp32, or in bf16 (communicator.h: each addition
   /// rounded to bf16; half the bytes). CUDA: bf16 needs bf16 precision, whose gradients are
   /// then reduced as the backward left them (fp32 widens them first); the reduced gradients
@@ -237,6 +237,18 @@ class Model {
   StepOutcome finish_step_on_host(const cpu::AdamWHyper& hyper, int step, float grad_clip,
                                   int micro_batches, double local_loss_sum);
 };
+
+/// The CUDA model's default bucket: larger than any layer of the GPT-2 family, so that each
+/// layer is one collective.
+constexpr size_t kDefaultLayerBucketElements = size_t{1} << 26;
+
+/// The buckets in which `device`'s backend reduces the gradients over world_size ranks
+/// (dist/shard_plan.h), as seen by `rank`. CPU: llm.c's order in buckets of bucket_elements
+/// (0: kDefaultBucketElements). CUDA: the layer-major order (parameters.h), each layer, wte,
+/// wpe and lnf in buckets of their own of up to bucket_elements (0:
+/// kDefaultLayerBucketElements).
+ShardPlan gradient_bucket_plan(const ModelConfig& config, DeviceKind device,
+                               size_t bucket_elements, int world_size, int rank);
 
 /// The plan the backend for `device` would allocate by, computed without allocating (validates
 /// the options like the backend's constructor). Throws gpt2::Error for cuda in a build without

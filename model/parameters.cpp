@@ -39,6 +39,50 @@ bool ParameterLayout::is_per_layer(int tensor) {
   return tensor != kWte && tensor != kWpe && tensor != kLnfw && tensor != kLnfb;
 }
 
+LayerMajorLayout::LayerMajorLayout(const ModelConfig& config) : num_layers_(config.num_layers) {
+  const ParameterLayout llmc = ParameterLayout::for_config(config);
+  const size_t L = static_cast<size_t>(config.num_layers);
+  size_t offset = 0;
+  const auto whole = [&](int tensor) {
+    whole_[tensor] = offset;
+    slices_.push_back({tensor, -1, offset, llmc.offsets[tensor], llmc.sizes[tensor]});
+    offset += llmc.sizes[tensor];
+  };
+  whole(kWte);
+  whole(kWpe);
+  first_layer_ = offset;
+  for (size_t l = 0; l < L; ++l) {
+    for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
+      if (!ParameterLayout::is_per_layer(tensor)) continue;
+      const size_t per_layer = llmc.sizes[tensor] / L;
+      if (l == 0) in_layer_[tensor] = offset - first_layer_;
+      slices_.push_back({tensor, static_cast<int>(l), offset,
+                         llmc.offsets[tensor] + l * per_layer, per_layer});
+      offset += per_layer;
+    }
+    if (l == 0) layer_size_ = offset - first_layer_;
+  }
+  whole(kLnfw);
+  whole(kLnfb);
+  total_ = offset;
+}
+
+size_t LayerMajorLayout::offset(int tensor, int layer) const {
+  if (!ParameterLayout::is_per_layer(tensor)) return whole_[tensor];
+  return layer_begin(layer) + in_layer_[tensor];
+}
+
+std::vector<size_t> LayerMajorLayout::bucket_cuts() const {
+  std::vector<size_t> cuts = {whole_[kWpe]};
+  for (int l = 0; l <= num_layers_; ++l) cuts.push_back(layer_begin(l));
+  cuts.push_back(whole_[kLnfb]);
+  return cuts;
+}
+
+size_t LayerMajorLayout::layer_begin(int layer) const {
+  return first_layer_ + static_cast<size_t>(layer) * layer_size_;
+}
+
 void init_parameters(float* params, const ModelConfig& config, uint64_t seed) {
   const ParameterLayout layout = ParameterLayout::for_config(config);
   const double residual_scale = 1.0 / std::sqrt(2.0 * config.num_layers);

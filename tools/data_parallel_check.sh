@@ -5,7 +5,7 @@
 #      bf16 and fp32, communication overlapped or not (d12, T=1024, B=16): the losses must be the
 #      same bits, and the tokens/s are compared;
 #   3. with 2 or more GPUs and mpirun:
-#      tune   (ONLY=tune, or TUNE=1 beside the rest): d12 T=1024 on 2 GPUs over bucket sizes,
+#      tune   (only when ONLY names it): d12 T=1024 on 2 GPUs over bucket sizes,
 #             NCCL's thread blocks (NCCL_MAX_CTAS), fp32 sums, no overlap and no CUDA graph,
 #             against 1 GPU before and after, and each GPU alone (they may differ);
 #      agree  2 ranks against 1 GPU on the same global batch: fp32 over 10 steps (2 x B=16
@@ -24,10 +24,10 @@
 #   SKIP_BUILD=1 STEPS=40 ONLY=multi OUT_DIR=/tmp/dp tools/data_parallel_check.sh
 #
 # Environment: BUILD_DIR (build-gpu), OUT_DIR (out/data-parallel), STEPS (40, the timed runs),
-# RESULTS (bench/results: the report's .md and .csv), ONLY (world1 | tune | multi: one part),
-# TUNE (1: the tune part too), TUNE_CTAS ("4 8 16 32") and TUNE_BUCKETS ("1048576 4194304
-# 16777216"): the grid of the tune part; RUN_TIMEOUT (600): seconds before a run (a hung
-# collective, say) is killed and reported FAILED.
+# RESULTS (bench/results: the report's .md and .csv), ONLY (the parts to run, of world1 tune
+# agree scale long memcheck, or multi for the last four; default: all but tune), TUNE_CTAS
+# ("8 16 32") and TUNE_BUCKETS ("4194304 1048576"): the grid of the tune part; RUN_TIMEOUT
+# (600): seconds before a run (a hung collective, say) is killed and reported FAILED.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,15 +35,21 @@ BUILD_DIR=${BUILD_DIR:-build-gpu}
 OUT_DIR=${OUT_DIR:-out/data-parallel}
 STEPS=${STEPS:-40}
 RESULTS=${RESULTS:-bench/results}
-ONLY=${ONLY:-}
-TUNE=${TUNE:-}
-TUNE_CTAS=${TUNE_CTAS:-4 8 16 32}
-TUNE_BUCKETS=${TUNE_BUCKETS:-1048576 4194304 16777216}
+ONLY=${ONLY:-world1 multi}
+TUNE_CTAS=${TUNE_CTAS:-8 16 32}
+TUNE_BUCKETS=${TUNE_BUCKETS:-4194304 1048576}
 RUN_TIMEOUT=${RUN_TIMEOUT:-600}
 export NCCL_NVLS_ENABLE=0
 
 section() { printf '\n==== %s ====\n' "$*"; }
-wants() { [ -z "$ONLY" ] || [ "$ONLY" = "$1" ]; }
+wants() {
+  local part
+  for part in $ONLY; do
+    if [ "$part" = "$1" ]; then return 0; fi
+    if [ "$part" = multi ] && [[ " agree scale long memcheck " == *" $1 "* ]]; then return 0; fi
+  done
+  return 1
+}
 
 if [ -z "${SKIP_BUILD:-}" ]; then
   section "build ($BUILD_DIR)"
@@ -132,11 +138,11 @@ multi_gpu_ready() {
   fi
 }
 
-if { wants tune || [ -n "$TUNE" ]; } && multi_gpu_ready; then
+if wants tune && multi_gpu_ready; then
   section "tune: d12, T=1024, B=16 per GPU, $STEPS steps"
   run tune-1gpu-a tune 1 d12 1024 16 bf16 "$STEPS"
-  GPU=0 run tune-gpu0 tune 1 d12 1024 16 bf16 "$STEPS"
   GPU=1 run tune-gpu1 tune 1 d12 1024 16 bf16 "$STEPS"
+  run tune-2gpu tune 2 d12 1024 16 bf16 "$STEPS"
   for ctas in $TUNE_CTAS; do
     CTAS=$ctas run "tune-2gpu-ctas$ctas" tune 2 d12 1024 16 bf16 "$STEPS"
   done
@@ -149,14 +155,16 @@ if { wants tune || [ -n "$TUNE" ]; } && multi_gpu_ready; then
   run tune-1gpu-b tune 1 d12 1024 16 bf16 "$STEPS"
 fi
 
-if wants multi && multi_gpu_ready; then
+if wants agree && multi_gpu_ready; then
   section "2 GPUs against 1 on the same global batch (d12, T=1024)"
   run agree-1gpu-fp32 agree 1 d12 1024 32 fp32 10
   run agree-2gpu-fp32 agree 2 d12 1024 16 fp32 10
   run agree-1gpu-bf16 agree 1 d12 1024 32 bf16 50
   run agree-1gpu-bf16-again agree 1 d12 1024 32 bf16 50
   run agree-2gpu-bf16 agree 2 d12 1024 16 bf16 50
+fi
 
+if wants scale && multi_gpu_ready; then
   for model in d12 gpt2-medium; do
     section "scaling: $model, T=1024, B=16 per GPU, $STEPS steps"
     run "scale-$model-1gpu" scale 1 "$model" 1024 16 bf16 "$STEPS"
@@ -165,11 +173,15 @@ if wants multi && multi_gpu_ready; then
     run "scale-$model-2gpu-noovl" scale 2 "$model" 1024 16 bf16 "$STEPS" --overlap-comm 0
     run "scale-$model-2gpu-z0" scale 2 "$model" 1024 16 bf16 "$STEPS" --zero 0
   done
+fi
 
+if wants long && multi_gpu_ready; then
   section "long context: d12, T=65536, B=1 per GPU"
   run long-1gpu long 1 d12 65536 1 bf16 10
   run long-2gpu long 2 d12 65536 1 bf16 10
+fi
 
+if wants memcheck && multi_gpu_ready; then
   section "compute-sanitizer memcheck: the 2-GPU tests, then a deliberate error"
   # --report-api-errors no: NCCL probes its kernels with cudaFuncGetAttributes, and the probes
   # of kernels not built for this GPU return cudaErrorNoKernelImageForDevice, which NCCL expects

@@ -67,8 +67,8 @@ cxxopts::Options make_options() {
       ("grad-reduce", "data parallel: sum the gradients over the ranks in fp32 or bf16 (half the "
        "bytes, each addition rounded to bf16) (default: bf16 with --precision bf16, else fp32)",
        s())
-      ("grad-bucket", "data parallel: gradient elements per bucket, each bucket one collective",
-       s()->default_value(std::to_string(kDefaultBucketElements)))
+      ("grad-bucket", "data parallel: the most gradient elements in one collective (default: "
+       "one bucket per layer on cuda, 1048576 on cpu)", s())
       ("classifier-chunk-rows", "--device cuda: rows of B*T whose logits the classifier holds "
        "at once (0: automatic, a 256 MiB budget; at least B, at most B*T)", s()->default_value("0"))
       ("recompute", "--device cuda: none | fc (keep one layer's fc output and GELU instead of "
@@ -279,8 +279,10 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
       GPT2_USAGE_FAIL("--grad-reduce must be fp32 or bf16 (got '", reduce, "')");
     cli.grad_reduce = reduce == "bf16" ? GradReduce::kBf16 : GradReduce::kFp32;
   }
-  cli.grad_bucket = static_cast<size_t>(parse_integer(
-      "grad-bucket", text("grad-bucket"), 1, int64_t{1} << 40, "a positive integer"));
+  if (given("grad-bucket")) {
+    cli.grad_bucket = static_cast<size_t>(parse_integer(
+        "grad-bucket", text("grad-bucket"), 1, int64_t{1} << 40, "a positive integer"));
+  }
   cli.classifier_chunk_rows = parse_count("classifier-chunk-rows", text("classifier-chunk-rows"));
   const std::string recompute = text("recompute");
   if (recompute != "none" && recompute != "fc")

@@ -83,7 +83,7 @@ struct CommandLine {
   std::string comm = "auto";      // auto | nccl
   bool overlap_comm = true;
   std::optional<GradReduce> grad_reduce;        // --grad-reduce fp32|bf16
-  size_t grad_bucket = kDefaultBucketElements;  // --grad-bucket
+  size_t grad_bucket = 0;                       // --grad-bucket (0: the backend's default)
   int classifier_chunk_rows = 0;  // 0: automatic
   bool recompute_fc = false;      // --recompute fc
   bool cuda_graphs = true;        // --cuda-graph on|off
@@ -116,7 +116,7 @@ struct TrainConfig {
   bool nccl = false;
   bool overlap_comm = true;
   GradReduce grad_reduce = GradReduce::kFp32;  // the sums over the ranks
-  size_t bucket_elements = kDefaultBucketElements;
+  size_t bucket_elements = 0;  // 0: the backend's default (gradient_bucket_plan)
   int64_t total_batch_size = 0;  // tokens per optimizer step, all ranks
   int grad_accum_steps = 1;      // total_batch_size / (B * T * world_size)
   int steps = 0;

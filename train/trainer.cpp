@@ -132,12 +132,14 @@ void print_configuration(const TrainConfig& c, const DataLoader& train, const Da
   std::printf("  %-18s B=%d T=%d world=%d\n", "micro-batch", c.batch_size, c.seq_len,
               c.world_size);
   if (c.world_size > 1 || c.nccl) {
-    const ShardPlan shards(num_params, c.world_size, c.rank, c.bucket_elements);
+    const ShardPlan shards =
+        gradient_bucket_plan(c.model_config, c.device, c.bucket_elements, c.world_size, c.rank);
     std::printf("  %-18s %d rank(s) over %s, ZeRO-%d: gradients %s in %s in %zu bucket(s) of "
-                "up to %zu elements, %s",
+                "up to %zu elements%s, %s",
                 "data parallel", c.world_size, c.nccl ? "NCCL" : "MPI", c.zero_stage,
                 c.zero_stage == 1 ? "reduce-scattered" : "all-reduced", to_string(c.grad_reduce),
                 shards.buckets().size(), shards.max_bucket_size(),
+                c.device == DeviceKind::kCuda ? " (each layer in buckets of its own)" : "",
                 c.zero_stage == 1 ? (c.device == DeviceKind::kCuda
                                          ? "AdamW state and master weights sharded, parameters "
                                            "all-gathered"
@@ -332,8 +334,11 @@ void report_summary(const TrainConfig& config, const Model& model, const MemoryP
     summary["overlap_comm"] = config.overlap_comm;
   }
   if (world > 1 || config.nccl) {
+    const ShardPlan buckets = gradient_bucket_plan(config.model_config, config.device,
+                                                   config.bucket_elements, world, config.rank);
     summary["grad_reduce"] = to_string(config.grad_reduce);
-    summary["bucket_elements"] = config.bucket_elements;
+    summary["buckets"] = buckets.buckets().size();
+    summary["bucket_max_elements"] = buckets.max_bucket_size();
   }
   if (measured_comm) summary["comm_ms_per_step"] = comm_ms;
   if (measured_exposed) summary["comm_exposed_ms_per_step"] = exposed_ms;

@@ -49,57 +49,114 @@ ModelConfig small_config() {
 // ---------------------------------------------------------------------------------------------
 // Bookkeeping (host only)
 
-TEST(CudaDataParallelPlan, ReadyPointsAreTheLastBackwardPointOfEachBucket) {
-  const ModelConfig config = small_config();
-  const ParameterLayout layout = ParameterLayout::for_config(config);
-  const int L = config.num_layers;
-  // Element by element: the point after which the backward never writes it again.
-  std::vector<int> element_point(layout.total);
-  for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
-    for (size_t i = 0; i < layout.sizes[tensor]; ++i) {
-      int point = 0;
-      if (tensor == kWte || tensor == kWpe) {
-        point = L + 1;
-      } else if (tensor != kLnfw && tensor != kLnfb) {
-        point = L - static_cast<int>(i / (layout.sizes[tensor] / L));
-      }
-      element_point[layout.offsets[tensor] + i] = point;
+// Element by element, in the layer-major order: the backward point after which the backward
+// never writes it again, and the forward point before which the forward first reads it.
+struct ElementPoints {
+  std::vector<int> ready, need;
+};
+ElementPoints element_points(const LayerMajorLayout& layout) {
+  const int L = layout.num_layers();
+  ElementPoints points;
+  points.ready.resize(layout.total());
+  points.need.resize(layout.total());
+  for (const ParameterSlice& slice : layout.slices()) {
+    int ready = 0, need = 0;
+    if (slice.tensor == kWte || slice.tensor == kWpe) {
+      ready = L + 1;
+      need = 0;
+    } else if (slice.tensor == kLnfw || slice.tensor == kLnfb) {
+      ready = 0;
+      need = L;
+    } else {
+      ready = L - slice.layer;
+      need = slice.tensor == kLn1w || slice.tensor == kLn1b ? slice.layer : slice.layer + 1;
+    }
+    for (size_t i = 0; i < slice.size; ++i) {
+      points.ready[slice.offset + i] = ready;
+      points.need[slice.offset + i] = need;
     }
   }
+  return points;
+}
+
+TEST(CudaDataParallelPlan, ReadyAndNeedPointsAreEachBucketsLastAndFirst) {
+  const LayerMajorLayout layout(small_config());
+  const int L = layout.num_layers();
+  const ElementPoints element = element_points(layout);
   for (const int world : {1, 2, 3}) {
-    const ShardPlan plan(layout.total, world, 0, 1000);
-    const std::vector<int> points = bucket_ready_points(plan, layout, L);
-    ASSERT_EQ(points.size(), plan.buckets().size());
-    for (size_t k = 0; k < points.size(); ++k) {
-      const GradientBucket& bucket = plan.buckets()[k];
-      const int expected = *std::max_element(element_point.begin() + bucket.begin,
-                                             element_point.begin() + bucket.begin + bucket.valid);
-      EXPECT_EQ(points[k], expected) << "world " << world << " bucket " << k;
+    for (const size_t bucket_elements : {size_t{1000}, kDefaultLayerBucketElements}) {
+      const ShardPlan plan =
+          gradient_bucket_plan(small_config(), DeviceKind::kCuda, bucket_elements, world, 0);
+      const std::vector<int> ready = bucket_ready_points(plan, layout.slices(), L);
+      const std::vector<int> need = bucket_need_points(plan, layout.slices(), L);
+      ASSERT_EQ(ready.size(), plan.buckets().size());
+      ASSERT_EQ(need.size(), plan.buckets().size());
+      for (size_t k = 0; k < ready.size(); ++k) {
+        const GradientBucket& bucket = plan.buckets()[k];
+        const auto first = static_cast<std::ptrdiff_t>(bucket.begin);
+        const auto last = static_cast<std::ptrdiff_t>(bucket.begin + bucket.valid);
+        EXPECT_EQ(ready[k], *std::max_element(element.ready.begin() + first,
+                                              element.ready.begin() + last))
+            << "world " << world << " bucket " << k;
+        EXPECT_EQ(need[k], *std::min_element(element.need.begin() + first,
+                                             element.need.begin() + last))
+            << "world " << world << " bucket " << k;
+      }
     }
-    EXPECT_EQ(points.front(), L + 1);  // wte comes first in the layout
   }
 }
 
-TEST(CudaDataParallelPlan, UpdateSegmentsCoverEachRanksShardWithinTensors) {
-  const ParameterLayout layout = ParameterLayout::for_config(small_config());
-  const std::vector<UpdateSegment> whole =
-      update_segments(ShardPlan(layout.total, 1, 0, 1000), layout, /*sharded=*/false);
-  ASSERT_EQ(whole.size(), static_cast<size_t>(kNumParamTensors));
-  for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
-    EXPECT_EQ(whole[tensor].flat, layout.offsets[tensor]);
-    EXPECT_EQ(whole[tensor].local, layout.offsets[tensor]);
-    EXPECT_EQ(whole[tensor].count, layout.sizes[tensor]);
+// The layer buckets: each layer whole in one bucket at the default size (a few elements of the
+// next layer's ln1 at most, to round it to a multiple of the world size), ready at its own
+// layer's point and never later.
+TEST(CudaDataParallelPlan, EachLayerIsABucketOfItsOwn) {
+  const LayerMajorLayout layout(small_config());
+  const int L = layout.num_layers();
+  for (const int world : {1, 2, 3}) {
+    const ShardPlan plan =
+        gradient_bucket_plan(small_config(), DeviceKind::kCuda, 0, world, 0);
+    const std::vector<int> ready = bucket_ready_points(plan, layout.slices(), L);
+    for (int l = 0; l < L; ++l) {
+      // The bucket that holds the layer from its world-th element (the bucket before may take
+      // fewer than world of them) to its end, and stops fewer than world elements past it.
+      const size_t inside = layout.layer_begin(l) + static_cast<size_t>(world) - 1;
+      size_t k = 0;
+      while (plan.buckets()[k].begin + plan.buckets()[k].size <= inside) ++k;
+      const GradientBucket& bucket = plan.buckets()[k];
+      EXPECT_GE(bucket.begin + bucket.size, layout.layer_begin(l + 1)) << "layer " << l;
+      EXPECT_LT(bucket.begin + bucket.size, layout.layer_begin(l + 1) + world) << "layer " << l;
+      EXPECT_EQ(ready[k], L - l) << "world " << world << " layer " << l;
+    }
   }
+}
+
+TEST(CudaDataParallelPlan, UpdateSegmentsCoverEachRanksShardWithinSlices) {
+  const LayerMajorLayout layout(small_config());
+  const std::vector<UpdateSegment> whole = update_segments(
+      gradient_bucket_plan(small_config(), DeviceKind::kCuda, 1000, 1, 0), layout.slices(),
+      /*sharded=*/false);
+  ASSERT_EQ(whole.size(), layout.slices().size());
+  for (size_t i = 0; i < whole.size(); ++i) {
+    EXPECT_EQ(whole[i].flat, layout.slices()[i].offset);
+    EXPECT_EQ(whole[i].local, layout.slices()[i].offset);
+    EXPECT_EQ(whole[i].count, layout.slices()[i].size);
+    EXPECT_EQ(whole[i].tensor, layout.slices()[i].tensor);
+  }
+  std::vector<int> tensor_of(layout.total());
+  for (const ParameterSlice& slice : layout.slices())
+    std::fill(tensor_of.begin() + static_cast<std::ptrdiff_t>(slice.offset),
+              tensor_of.begin() + static_cast<std::ptrdiff_t>(slice.offset + slice.size),
+              slice.tensor);
   for (const int world : {2, 3}) {
-    std::vector<int> owner(layout.total, -1);
+    std::vector<int> owner(layout.total(), -1);
     for (int rank = 0; rank < world; ++rank) {
-      const ShardPlan plan(layout.total, world, rank, 1000);
+      const ShardPlan plan =
+          gradient_bucket_plan(small_config(), DeviceKind::kCuda, 1000, world, rank);
       std::vector<bool> local_used(plan.local_elements(), false);
-      for (const UpdateSegment& s : update_segments(plan, layout, /*sharded=*/true)) {
-        ASSERT_GE(s.flat, layout.offsets[s.tensor]);
-        ASSERT_LE(s.flat + s.count, layout.offsets[s.tensor] + layout.sizes[s.tensor]);
+      for (const UpdateSegment& s : update_segments(plan, layout.slices(), /*sharded=*/true)) {
         ASSERT_LE(s.local + s.count, plan.local_elements());
         for (size_t i = 0; i < s.count; ++i) {
+          EXPECT_EQ(tensor_of[s.flat + i], s.tensor) << "element " << s.flat + i;
           EXPECT_EQ(owner[s.flat + i], -1) << "element " << s.flat + i << " updated twice";
           owner[s.flat + i] = rank;
           EXPECT_FALSE(local_used[s.local + i]);
@@ -109,6 +166,28 @@ TEST(CudaDataParallelPlan, UpdateSegmentsCoverEachRanksShardWithinTensors) {
     }
     EXPECT_EQ(std::count(owner.begin(), owner.end(), -1), 0) << "world " << world;
   }
+}
+
+// The layer-major order holds every value of llm.c's once, and the conversions invert.
+TEST(LayerMajorLayout, ConvertsToAndFromLlmcOrder) {
+  const ModelConfig config = small_config();
+  const LayerMajorLayout layout(config);
+  const ParameterLayout llmc = ParameterLayout::for_config(config);
+  ASSERT_EQ(layout.total(), llmc.total);
+  std::vector<float> values(llmc.total), ordered(llmc.total), back(llmc.total);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  layout.from_llmc(values.data(), ordered.data());
+  layout.to_llmc(ordered.data(), back.data());
+  EXPECT_EQ(back, values);
+  const size_t C = static_cast<size_t>(config.channels);
+  // Layer 1's qkvw in llm.c's order starts one layer into qkvw; here, in layer 1's range.
+  EXPECT_EQ(ordered[layout.offset(kQkvw, 1)], float(llmc.offsets[kQkvw] + 3 * C * C));
+  EXPECT_EQ(ordered[layout.offset(kLnfb)], float(llmc.offsets[kLnfb]));
+  EXPECT_EQ(layout.offset(kLn1w, 0), llmc.sizes[kWte] + llmc.sizes[kWpe]);
+  EXPECT_EQ(layout.layer_begin(layout.num_layers()), layout.offset(kLnfw));
+  std::vector<float> sorted = ordered;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, values);  // a permutation
 }
 
 // ---------------------------------------------------------------------------------------------
