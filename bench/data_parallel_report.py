@@ -146,16 +146,20 @@ def main():
 
     # --- tune ---------------------------------------------------------------------------------
     tune = [r for r in done if r["group"] == "tune"]
-    tune_base = [r for r in tune if r["name"] in ("tune-1gpu-a", "tune-1gpu-b")]
-    if tune and tune_base:
-        base_tps = sum(r["summary"]["tokens_per_s"] for r in tune_base) / len(tune_base)
-        md.append("## Tuning: d12, T=1024, B=16 per GPU\n")
+    for model in dict.fromkeys(r["model"] for r in tune):
+        runs_of_model = [r for r in tune if r["model"] == model]
+        base = [r for r in runs_of_model
+                if r["name"] in (f"tune-{model}-1gpu-a", f"tune-{model}-1gpu-b")]
+        if not base:
+            continue
+        base_tps = sum(r["summary"]["tokens_per_s"] for r in base) / len(base)
+        md.append(f"## Tuning: {model}, T=1024, B=16 per GPU\n")
         md.append(f"Efficiency against {base_tps:.0f} tokens/s, the mean of the 1-GPU runs "
                   f"before and after.\n")
         md.append("| run | GPUs | sums | bucket | NCCL CTAs | overlap | graph | tokens/s "
                   "| efficiency | comm ms | exposed ms | step ms |")
         md.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
-        for run in tune:
+        for run in runs_of_model:
             r, tps, efficiency, step_ms = efficiency_row(run, base_tps)
             gpus = run["world"] if run.get("gpu", "all") == "all" else f"1 (GPU {run['gpu']})"
             md.append(f"| {run['name']} | {gpus} | {run.get('grad_reduce', '')} "

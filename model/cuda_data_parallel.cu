@@ -286,7 +286,7 @@ template <typename T_>
 void CudaDataParallel<T_>::parameters_updated() {
   if (!sharded()) return;
   gather_pending_ = true;
-  if (!settings_.overlap) complete_parameter_gather();
+  if (!settings_.overlap_gather) complete_parameter_gather();
 }
 
 template <typename T_>

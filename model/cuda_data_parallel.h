@@ -99,7 +99,8 @@ class CudaDataParallel {
   struct Settings {
     int zero_stage = 0;
     bool reduce_bf16 = false;  // sums in bf16 (T_ = bf16 only)
-    bool overlap = true;       // reductions during the backward, gathers during the forward
+    bool overlap_reduce = true;  // reductions during the backward
+    bool overlap_gather = true;  // (ZeRO-1) parameter gathers during the next forward
   };
   struct Buffers {
     T_* params = nullptr;   // padded_elements
@@ -133,7 +134,7 @@ class CudaDataParallel {
   /// A new step: no bucket launched yet, timings restart.
   void begin_step();
   /// The next backward is the step's last: its points launch the buckets as they become ready.
-  void arm() { armed_ = settings_.overlap; }
+  void arm() { armed_ = settings_.overlap_reduce; }
   bool armed() const { return armed_; }
   /// True once a bucket of this step was launched (its gradients must not change any more).
   bool launched_any() const { return next_ > 0; }

@@ -578,7 +578,8 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
     typename CudaDataParallel<T_>::Settings settings;
     settings.zero_stage = options.zero_stage;
     settings.reduce_bf16 = shape.reduce_bf16;
-    settings.overlap = options.overlap_communication;
+    settings.overlap_reduce = options.overlap_communication;
+    settings.overlap_gather = options.overlap_gather;
     dp_ = std::make_unique<CudaDataParallel<T_>>(*options.comm, settings, std::move(shape.plan),
                                                  device_layout_, ctx_->stream());
     typename CudaDataParallel<T_>::Buffers dp_buffers;

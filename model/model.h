@@ -87,10 +87,11 @@ struct ModelOptions {
   /// host (tests bound its error).
   GradReduce grad_reduce = GradReduce::kFp32;
   /// CUDA data parallel: start reducing gradient buckets during the last micro-batch's
-  /// backward (see expect_last_micro_batch) instead of after it, and under ZeRO-1 gather the
-  /// updated parameters during the next forward (each layer waits for its own buckets)
-  /// instead of right after the update.
+  /// backward (see expect_last_micro_batch) instead of after it.
   bool overlap_communication = true;
+  /// CUDA data parallel, ZeRO-1: gather the updated parameters during the next forward (each
+  /// layer waits for its own buckets) instead of right after the update.
+  bool overlap_gather = true;
 
   int world_size() const { return comm != nullptr ? comm->world_size() : 1; }
 };

@@ -5,9 +5,9 @@
 #      bf16 and fp32, communication overlapped or not (d12, T=1024, B=16): the losses must be the
 #      same bits, and the tokens/s are compared;
 #   3. with 2 or more GPUs and mpirun:
-#      tune   (only when ONLY names it): d12 T=1024 on 2 GPUs over bucket sizes,
-#             NCCL's thread blocks (NCCL_MAX_CTAS), fp32 sums, no overlap and no CUDA graph,
-#             against 1 GPU before and after, and each GPU alone (they may differ);
+#      tune   (only when ONLY names it): T=1024 on 2 GPUs over NCCL's thread blocks
+#             (NCCL_MAX_CTAS) and each --overlap-comm, and bucket sizes, against 1 GPU before
+#             and after, and GPU 1 alone (the GPUs may differ);
 #      agree  2 ranks against 1 GPU on the same global batch: fp32 over 10 steps (2 x B=16
 #             against 1 x B=32), bf16 over 50 with the default bf16 sums, plus a second 1-GPU
 #             bf16 run as the run-to-run noise;
@@ -25,9 +25,10 @@
 #
 # Environment: BUILD_DIR (build-gpu), OUT_DIR (out/data-parallel), STEPS (40, the timed runs),
 # RESULTS (bench/results: the report's .md and .csv), ONLY (the parts to run, of world1 tune
-# agree scale long memcheck, or multi for the last four; default: all but tune), TUNE_CTAS
-# ("8 16 32") and TUNE_BUCKETS ("4194304 1048576"): the grid of the tune part; RUN_TIMEOUT
-# (600): seconds before a run (a hung collective, say) is killed and reported FAILED.
+# agree scale long memcheck, or multi for the last four; default: all but tune); the tune
+# part's grid: TUNE_MODELS ("d12"), TUNE_CTAS ("8 32", each with every --overlap-comm) and
+# TUNE_BUCKETS ("4194304 1048576"); RUN_TIMEOUT (600): seconds before a run (a hung
+# collective, say) is killed and reported FAILED.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,8 +37,9 @@ OUT_DIR=${OUT_DIR:-out/data-parallel}
 STEPS=${STEPS:-40}
 RESULTS=${RESULTS:-bench/results}
 ONLY=${ONLY:-world1 multi}
-TUNE_CTAS=${TUNE_CTAS:-8 16 32}
+TUNE_CTAS=${TUNE_CTAS:-8 32}
 TUNE_BUCKETS=${TUNE_BUCKETS:-4194304 1048576}
+TUNE_MODELS=${TUNE_MODELS:-d12}
 RUN_TIMEOUT=${RUN_TIMEOUT:-600}
 export NCCL_NVLS_ENABLE=0
 
@@ -139,20 +141,22 @@ multi_gpu_ready() {
 }
 
 if wants tune && multi_gpu_ready; then
-  section "tune: d12, T=1024, B=16 per GPU, $STEPS steps"
-  run tune-1gpu-a tune 1 d12 1024 16 bf16 "$STEPS"
-  GPU=1 run tune-gpu1 tune 1 d12 1024 16 bf16 "$STEPS"
-  run tune-2gpu tune 2 d12 1024 16 bf16 "$STEPS"
-  for ctas in $TUNE_CTAS; do
-    CTAS=$ctas run "tune-2gpu-ctas$ctas" tune 2 d12 1024 16 bf16 "$STEPS"
+  for model in $TUNE_MODELS; do
+    section "tune: $model, T=1024, B=16 per GPU, $STEPS steps"
+    run "tune-$model-1gpu-a" tune 1 "$model" 1024 16 bf16 "$STEPS"
+    GPU=1 run "tune-$model-gpu1" tune 1 "$model" 1024 16 bf16 "$STEPS"
+    for ctas in $TUNE_CTAS; do
+      for overlap in 1 0 reduce gather; do
+        CTAS=$ctas run "tune-$model-2gpu-ctas$ctas-ovl$overlap" tune 2 "$model" 1024 16 bf16 \
+          "$STEPS" --overlap-comm "$overlap"
+      done
+    done
+    for bucket in $TUNE_BUCKETS; do
+      run "tune-$model-2gpu-bucket$bucket" tune 2 "$model" 1024 16 bf16 "$STEPS" \
+        --grad-bucket "$bucket"
+    done
+    run "tune-$model-1gpu-b" tune 1 "$model" 1024 16 bf16 "$STEPS"
   done
-  for bucket in $TUNE_BUCKETS; do
-    run "tune-2gpu-bucket$bucket" tune 2 d12 1024 16 bf16 "$STEPS" --grad-bucket "$bucket"
-  done
-  run tune-2gpu-fp32sum tune 2 d12 1024 16 bf16 "$STEPS" --grad-reduce fp32
-  run tune-2gpu-noovl tune 2 d12 1024 16 bf16 "$STEPS" --overlap-comm 0
-  run tune-2gpu-nograph tune 2 d12 1024 16 bf16 "$STEPS" --cuda-graph off
-  run tune-1gpu-b tune 1 d12 1024 16 bf16 "$STEPS"
 fi
 
 if wants agree && multi_gpu_ready; then

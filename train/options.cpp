@@ -61,9 +61,10 @@ cxxopts::Options make_options() {
        "AdamW state across the ranks (ZeRO-1) (default: 1 with several ranks)", s())
       ("comm", "collectives of a --device cuda job: auto (NCCL with several ranks) | nccl "
        "(NCCL at world size 1 too: the data-parallel path on one GPU)", s()->default_value("auto"))
-      ("overlap-comm", "--device cuda with NCCL: reduce gradient buckets during the last "
-       "micro-batch's backward and (ZeRO-1) gather the updated parameters during the next "
-       "forward (1), or each after its phase (0)", s()->default_value("1"))
+      ("overlap-comm", "--device cuda with NCCL: 1 reduces gradient buckets during the last "
+       "micro-batch's backward and (ZeRO-1) gathers the updated parameters during the next "
+       "forward; 0 runs each after its phase; reduce or gather overlaps that one only",
+       s()->default_value("1"))
       ("grad-reduce", "data parallel: sum the gradients over the ranks in fp32 or bf16 (half the "
        "bytes, each addition rounded to bf16) (default: bf16 with --precision bf16, else fp32)",
        s())
@@ -270,9 +271,10 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   if (cli.comm != "auto" && cli.comm != "nccl")
     GPT2_USAGE_FAIL("--comm must be auto or nccl (got '", cli.comm, "')");
   const std::string overlap = text("overlap-comm");
-  if (overlap != "0" && overlap != "1")
-    GPT2_USAGE_FAIL("--overlap-comm must be 0 or 1 (got '", overlap, "')");
-  cli.overlap_comm = overlap == "1";
+  if (overlap != "0" && overlap != "1" && overlap != "reduce" && overlap != "gather")
+    GPT2_USAGE_FAIL("--overlap-comm must be 0, 1, reduce or gather (got '", overlap, "')");
+  cli.overlap_comm = overlap == "1" || overlap == "reduce";
+  cli.overlap_gather = overlap == "1" || overlap == "gather";
   if (given("grad-reduce")) {
     const std::string reduce = text("grad-reduce");
     if (reduce != "fp32" && reduce != "bf16")
@@ -320,6 +322,7 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
               " needs NCCL, and this build has none (CMake found no nccl.h and libnccl beside "
               "the CUDA toolkit); install NCCL and reconfigure, or use --device cpu");
   config.overlap_comm = cli.overlap_comm;
+  config.overlap_gather = cli.overlap_gather;
   config.zero_stage = cli.zero_stage.value_or(config.world_size > 1 ? 1 : 0);
 
   config.precision = cli.precision.value_or(on_cuda ? Precision::kBf16 : Precision::kFp32);

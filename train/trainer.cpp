@@ -53,6 +53,7 @@ ModelOptions model_options(const TrainConfig& config, Communicator& comm) {
   options.comm = &comm;
   options.zero_stage = config.zero_stage;
   options.overlap_communication = config.overlap_comm;
+  options.overlap_gather = config.overlap_gather;
   options.grad_reduce = config.grad_reduce;
   options.bucket_elements = config.bucket_elements;
   options.config = config.model_config;
@@ -146,9 +147,11 @@ void print_configuration(const TrainConfig& c, const DataLoader& train, const Da
                                          : "AdamW state sharded, parameters all-gathered")
                                   : "AdamW state on every rank");
     if (c.nccl)
-      std::printf(", %s", c.overlap_comm ? "reductions overlapped with the last backward"
-                                           " and gathers with the next forward"
-                                         : "reductions after the backward");
+      std::printf(", reductions %s%s", c.overlap_comm ? "overlapped with the last backward"
+                                                      : "after the backward",
+                  c.zero_stage != 1    ? ""
+                  : c.overlap_gather ? ", gathers overlapped with the next forward"
+                                     : ", gathers after the update");
     std::printf("\n");
   }
   std::printf("  %-18s %lld tokens = %d grad accumulation step(s) x B*T*world\n", "total batch",
@@ -332,6 +335,7 @@ void report_summary(const TrainConfig& config, const Model& model, const MemoryP
   if (config.nccl) {
     summary["comm_backend"] = "nccl";
     summary["overlap_comm"] = config.overlap_comm;
+    summary["overlap_gather"] = config.overlap_gather;
   }
   if (world > 1 || config.nccl) {
     const ShardPlan buckets = gradient_bucket_plan(config.model_config, config.device,

@@ -237,6 +237,7 @@ Trained train(Communicator* comm, int world, int rank, int B, const RunSpec& spe
   options.zero_stage = spec.zero_stage;
   options.bucket_elements = spec.bucket_elements;
   options.overlap_communication = spec.overlap;
+  options.overlap_gather = spec.overlap;
   options.grad_reduce = spec.grad_reduce;
   std::unique_ptr<Model> model = make_cuda_model(options);
   const size_t n = ParameterLayout::for_config(options.config).total;

@@ -179,8 +179,39 @@ TEST(TrainOptions, CommAndOverlapOptions) {
   EXPECT_NE(cpu.find("--comm nccl needs --device cuda"), std::string::npos) << cpu;
   for (const char* bad : {"mpi", "", "NCCL"})
     EXPECT_THROW(parse_command_line({"--comm", bad}), UsageError) << bad;
-  for (const char* bad : {"2", "yes", ""})
+  for (const char* bad : {"2", "yes", "", "both"})
     EXPECT_THROW(parse_command_line({"--overlap-comm", bad}), UsageError) << bad;
+  const CommandLine reduce_only = parse_command_line({"--overlap-comm", "reduce"});
+  EXPECT_TRUE(reduce_only.overlap_comm);
+  EXPECT_FALSE(reduce_only.overlap_gather);
+  const CommandLine gather_only = parse_command_line({"--overlap-comm", "gather"});
+  EXPECT_FALSE(gather_only.overlap_comm);
+  EXPECT_TRUE(gather_only.overlap_gather);
+}
+
+// --grad-reduce: bf16 by default with bf16 precision, fp32 otherwise; bf16 on the GPU needs bf16
+// precision; the CPU (fp32) may sum in bf16. --grad-bucket: a positive count, else the backend's
+// default (0).
+TEST(TrainOptions, GradReduceAndBucketOptions) {
+  EXPECT_EQ(resolve({"--device", "cpu"}, no_gpu()).grad_reduce, GradReduce::kFp32);
+  EXPECT_EQ(resolve({"--device", "cpu", "--grad-reduce", "bf16"}, no_gpu()).grad_reduce,
+            GradReduce::kBf16);
+  EXPECT_EQ(resolve({"--device", "cuda"}, with_gpu()).grad_reduce, GradReduce::kBf16);
+  EXPECT_EQ(resolve({"--device", "cuda", "--grad-reduce", "fp32"}, with_gpu()).grad_reduce,
+            GradReduce::kFp32);
+  EXPECT_EQ(resolve({"--device", "cuda", "--precision", "fp32"}, with_gpu()).grad_reduce,
+            GradReduce::kFp32);
+  const std::string message = usage_message(
+      {"--device", "cuda", "--precision", "fp32", "--grad-reduce", "bf16"}, with_gpu());
+  EXPECT_NE(message.find("--grad-reduce bf16 needs --precision bf16"), std::string::npos)
+      << message;
+  for (const char* bad : {"fp16", "", "BF16"})
+    EXPECT_THROW(parse_command_line({"--grad-reduce", bad}), UsageError) << bad;
+  EXPECT_EQ(resolve({"--device", "cpu"}, no_gpu()).bucket_elements, 0u);
+  EXPECT_EQ(resolve({"--device", "cpu", "--grad-bucket", "4096"}, no_gpu()).bucket_elements,
+            4096u);
+  for (const char* bad : {"0", "-1", "1e6", ""})
+    EXPECT_THROW(parse_command_line({"--grad-bucket", bad}), UsageError) << bad;
 }
 
 TEST(TrainOptions, SeqLenBeyondContextNamesBothNumbers) {
