@@ -19,10 +19,11 @@
  * dead peer) and then the job through the host communicator.
  * ReduceOp::kSum is ncclSum, kMax ncclMax; the bf16 sums are ncclSum over ncclBfloat16;
  * broadcast sends bytes (ncclUint8).
- * Thread blocks: NCCL's kernels run beside the model's, on SMs the GEMMs would use. The
- * communicator caps them at kDefaultMaxCtas per collective (ncclConfig_t::maxCTAs), the
- * count measured to slow the training step least on two H100s (bench/results/data_parallel.md);
- * NCCL_MAX_CTAS / NCCL_MIN_CTAS in the environment, when set, decide instead.
+ * Thread blocks: the communicator allows NCCL kDefaultMaxCtas per collective
+ * (ncclConfig_t::maxCTAs), the count that trained fastest on two H100s among 4 to 64, with
+ * communication overlapped or not (bench/results/data_parallel.md): the collectives finish
+ * sooner, and slow the model's kernels beside them for less time. NCCL_MAX_CTAS /
+ * NCCL_MIN_CTAS in the environment, when set, decide instead.
  */
 #pragma once
 
@@ -39,7 +40,7 @@ namespace gpt2 {
 bool nccl_backend_available();
 
 /// NCCL's thread blocks per collective unless the environment says (see the file comment).
-constexpr int kDefaultMaxCtas = 8;
+constexpr int kDefaultMaxCtas = 64;
 
 class NcclCommunicator final : public Communicator {
  public:

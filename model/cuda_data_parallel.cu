@@ -290,17 +290,20 @@ void CudaDataParallel<T_>::parameters_updated() {
 }
 
 template <typename T_>
-void CudaDataParallel<T_>::launch_parameter_gather() {
+void CudaDataParallel<T_>::launch_parameter_gather(bool by_point) {
   GPT2_CHECK(sharded(), "the parameter gather is ZeRO-1's");
   if (!gather_pending_) return;
   wait_for_stream(comm_stream_, compute_, /*timed=*/false);
   const size_t rank = static_cast<size_t>(comm_.rank());
+  // One NCCL group (one launch) per need point when the forward waits point by point, else one
+  // for them all.
   size_t k = 0;
   for (int point = 0; point <= last_need_point(); ++point) {
-    if (k < gather_order_.size() && need_point_[gather_order_[k]] == point) {
+    const int last_in_group = by_point ? point : last_need_point();
+    if (k < gather_order_.size() && need_point_[gather_order_[k]] <= last_in_group) {
       begin_timed(comm_stream_, /*exposed=*/false);
-      comm_.begin_group();  // one launch for the point's buckets
-      for (; k < gather_order_.size() && need_point_[gather_order_[k]] == point; ++k) {
+      comm_.begin_group();
+      for (; k < gather_order_.size() && need_point_[gather_order_[k]] <= last_in_group; ++k) {
         const GradientBucket& bucket = plan_.buckets()[gather_order_[k]];
         T_* data = buffers_.params + bucket.begin;
         comm_.all_gather_bytes(data + rank * bucket.shard, data, bucket.shard * sizeof(T_));
@@ -329,7 +332,7 @@ void CudaDataParallel<T_>::wait_parameters(int point) {
 
 template <typename T_>
 void CudaDataParallel<T_>::complete_parameter_gather() {
-  if (gather_pending_) launch_parameter_gather();
+  if (gather_pending_) launch_parameter_gather(/*by_point=*/false);
   wait_parameters(last_need_point());
 }
 

@@ -157,8 +157,9 @@ class CudaDataParallel {
   /// stream waits for it.
   void parameters_updated();
   bool gather_pending() const { return gather_pending_; }
-  /// Issues the pending gather on the communication stream (see the file comment).
-  void launch_parameter_gather();
+  /// Issues the pending gather on the communication stream (see the file comment): one NCCL
+  /// group per need point when the forward waits point by point (by_point), else one in all.
+  void launch_parameter_gather(bool by_point = true);
   /// The compute stream waits for the buckets needed by forward point `point`; nothing when no
   /// gather is in flight.
   void wait_parameters(int point);

@@ -11,8 +11,9 @@
 #      agree  2 ranks against 1 GPU on the same global batch: fp32 over 10 steps (2 x B=16
 #             against 1 x B=32), bf16 over 50 with the default bf16 sums, plus a second 1-GPU
 #             bf16 run as the run-to-run noise;
-#      scale  d12 and gpt2-medium at T=1024, B=16 per GPU: 1 GPU, then 2 with the defaults
-#             (ZeRO-1, bf16 sums, overlap, graphs), with fp32 sums, without overlap, ZeRO-0;
+#      scale  d12 and gpt2-medium at T=1024, B=16 per GPU: 1 GPU and 2 with the defaults
+#             (ZeRO-1, bf16 sums, no overlap, graphs) twice, interleaved, and 2 with overlap;
+#             with SCALE_VARIANTS=1 also fp32 sums and ZeRO-0;
 #      long   d12 at T=65536, B=1 per GPU, 1 GPU and 2;
 #      memcheck  compute-sanitizer memcheck of the 2-GPU tests, and of a deliberate error (the
 #             disabled SanitizerCanary test), which the same command must report;
@@ -89,7 +90,7 @@ run() {
   if [ "$world" -gt 1 ]; then comm=nccl; fi
   if [ "$comm" = nccl ]; then
     [ "$zero" = - ] && zero=$([ "$world" -gt 1 ] && echo 1 || echo 0)
-    [ "$overlap" = - ] && overlap=1
+    [ "$overlap" = - ] && overlap=0
     [ "$reduce" = - ] && reduce=$precision
   fi
   local environment=(timeout -k 10 "$RUN_TIMEOUT" env)
@@ -171,11 +172,16 @@ fi
 if wants scale && multi_gpu_ready; then
   for model in d12 gpt2-medium; do
     section "scaling: $model, T=1024, B=16 per GPU, $STEPS steps"
+    # 1 GPU and 2 GPUs with the defaults twice, interleaved; the variants once.
     run "scale-$model-1gpu" scale 1 "$model" 1024 16 bf16 "$STEPS"
     run "scale-$model-2gpu" scale 2 "$model" 1024 16 bf16 "$STEPS"
-    run "scale-$model-2gpu-fp32sum" scale 2 "$model" 1024 16 bf16 "$STEPS" --grad-reduce fp32
-    run "scale-$model-2gpu-noovl" scale 2 "$model" 1024 16 bf16 "$STEPS" --overlap-comm 0
-    run "scale-$model-2gpu-z0" scale 2 "$model" 1024 16 bf16 "$STEPS" --zero 0
+    run "scale-$model-2gpu-overlap" scale 2 "$model" 1024 16 bf16 "$STEPS" --overlap-comm 1
+    run "scale-$model-1gpu-again" scale 1 "$model" 1024 16 bf16 "$STEPS"
+    run "scale-$model-2gpu-again" scale 2 "$model" 1024 16 bf16 "$STEPS"
+    if [ -n "${SCALE_VARIANTS:-}" ]; then
+      run "scale-$model-2gpu-fp32sum" scale 2 "$model" 1024 16 bf16 "$STEPS" --grad-reduce fp32
+      run "scale-$model-2gpu-z0" scale 2 "$model" 1024 16 bf16 "$STEPS" --zero 0
+    fi
   done
 fi
 
@@ -195,7 +201,7 @@ if wants memcheck && multi_gpu_ready; then
             --print-limit 20)
   set +e
   "${memcheck[@]}" "$BUILD_DIR/tests/test_gpu" \
-    --gtest_filter='CudaDataParallel.TwoGpus*:NcclCommunicator.TwoGpus*' --gtest_brief=1 \
+    --gtest_filter='CudaDataParallel.TwoGpusGive*:NcclCommunicator.TwoGpus*' --gtest_brief=1 \
     >"$OUT_DIR/memcheck.log" 2>&1
   echo $? >"$OUT_DIR/memcheck.rc"
   "${memcheck[@]}" "$BUILD_DIR/tests/test_gpu" --gtest_also_run_disabled_tests \

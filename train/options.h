@@ -81,8 +81,8 @@ struct CommandLine {
   uint64_t seed = 1337;
   std::optional<int> zero_stage;  // 0 | 1
   std::string comm = "auto";      // auto | nccl
-  bool overlap_comm = true;    // --overlap-comm: the reductions
-  bool overlap_gather = true;  // and the ZeRO-1 parameter gathers
+  bool overlap_comm = false;    // --overlap-comm: the reductions
+  bool overlap_gather = false;  // and the ZeRO-1 parameter gathers
   std::optional<GradReduce> grad_reduce;        // --grad-reduce fp32|bf16
   size_t grad_bucket = 0;                       // --grad-bucket (0: the backend's default)
   int classifier_chunk_rows = 0;  // 0: automatic
@@ -115,8 +115,8 @@ struct TrainConfig {
   /// --device cuda: the gradients go through NCCL (always with several ranks; at world size 1
   /// with --comm nccl), reduced during the last micro-batch's backward when overlap_comm.
   bool nccl = false;
-  bool overlap_comm = true;    // reductions during the backward
-  bool overlap_gather = true;  // ZeRO-1 parameter gathers during the next forward
+  bool overlap_comm = false;    // reductions during the backward
+  bool overlap_gather = false;  // ZeRO-1 parameter gathers during the next forward
   GradReduce grad_reduce = GradReduce::kFp32;  // the sums over the ranks
   size_t bucket_elements = 0;  // 0: the backend's default (gradient_bucket_plan)
   int64_t total_batch_size = 0;  // tokens per optimizer step, all ranks

@@ -349,6 +349,7 @@ TEST(CudaDataParallel, ForwardOnlyCallsWaitForTheOverlappedGather) {
   options.grad_reduce = GradReduce::kBf16;
   options.comm = &nccl;
   options.zero_stage = 1;
+  options.overlap_gather = true;
   std::unique_ptr<Model> model = make_cuda_model(options);
   const std::vector<int> tokens = random_tokens(kT, options.config.vocab_size, 7);
   model->zero_grad();
@@ -378,6 +379,7 @@ TEST(CudaDataParallel, CallsOutOfOrderAreRefused) {
   options.seq_len = kT;
   options.comm = &nccl;
   options.zero_stage = 1;
+  options.overlap_communication = true;
   std::unique_ptr<Model> model = make_cuda_model(options);
   const std::vector<int> tokens = random_tokens(kT, options.config.vocab_size, 5);
   model->zero_grad();
