@@ -83,8 +83,9 @@ def main():
     failures = [f"{r['name']}: no summary" for r in runs if r["summary"] is None]
     done = [r for r in runs if r["summary"] is not None]
     device = done[0]["summary"].get("device_name", "?") if done else "?"
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or "?"
+    # GPT2_COMMIT names the code when the tree's git metadata is not its own (a copied tree).
+    commit = os.environ.get("GPT2_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or "?"
     today = datetime.date.today().isoformat()
     md = [f"# Data-parallel training through NCCL\n",
           f"Device: {device} (x{max(int(r['world']) for r in runs) if runs else 1} where 2 "

@@ -29,7 +29,8 @@
 # agree scale long memcheck, or multi for the last four; default: all but tune); the tune
 # part's grid: TUNE_MODELS ("d12"), TUNE_CTAS ("8 32", each with every --overlap-comm) and
 # TUNE_BUCKETS ("4194304 1048576"); RUN_TIMEOUT (600): seconds before a run (a hung
-# collective, say) is killed and reported FAILED.
+# collective, say) is killed and reported FAILED; GPT2_COMMIT: the commit the report names, when
+# the tree's git metadata is not its own (a copy of a working tree).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
