@@ -21,8 +21,8 @@
  * broadcast sends bytes (ncclUint8).
  * Thread blocks: the communicator allows NCCL kDefaultMaxCtas per collective
  * (ncclConfig_t::maxCTAs), the count that trained fastest on two H100s among 4 to 64, with
- * communication overlapped or not (bench/results/data_parallel.md): the collectives finish
- * sooner, and slow the model's kernels beside them for less time. NCCL_MAX_CTAS /
+ * communication overlapped or not (bench/results/data_parallel_tuning.md): the collectives
+ * finish sooner, and slow the model's kernels beside them for less time. NCCL_MAX_CTAS /
  * NCCL_MIN_CTAS in the environment, when set, decide instead.
  */
 #pragma once

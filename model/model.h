@@ -88,8 +88,8 @@ struct ModelOptions {
   GradReduce grad_reduce = GradReduce::kFp32;
   /// CUDA data parallel: start reducing gradient buckets during the last micro-batch's
   /// backward (see expect_last_micro_batch) instead of after it. Off by default: on two H100s
-  /// the collectives beside the backward slowed it by more than they hid (1.5 points of d12's
-  /// scaling, bench/results/data_parallel.md).
+  /// the collectives beside the backward slowed it by more than they hid
+  /// (bench/results/data_parallel_tuning.md).
   bool overlap_communication = false;
   /// CUDA data parallel, ZeRO-1: gather the updated parameters during the next forward (each
   /// layer waits for its own buckets) instead of right after the update. Off by default, as

@@ -336,19 +336,25 @@ TEST(CudaDataParallel, WorldOneThroughNcclIsThePlainModelBitForBit) {
 #endif
 }
 
+// One rank of ZeRO-1 through `comm`, B=1.
+ModelOptions one_rank_options(Communicator& comm) {
+  ModelOptions options;
+  options.config = small_config();
+  options.batch_size = 1;
+  options.seq_len = kT;
+  options.comm = &comm;
+  options.zero_stage = 1;
+  return options;
+}
+
 TEST(CudaDataParallel, ForwardOnlyCallsWaitForTheOverlappedGather) {
   GPT2_REQUIRE_NCCL();
 #ifdef GPT2_WITH_NCCL
   SingleProcessCommunicator host;
   NcclCommunicator nccl(host);
-  ModelOptions options;
-  options.config = small_config();
-  options.batch_size = 1;
-  options.seq_len = kT;
+  ModelOptions options = one_rank_options(nccl);
   options.precision = Precision::kBf16;
   options.grad_reduce = GradReduce::kBf16;
-  options.comm = &nccl;
-  options.zero_stage = 1;
   options.overlap_gather = true;
   std::unique_ptr<Model> model = make_cuda_model(options);
   const std::vector<int> tokens = random_tokens(kT, options.config.vocab_size, 7);
@@ -373,12 +379,7 @@ TEST(CudaDataParallel, CallsOutOfOrderAreRefused) {
 #ifdef GPT2_WITH_NCCL
   SingleProcessCommunicator host;
   NcclCommunicator nccl(host);
-  ModelOptions options;
-  options.config = small_config();
-  options.batch_size = 1;
-  options.seq_len = kT;
-  options.comm = &nccl;
-  options.zero_stage = 1;
+  ModelOptions options = one_rank_options(nccl);
   options.overlap_communication = true;
   std::unique_ptr<Model> model = make_cuda_model(options);
   const std::vector<int> tokens = random_tokens(kT, options.config.vocab_size, 5);
@@ -407,12 +408,29 @@ double max_relative_difference(const std::vector<float>& got, const std::vector<
   return scale > 0 ? worst / scale : worst;
 }
 
+#define GPT2_REQUIRE_TWO_GPUS()                                                        \
+  do {                                                                                 \
+    int devices = 0;                                                                   \
+    GPT2_CUDA_CHECK(cudaGetDeviceCount(&devices));                                     \
+    if (devices < 2) GTEST_SKIP() << "needs 2 GPUs, " << devices << " visible";        \
+  } while (0)
+
+#ifdef GPT2_WITH_NCCL
+// `world` ranks as threads, rank r on GPU r through NCCL, each training B rows of every batch.
+std::vector<Trained> train_ranks(int world, int B, const RunSpec& spec) {
+  std::vector<Trained> ranks(static_cast<size_t>(world));
+  testing::run_ranks(world, [&](int rank, Communicator& host) {
+    NcclCommunicator nccl(host);  // device = rank
+    ranks[static_cast<size_t>(rank)] = train(&nccl, world, rank, B, spec);
+  });
+  return ranks;
+}
+#endif
+
 TEST(CudaDataParallel, TwoGpusGiveOneGpusWholeBatchInFp32) {
   GPT2_REQUIRE_NCCL();
 #ifdef GPT2_WITH_NCCL
-  int devices = 0;
-  GPT2_CUDA_CHECK(cudaGetDeviceCount(&devices));
-  if (devices < 2) GTEST_SKIP() << "needs 2 GPUs, " << devices << " visible";
+  GPT2_REQUIRE_TWO_GPUS();
   constexpr int kWorld = 2, kB = 2;
   RunSpec single_spec;
   single_spec.micro_batches = 2;
@@ -420,13 +438,9 @@ TEST(CudaDataParallel, TwoGpusGiveOneGpusWholeBatchInFp32) {
   const Trained single = train(nullptr, 1, 0, kWorld * kB, single_spec);
   for (const int zero : {0, 1}) {
     SCOPED_TRACE(::testing::Message() << "ZeRO-" << zero);
-    std::vector<Trained> ranks(kWorld);
     RunSpec spec = single_spec;
     spec.zero_stage = zero;
-    testing::run_ranks(kWorld, [&](int rank, Communicator& host) {
-      NcclCommunicator nccl(host);  // device = rank
-      ranks[static_cast<size_t>(rank)] = train(&nccl, kWorld, rank, kB, spec);
-    });
+    const std::vector<Trained> ranks = train_ranks(kWorld, kB, spec);
     for (int rank = 0; rank < kWorld; ++rank) {
       const Trained& got = ranks[static_cast<size_t>(rank)];
       EXPECT_EQ(got.params, ranks[0].params) << "rank " << rank << ": replicas differ";
@@ -450,16 +464,9 @@ TEST(CudaDataParallel, TwoGpusGiveOneGpusWholeBatchInFp32) {
 TEST(CudaDataParallel, TwoGpusOverlappedIsBlockingBitForBitAndBf16SumsStayClose) {
   GPT2_REQUIRE_NCCL();
 #ifdef GPT2_WITH_NCCL
-  int devices = 0;
-  GPT2_CUDA_CHECK(cudaGetDeviceCount(&devices));
-  if (devices < 2) GTEST_SKIP() << "needs 2 GPUs, " << devices << " visible";
-  constexpr int kWorld = 2, kB = 2;
+  GPT2_REQUIRE_TWO_GPUS();
   const auto run_two = [&](const RunSpec& spec) {
-    std::vector<Trained> ranks(kWorld);
-    testing::run_ranks(kWorld, [&](int rank, Communicator& host) {
-      NcclCommunicator nccl(host);  // device = rank
-      ranks[static_cast<size_t>(rank)] = train(&nccl, kWorld, rank, kB, spec);
-    });
+    const std::vector<Trained> ranks = train_ranks(2, 2, spec);
     EXPECT_EQ(ranks[1].params, ranks[0].params) << "replicas differ";
     return ranks[0];
   };
