@@ -94,6 +94,12 @@ class Communicator {
   /// out the NCCL id for NCCL. Host-side scalars (sum_in_rank_order) go through it.
   virtual Communicator& host_communicator() { return *this; }
 
+  /// Collective: the ranks that pass the same `color` form a new communicator of the same
+  /// backend (as MPI_Comm_split), numbered by `key` (ties: by rank here). Every rank gets its
+  /// group's; it must not outlive this one. local_rank() / local_size() of the new one count
+  /// its ranks on this node.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
   /// Ends every process of the job, this one with exit code `code`, so that no rank is left
   /// waiting in a collective for a rank that failed. Flushes stdout and stderr first. Does not
   /// return.
@@ -131,6 +137,7 @@ class SingleProcessCommunicator final : public Communicator {
   void all_gather_bytes(const void* send, void* recv, size_t send_bytes) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override { record(0, 0.0); }
+  std::unique_ptr<Communicator> split(int color, int key) override;
   [[noreturn]] void abort(int code) override;
 };
 

@@ -78,6 +78,15 @@ MpiCommunicator::MpiCommunicator() : handles_(std::make_unique<Handles>()) {
   }
   GPT2_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &handles_->world));
   GPT2_MPI_CHECK(MPI_Comm_set_errhandler(handles_->world, MPI_ERRORS_RETURN));
+  set_ranks();
+}
+
+MpiCommunicator::MpiCommunicator(std::unique_ptr<Handles> handles)
+    : handles_(std::move(handles)) {
+  set_ranks();
+}
+
+void MpiCommunicator::set_ranks() {
   GPT2_MPI_CHECK(MPI_Comm_rank(handles_->world, &rank_));
   GPT2_MPI_CHECK(MPI_Comm_size(handles_->world, &world_size_));
   GPT2_MPI_CHECK(MPI_Comm_split_type(handles_->world, MPI_COMM_TYPE_SHARED, rank_,
@@ -85,6 +94,16 @@ MpiCommunicator::MpiCommunicator() : handles_(std::make_unique<Handles>()) {
   GPT2_MPI_CHECK(MPI_Comm_rank(handles_->node, &local_rank_));
   GPT2_MPI_CHECK(MPI_Comm_size(handles_->node, &local_size_));
   GPT2_MPI_CHECK(MPI_Op_create(&bf16_sum, /*commute=*/0, &handles_->bf16_sum));
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  const Clock::time_point start = Clock::now();
+  auto handles = std::make_unique<Handles>();
+  // MPI orders a color's ranks by key, ties by rank in the old communicator.
+  GPT2_MPI_CHECK(MPI_Comm_split(handles_->world, color, key, &handles->world));
+  GPT2_MPI_CHECK(MPI_Comm_set_errhandler(handles->world, MPI_ERRORS_RETURN));
+  record(0, seconds_since(start));
+  return std::unique_ptr<Communicator>(new MpiCommunicator(std::move(handles)));
 }
 
 MpiCommunicator::~MpiCommunicator() {

@@ -9,7 +9,8 @@
  * rather than fatal. local_rank() / local_size() come from MPI_Comm_split_type
  * (MPI_COMM_TYPE_SHARED): the ranks of one node. The destructor finalizes MPI when the
  * constructor initialized it; MPI cannot be initialized twice in a process, so there is one
- * MpiCommunicator per process (a second one after the first was destroyed throws).
+ * job MpiCommunicator per process (a second one after the first was destroyed throws); split()
+ * makes groups of it (MPI_Comm_split), which free their communicators and nothing else.
  * bf16 sums use a user-defined MPI operation on 16-bit elements (add_bf16), declared
  * non-commutative so that MPI applies it in rank order.
  * abort() is MPI_Abort on the world communicator: the launcher (mpirun, srun) ends every rank.
@@ -46,10 +47,15 @@ class MpiCommunicator final : public Communicator {
   void all_gather_bytes(const void* send, void* recv, size_t send_bytes) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override;
+  std::unique_ptr<Communicator> split(int color, int key) override;
   [[noreturn]] void abort(int code) override;
 
  private:
   struct Handles;  // the MPI communicators (their type is the MPI library's)
+  /// A group of an existing communicator (split): MPI is already initialized and this one
+  /// does not finalize it.
+  explicit MpiCommunicator(std::unique_ptr<Handles> handles);
+  void set_ranks();
   std::unique_ptr<Handles> handles_;
   bool initialized_here_ = false;
   int rank_ = 0, world_size_ = 1, local_rank_ = 0, local_size_ = 1;

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #include "base/error.h"
 
@@ -56,6 +57,23 @@ NcclCommunicator::NcclCommunicator(Communicator& host, CUstream_st* stream)
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   if (!env_set("NCCL_MAX_CTAS") && !env_set("NCCL_MIN_CTAS")) config.maxCTAs = kDefaultMaxCtas;
   GPT2_NCCL_CHECK(ncclCommInitRankConfig(&comm_, host.world_size(), id, host.rank(), &config));
+}
+
+NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> own_host, ncclComm* comm,
+                                   int device)
+    : own_host_(std::move(own_host)), host_(*own_host_), comm_(comm), device_(device) {
+  GPT2_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  owns_stream_ = true;
+}
+
+std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
+  std::unique_ptr<Communicator> group_host = host_.split(color, key);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  if (!env_set("NCCL_MAX_CTAS") && !env_set("NCCL_MIN_CTAS")) config.maxCTAs = kDefaultMaxCtas;
+  ncclComm* group = nullptr;
+  GPT2_NCCL_CHECK(ncclCommSplit(comm_, color, key, &group, &config));
+  return std::unique_ptr<Communicator>(
+      new NcclCommunicator(std::move(group_host), group, device_));
 }
 
 NcclCommunicator::~NcclCommunicator() {

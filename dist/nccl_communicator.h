@@ -73,9 +73,15 @@ class NcclCommunicator final : public Communicator {
   void synchronize() override;
   void begin_group() override;
   void end_group() override;
+  /// ncclCommSplit over the host communicator's split (owned by the new one), with a stream of
+  /// its own on the same device.
+  std::unique_ptr<Communicator> split(int color, int key) override;
   [[noreturn]] void abort(int code) override;
 
  private:
+  /// A group made by split: its host communicator is its own.
+  NcclCommunicator(std::unique_ptr<Communicator> own_host, ncclComm* comm, int device);
+  std::unique_ptr<Communicator> own_host_;
   Communicator& host_;
   ncclComm* comm_ = nullptr;
   CUstream_st* stream_ = nullptr;

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <memory>
 #include <vector>
 
 #include "base/error.h"
@@ -73,7 +74,10 @@ TEST(SingleProcessCommunicator, CollectivesAreTheIdentity) {
   EXPECT_EQ(halves_out, original);
   comm.barrier();
   EXPECT_EQ(sum_in_rank_order(comm, 0.3), 0.3);
-  EXPECT_EQ(comm.stats().calls, 12);
+  const std::unique_ptr<Communicator> group = comm.split(5, 0);
+  EXPECT_EQ(group->world_size(), 1);
+  EXPECT_EQ(group->rank(), 0);
+  EXPECT_EQ(comm.stats().calls, 13);
 }
 
 TEST(Bf16Sum, AddsInFp32AndRoundsToNearestEven) {

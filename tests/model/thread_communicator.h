@@ -7,8 +7,9 @@
  * its result from every rank's posted buffer into its own scratch, adding in rank order; all
  * wait again (so no buffer is overwritten while another rank reads it, which makes the in-place
  * forms safe); each copies its result out. Sums are therefore the same bits on every rank, and
- * an all-reduce and a reduce-scatter of the same data add in the same order. abort() fails the
- * test and ends the process.
+ * an all-reduce and a reduce-scatter of the same data add in the same order. split() gives
+ * each color's ranks a board of their own (kept by the parent board). abort() fails the test
+ * and ends the process.
  */
 #pragma once
 
@@ -20,9 +21,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "dist/communicator.h"
@@ -47,6 +51,13 @@ class ThreadBoard {
   }
   void post(int rank, const void* buffer) { posted_[static_cast<size_t>(rank)] = buffer; }
   const void* posted(int rank) const { return posted_[static_cast<size_t>(rank)]; }
+  /// The board of the group (split number `split`, `color`), made by its first caller.
+  ThreadBoard& group_board(long split, int color, int world) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_ptr<ThreadBoard>& board = groups_[{split, color}];
+    if (!board) board = std::make_unique<ThreadBoard>(world);
+    return *board;
+  }
 
  private:
   int world_;
@@ -55,6 +66,7 @@ class ThreadBoard {
   std::condition_variable all_arrived_;
   int arrived_ = 0;
   long generation_ = 0;
+  std::map<std::pair<long, int>, std::unique_ptr<ThreadBoard>> groups_;
 };
 
 class ThreadCommunicator final : public Communicator {
@@ -128,6 +140,24 @@ class ThreadCommunicator final : public Communicator {
     board_.wait_all();
     record(0, 0.0);
   }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    const int mine[2] = {color, key};
+    std::vector<int> all(2 * static_cast<size_t>(world_size()));
+    exchange(mine, [&] {
+      for (int r = 0; r < world_size(); ++r)
+        std::memcpy(all.data() + 2 * r, board_.posted(r), sizeof mine);
+    });
+    int group_rank = 0, group_size = 0;
+    for (int r = 0; r < world_size(); ++r) {
+      if (all[2 * r] != color) continue;
+      ++group_size;
+      const int other_key = all[2 * r + 1];
+      if (other_key < key || (other_key == key && r < rank_)) ++group_rank;
+    }
+    ThreadBoard& group = board_.group_board(splits_++, color, group_size);
+    record(0, 0.0);
+    return std::make_unique<ThreadCommunicator>(group, group_rank);
+  }
 
   [[noreturn]] void abort(int code) override {
     ADD_FAILURE() << "rank " << rank_ << " aborted with code " << code;
@@ -170,6 +200,7 @@ class ThreadCommunicator final : public Communicator {
 
   ThreadBoard& board_;
   int rank_;
+  long splits_ = 0;  // this rank's splits so far: the same count on every rank of the board
 };
 
 /// Runs body(rank, communicator) on `world` threads at once; a body that throws fails the test

@@ -7,7 +7,9 @@
 //                                           barrier (the job must end, with CODE)
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -151,8 +153,25 @@ void check_collectives(gpt2::Communicator& comm) {
   const double got = gpt2::sum_in_rank_order(comm, value);
   CHECK_THAT(got == expected, "sum_in_rank_order ", got, " != ", expected);
 
+  // split: groups of consecutive ranks (rank / 2), numbered in reverse by key; a sum inside a
+  // group adds only its ranks.
+  {
+    const int color = rank / 2;
+    std::unique_ptr<gpt2::Communicator> group = comm.split(color, -rank);
+    const int group_size = std::min(2, world - 2 * color);
+    CHECK_THAT(group->world_size() == group_size, "group size ", group->world_size());
+    CHECK_THAT(group->rank() == (group_size - 1) - (rank - 2 * color), "group rank ",
+               group->rank());
+    float group_value = static_cast<float>(rank + 1);
+    group->all_reduce(&group_value, 1, ReduceOp::kSum);
+    float expected_sum = 0.0f;
+    for (int r = 2 * color; r < 2 * color + group_size; ++r) expected_sum += float(r + 1);
+    CHECK_THAT(group_value == expected_sum, "group sum ", group_value, " != ", expected_sum);
+    CHECK_THAT(std::string(group->backend()) == "mpi", group->backend());
+  }
+
   comm.barrier();
-  CHECK_THAT(comm.stats().calls == 18, "calls ", comm.stats().calls);
+  CHECK_THAT(comm.stats().calls == 19, "calls ", comm.stats().calls);
   CHECK_THAT(comm.stats().bytes > 0, "bytes ", comm.stats().bytes);
 }
 
