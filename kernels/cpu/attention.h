@@ -65,4 +65,26 @@ void attention_decode_forward(Real* out, const Real* qkv, const Real* k_cache,
                               const Real* v_cache, int B, int C, int NH, int length,
                               int capacity);
 
+/// Context parallelism: the attention of Tq query rows at global positions q_pos[0..Tq) (the
+/// same for every sequence; each in [0, Tk)) over the keys and values of all Tk positions of
+/// the sequence, causal by position (a query sees the keys at positions <= its own).
+/// q: (B,Tq) rows of C query channels, `q_stride` apart (3C: the query part of a qkv row);
+/// kv (B,Tk,2C): each position's C key channels, then its C value channels.
+/// Forward: out (B,Tq,C) (=) and lse (B,NH,Tq) (=), as the flash forward defines them.
+/// Backward: dq rows (`dq_stride` apart) (=), and dkv (B,Tk,2C) += the keys' and values'
+/// gradients from these queries (every rank's queries add into the same positions).
+/// With q_pos = 0..T-1 and kv the keys and values of the same qkv, this is the causal
+/// attention above, to rounding. Row by row, sums in double for Real = float; parallel over
+/// (b, h), each owned by one thread.
+template <typename Real>
+void attention_positions_forward(Real* out, Real* lse, const Real* q, int q_stride,
+                                 const Real* kv, const int* q_pos, int B, int Tq, int Tk, int C,
+                                 int NH);
+
+template <typename Real>
+void attention_positions_backward(Real* dq, int dq_stride, Real* dkv, const Real* dout,
+                                  const Real* q, int q_stride, const Real* kv, const Real* out,
+                                  const Real* lse, const int* q_pos, int B, int Tq, int Tk,
+                                  int C, int NH);
+
 }  // namespace gpt2::cpu
