@@ -121,6 +121,21 @@ CpuGpt2<Real>::CpuGpt2(const ModelConfig& config, int B, int T, AttentionKind at
 }
 
 template <typename Real>
+void CpuGpt2<Real>::share_sequences(SequenceShare<Real> share) {
+  GPT2_CHECK(attention_ == AttentionKind::kFlash, "context parallelism needs flash attention");
+  GPT2_CHECK(static_cast<int>(share.positions.size()) == T_, share.positions.size(),
+             " shared positions for T=", T_);
+  GPT2_CHECK(share.seq_len <= config_.max_seq_len, "sequences of ", share.seq_len,
+             " with maxT=", config_.max_seq_len);
+  for (const int p : share.positions)
+    GPT2_CHECK(p >= 0 && p < share.seq_len, "position ", p, " of ", share.seq_len);
+  const size_t rows = static_cast<size_t>(T_) * config_.channels;
+  allocate(wpe_rows_, rows, "wpe at the shared positions (T,C)");
+  if (training()) allocate(dwpe_rows_, rows, "their gradient (T,C)");
+  share_ = std::move(share);
+}
+
+template <typename Real>
 void CpuGpt2<Real>::zero_grad() {
   std::fill(grads_.begin(), grads_.end(), Real(0));
 }
@@ -149,6 +164,8 @@ Real CpuGpt2<Real>::forward(const int* inputs, const int* targets, int B, int T)
   else
     std::fill(targets_.begin(), targets_.begin() + BT, 0);
   gen_length_ = -1;  // the buffers the session's logits lived in are about to change
+  GPT2_CHECK(!share_ || (B == B_ && T == T_), "a shared model's forward is over B=", B_, " T=",
+             T_, " (got B=", B, " T=", T, ")");
   forward_blocks(inputs, B, T, 0, BlockMode::kFull);
   cur_B_ = B;
   cur_T_ = T;
@@ -166,7 +183,14 @@ Real CpuGpt2<Real>::forward(const int* inputs, const int* targets, int B, int T)
   double sum = 0.0;
   const Real* losses = buf(kBufLosses);
   for (size_t i = 0; i < BT; ++i) sum += losses[i];
-  return static_cast<Real>(sum / static_cast<double>(BT));
+  return static_cast<Real>(sum / loss_count(B, T));
+}
+
+template <typename Real>
+double CpuGpt2<Real>::loss_count(int B, int T) const {
+  // A shared model's rows are part of sequences of share_->seq_len: their losses over the
+  // whole sequences' count, so that the group's sum is the mean.
+  return static_cast<double>(B) * (share_ ? share_->seq_len : T);
 }
 
 template <typename Real>
@@ -177,9 +201,17 @@ void CpuGpt2<Real>::forward_blocks(const int* inputs, int B, int T, int pos, Blo
   const size_t Cs = C, att_rows = static_cast<size_t>(B) * NH * T;
   const size_t cache_layer = static_cast<size_t>(gen_B_) * gen_max_len_ * Cs;  // (B,NH,max,HS)
 
-  // Rows of wpe from pos on: position pos + t for the t-th token.
-  cpu::encoder_forward(buf(kBufEncoded), inputs_.data(), param(kWte), param(kWpe) + pos * Cs, B,
-                       T, C);
+  // Rows of wpe from pos on: position pos + t for the t-th token; a shared model's rows at its
+  // positions.
+  const bool shared = share_ && mode == BlockMode::kFull;
+  const Real* wpe = param(kWpe) + pos * Cs;
+  if (shared) {
+    for (size_t t = 0; t < static_cast<size_t>(T); ++t)
+      std::copy(param(kWpe) + share_->positions[t] * Cs,
+                param(kWpe) + (share_->positions[t] + 1) * Cs, wpe_rows_.begin() + t * Cs);
+    wpe = wpe_rows_.data();
+  }
+  cpu::encoder_forward(buf(kBufEncoded), inputs_.data(), param(kWte), wpe, B, T, C);
   for (int l = 0; l < L; ++l) {
     const Real* residual = l == 0 ? buf(kBufEncoded) : buf(kBufResidual3) + (l - 1) * BT * Cs;
     Real* ln1 = buf(kBufLn1) + l * BT * Cs;
@@ -209,6 +241,8 @@ void CpuGpt2<Real>::forward_blocks(const int* inputs, int B, int T, int pos, Blo
       cpu::attention_decode_forward(atty, qkv, k_cache_.data() + l * cache_layer,
                                     v_cache_.data() + l * cache_layer, B, C, NH, pos + 1,
                                     gen_max_len_);
+    else if (shared)
+      share_->attend(atty, buf(kBufAttLse) + l * att_rows, qkv);
     else if (attention_ == AttentionKind::kNaive)
       cpu::attention_naive_forward(atty, buf(kBufAttProbs) + l * att_rows * T, qkv, B, T, C, NH);
     else
@@ -295,7 +329,7 @@ void CpuGpt2<Real>::backward(Real loss_scale) {
   const size_t Cs = C, att_rows = static_cast<size_t>(B) * NH * T;
 
   // d(loss_scale * mean loss) / d losses[bt]
-  const Real dloss = static_cast<Real>(static_cast<double>(loss_scale) / static_cast<double>(BT));
+  const Real dloss = static_cast<Real>(static_cast<double>(loss_scale) / loss_count(B, T));
   std::fill(buf(kBufDLosses), buf(kBufDLosses) + BT, dloss);
   cpu::crossentropy_backward(buf(kBufDLogits), buf(kBufDLosses), buf(kBufProbs), targets_.data(),
                              B, T, V, Vp);
@@ -335,7 +369,9 @@ void CpuGpt2<Real>::backward(Real loss_scale) {
     // Now d(residual2): the attproj branch and the skip to the block input get it.
     cpu::matmul_backward(datty, grad(kAttprojw) + l * Cs * Cs, grad(kAttprojb) + l * Cs,
                          dresidual, atty, param(kAttprojw) + l * Cs * Cs, B, T, C, C);
-    if (attention_ == AttentionKind::kNaive)
+    if (share_)
+      share_->attend_backward(dqkv, datty, qkv, atty, buf(kBufAttLse) + l * att_rows);
+    else if (attention_ == AttentionKind::kNaive)
       cpu::attention_naive_backward(dqkv, datty, qkv, buf(kBufAttProbs) + l * att_rows * T, B, T,
                                     C, NH);
     else
@@ -347,7 +383,17 @@ void CpuGpt2<Real>::backward(Real loss_scale) {
                             param(kLn1w) + l * Cs, buf(kBufLn1Mean) + l * BT,
                             buf(kBufLn1Rstd) + l * BT, B, T, C);
   }
-  cpu::encoder_backward(grad(kWte), grad(kWpe), dresidual, inputs_.data(), B, T, C);
+  if (!share_) {
+    cpu::encoder_backward(grad(kWte), grad(kWpe), dresidual, inputs_.data(), B, T, C);
+    return;
+  }
+  // wpe's gradient at the shared positions: into rows of its own, then added at theirs.
+  std::fill(dwpe_rows_.begin(), dwpe_rows_.end(), Real(0));
+  cpu::encoder_backward(grad(kWte), dwpe_rows_.data(), dresidual, inputs_.data(), B, T, C);
+  for (size_t t = 0; t < static_cast<size_t>(T); ++t) {
+    Real* dwpe = grad(kWpe) + share_->positions[t] * Cs;
+    for (size_t c = 0; c < Cs; ++c) dwpe[c] += dwpe_rows_[t * Cs + c];
+  }
 }
 
 template class CpuGpt2<float>;
@@ -370,6 +416,10 @@ MemoryPlan plan_cpu_model_memory(const ModelOptions& options) {
     GPT2_USAGE_FAIL("ZeRO stage must be 0 or 1 (got ", options.zero_stage, ")");
   if (options.comm != nullptr && options.comm->memory_space() != MemorySpace::kHost)
     GPT2_FAIL("the CPU model needs a host communicator, not ", options.comm->backend());
+  const bool context_parallel = options.context_size() > 1;
+  if (context_parallel && options.attention != AttentionKind::kFlash)
+    GPT2_USAGE_FAIL("context parallelism needs --attn flash: naive attention exists to "
+                    "materialize each sequence's whole T x T scores, which no rank holds");
   const size_t num_params = ParameterLayout::for_config(config).total;
   const size_t param_bytes = num_params * sizeof(float);
   MemoryPlan plan;
@@ -403,10 +453,22 @@ MemoryPlan plan_cpu_model_memory(const ModelOptions& options) {
                  shards.max_bucket_size() * sizeof(uint16_t));
     }
   }
-  for (const CpuBufferSpec& spec : cpu_buffer_specs(config, options.batch_size, options.seq_len,
+  const int T = options.local_seq_len();
+  for (const CpuBufferSpec& spec : cpu_buffer_specs(config, options.batch_size, T,
                                                     options.attention, options.training))
     if (spec.elements > 0) plan.add(spec.group, spec.name, spec.elements * sizeof(float));
-  const size_t tokens = static_cast<size_t>(options.batch_size) * options.seq_len;
+  if (context_parallel) {
+    const ContextShard shard =
+        context_shard(options.seq_len, options.context_size(), options.context_comm->rank());
+    plan.add("attention", str_cat("context parallel: the group's keys and values, sent, "
+                                  "received and whole (", shard.size, " ranks of up to ",
+                                  shard.max_local, " of ", shard.seq_len, " positions)"),
+             CpuContextAttention::buffer_elements(shard, options.batch_size,
+                                                  config.channels) * sizeof(float));
+    plan.add("activations", "wpe at this rank's positions and its gradient (T,C) x 2",
+             2 * static_cast<size_t>(T) * config.channels * sizeof(float));
+  }
+  const size_t tokens = static_cast<size_t>(options.batch_size) * T;
   plan.add("workspace", "inputs and targets (2,B,T) int32", 2 * tokens * sizeof(int));
   return plan;
 }
@@ -444,9 +506,27 @@ size_t available_host_memory_bytes() {
 CpuModel::CpuModel(const ModelOptions& options)
     : options_(options), plan_(plan_cpu_model_memory(options)) {
   check_memory_fits(plan_, available_host_memory_bytes(), "MemAvailable in /proc/meminfo");
-  gpt2_ = std::make_unique<CpuGpt2<float>>(options.config, options.batch_size, options.seq_len,
-                                           options.attention, cpu::FlashBlocks{},
-                                           options.training);
+  gpt2_ = std::make_unique<CpuGpt2<float>>(options.config, options.batch_size,
+                                           options.local_seq_len(), options.attention,
+                                           cpu::FlashBlocks{}, options.training);
+  if (options.context_size() > 1) {
+    const ModelConfig& config = options.config;
+    context_ = std::make_unique<CpuContextAttention>(
+        *options.context_comm,
+        context_shard(options.seq_len, options.context_size(), options.context_comm->rank()),
+        options.batch_size, config.channels, config.num_heads);
+    SequenceShare<float> share;
+    share.positions = context_->shard().positions;
+    share.seq_len = options.seq_len;
+    share.attend = [this](float* out, float* lse, const float* qkv) {
+      context_->forward(out, lse, qkv);
+    };
+    share.attend_backward = [this](float* dqkv, const float* dout, const float* qkv,
+                                   const float* out, const float* lse) {
+      context_->backward(dqkv, dout, qkv, out, lse);
+    };
+    gpt2_->share_sequences(std::move(share));
+  }
   if (options.training) {
     const int world = options.world_size();
     comm_ = options.comm;

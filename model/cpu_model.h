@@ -27,10 +27,13 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
+#include "model/context_parallel.h"
 #include "model/model.h"
 #include "model/parameters.h"
 
@@ -47,6 +50,20 @@ enum CpuBuffer : int {
   kBufDLosses, kBufDLogits, kBufDLnf, kBufDResidual, kBufDFchGelu, kBufDFch, kBufDLn2,
   kBufDAtty, kBufDQkv, kBufDLn1,
   kNumCpuBuffers
+};
+
+/// Context parallelism (model/context_parallel.h): a CpuGpt2's rows are the positions
+/// `positions` of sequences of `seq_len`, and attention reaches the rows of the other ranks
+/// through attend / attend_backward (collective), with the contract of
+/// CpuContextAttention::forward / backward.
+template <typename Real>
+struct SequenceShare {
+  std::vector<int> positions;
+  int seq_len = 0;
+  std::function<void(Real* out, Real* lse, const Real* qkv)> attend;
+  std::function<void(Real* dqkv, const Real* dout, const Real* qkv, const Real* out,
+                     const Real* lse)>
+      attend_backward;
 };
 
 struct CpuBufferSpec {
@@ -94,6 +111,13 @@ class CpuGpt2 {
   void backward(Real loss_scale);
   void zero_grad();
 
+  /// Makes this model one rank of a context group (SequenceShare): flash attention only; every
+  /// training or evaluation forward is then over (B, seq_len()) rows at share.positions (their
+  /// count must be seq_len()), its loss the rows' sum over B * share.seq_len, and backward's
+  /// gradients those of that share of the sequences' mean. Generation stays local (positions
+  /// from 0).
+  void share_sequences(SequenceShare<Real> share);
+
   /// Generation with a key/value cache, as Model's start_generation / prefill / decode_step:
   /// 1 <= B <= batch_size(), 1 <= max_len <= seq_len(); tokens (B,length) then (B) per step.
   /// Both return the logits (B,Vp) of the new last position (valid until the next call).
@@ -125,6 +149,8 @@ class CpuGpt2 {
   /// lnf and the classifier on the last position of each of the B sequences of the last
   /// forward_blocks: logits (B,Vp) in kBufLogits.
   void last_position_logits(int B, int T);
+  /// The count a forward's loss sum is divided by: B * T, or B * the shared sequences' length.
+  double loss_count(int B, int T) const;
   void check_tokens(const int* tokens, size_t n) const;
 
   ModelConfig config_;
@@ -139,6 +165,9 @@ class CpuGpt2 {
   bool have_targets_ = false;
   // Generation session: caches (L,gen_B_,NH,gen_max_len_,HS) each; gen_length_ -1 when none.
   std::vector<Real> k_cache_, v_cache_;
+  // Context parallelism: the share, and wpe's rows at its positions (T,C) and their gradient.
+  std::optional<SequenceShare<Real>> share_;
+  std::vector<Real> wpe_rows_, dwpe_rows_;
   int gen_B_ = 0, gen_max_len_ = 0, gen_length_ = -1;
 };
 
@@ -216,6 +245,7 @@ class CpuModel final : public Model {
   void gather_shards(const float* local, float* full) const;
 
   std::unique_ptr<CpuGpt2<float>> gpt2_;
+  std::unique_ptr<CpuContextAttention> context_;  // context parallelism: attention's group
   std::vector<float> adam_m_, adam_v_;  // N floats each, or this rank's shard (ZeRO-1)
   Communicator* comm_ = nullptr;
   ShardPlan shards_;

@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "model/context_parallel.h"
 #include "model/cpu_model.h"
 #include "model/parameters.h"
 #ifdef GPT2_WITH_CUDA_BACKEND
@@ -43,6 +44,11 @@ const char* to_string(Precision precision) {
     case Precision::kBf16: return "bf16";
   }
   return "unknown";
+}
+
+int ModelOptions::local_seq_len() const {
+  if (context_size() == 1) return seq_len;
+  return context_shard(seq_len, context_size(), context_comm->rank()).local_len();
 }
 
 const char* to_string(GradReduce reduce) {

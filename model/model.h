@@ -77,6 +77,13 @@ struct ModelOptions {
   /// size, 1 included (model/cuda_data_parallel.h); a host communicator of world size 1 is the
   /// plain single-GPU path.
   Communicator* comm = nullptr;
+  /// Context parallelism (model/context_parallel.h): the ranks that share each sequence, a
+  /// group of comm's (nullptr or a group of 1: whole sequences; must outlive the model).
+  /// seq_len stays the sequences' length; forward_backward and evaluate then take this rank's
+  /// rows of each sequence, (B, context_shard(seq_len, group size, group rank).local_len()),
+  /// and return their share of the mean loss (the group's sum is the mean). CPU backend,
+  /// flash attention.
+  Communicator* context_comm = nullptr;
   int zero_stage = 0;
   size_t bucket_elements = 0;  // 0: the backend's default (gradient_bucket_plan)
   /// Data parallel: the sums over the ranks in fp32, or in bf16 (communicator.h: each addition
@@ -97,6 +104,9 @@ struct ModelOptions {
   bool overlap_gather = false;
 
   int world_size() const { return comm != nullptr ? comm->world_size() : 1; }
+  int context_size() const { return context_comm != nullptr ? context_comm->world_size() : 1; }
+  /// Rows per sequence a forward takes: seq_len, or this rank's share of it.
+  int local_seq_len() const;
 };
 
 class Model {
