@@ -33,7 +33,8 @@ std::vector<std::vector<int>> generate(Model& model, const std::vector<int>& pro
   const int B = static_cast<int>(rngs.size());
   const int P = static_cast<int>(prompt.size());
   const int N = options.max_new_tokens;
-  const int context = model.options().seq_len;
+  // A context-parallel model generates on its own rank, in the rows it holds.
+  const int context = model.options().local_seq_len();
   const int V = model.options().config.vocab_size;
   GPT2_CHECK(B >= 1 && B <= model.options().batch_size, "generating ", B,
              " sequences with a model of batch size ", model.options().batch_size);

@@ -37,7 +37,8 @@ cxxopts::Options make_options() {
       ("precision", "fp32 | bf16 (default: bf16 on cuda, fp32 on cpu)", s())
       ("batch-size", "B, sequences per micro-batch (default: 16 on cuda, 4 on cpu)", s())
       ("seq-len", "T, tokens per sequence (default: 1024 on cuda, 64 on cpu)", s())
-      ("total-batch-size", "tokens per optimizer step, a multiple of B*T*world (default B*T*world)", s())
+      ("total-batch-size", "tokens per optimizer step, a multiple of B*T*world (with "
+       "--context-parallel N: B*T*world/N) (default: that product)", s())
       ("steps", "optimizer steps", s()->default_value("50"))
       ("lr", "peak learning rate", s()->default_value("6e-4"))
       ("warmup-steps", "linear warm-up steps", s()->default_value("0"))
@@ -65,6 +66,9 @@ cxxopts::Options make_options() {
        "micro-batch's backward and (ZeRO-1) gathers the updated parameters during the next "
        "forward; 0 runs each after its phase (faster on two H100s); reduce or gather overlaps "
        "that one only", s()->default_value("0"))
+      ("context-parallel", "ranks that share each sequence (world = data-parallel replicas x "
+       "N; each rank holds 2 of 2N chunks of every sequence; flash attention; CPU for now)",
+       s()->default_value("1"))
       ("grad-reduce", "data parallel: sum the gradients over the ranks in fp32 or bf16 (half the "
        "bytes, each addition rounded to bf16) (default: bf16 with --precision bf16, else fp32)",
        s())
@@ -275,6 +279,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     GPT2_USAGE_FAIL("--overlap-comm must be 0, 1, reduce or gather (got '", overlap, "')");
   cli.overlap_comm = overlap == "1" || overlap == "reduce";
   cli.overlap_gather = overlap == "1" || overlap == "gather";
+  cli.context_parallel = parse_positive_int("context-parallel", text("context-parallel"));
   if (given("grad-reduce")) {
     const std::string reduce = text("grad-reduce");
     if (reduce != "fp32" && reduce != "bf16")
@@ -323,6 +328,16 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
               "the CUDA toolkit); install NCCL and reconfigure, or use --device cpu");
   config.overlap_comm = cli.overlap_comm;
   config.overlap_gather = cli.overlap_gather;
+  config.context_parallel = cli.context_parallel;
+  if (config.world_size % config.context_parallel != 0)
+    GPT2_USAGE_FAIL("--context-parallel ", config.context_parallel, " does not divide the job's ",
+                    config.world_size, " rank(s): the ranks form groups of that many");
+  if (config.context_parallel > 1 && on_cuda)
+    GPT2_USAGE_FAIL("--context-parallel runs on --device cpu for now (the GPU's attention "
+                    "across ranks is not built yet)");
+  if (config.context_parallel > 1 && cli.attention != AttentionKind::kFlash)
+    GPT2_USAGE_FAIL("--context-parallel needs --attn flash: naive attention exists to "
+                    "materialize each sequence's whole T x T scores, which no rank holds");
   config.zero_stage = cli.zero_stage.value_or(config.world_size > 1 ? 1 : 0);
 
   config.precision = cli.precision.value_or(on_cuda ? Precision::kBf16 : Precision::kFp32);
@@ -402,13 +417,20 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
                     config.model_config.max_seq_len, "); raise --max-seq-len or lower --seq-len");
   }
 
+  if (config.context_parallel > 1 && config.seq_len < 2 * config.context_parallel)
+    GPT2_USAGE_FAIL("--context-parallel ", config.context_parallel, " cuts each sequence into ",
+                    2 * config.context_parallel, " chunks: --seq-len must be at least ",
+                    2 * config.context_parallel, " (got ", config.seq_len, ")");
+  // A context group shares its sequences: the replicas are the groups.
   const int64_t tokens_per_micro_step =
-      int64_t{config.batch_size} * config.seq_len * config.world_size;
+      int64_t{config.batch_size} * config.seq_len * config.data_parallel_size();
   config.total_batch_size = cli.total_batch_size.value_or(tokens_per_micro_step);
   if (config.total_batch_size % tokens_per_micro_step != 0) {
     GPT2_USAGE_FAIL("--total-batch-size ", config.total_batch_size,
-                    " is not a multiple of B*T*world = ", config.batch_size, "*", config.seq_len,
-                    "*", config.world_size, " = ", tokens_per_micro_step);
+                    " is not a multiple of B*T*",
+                    config.context_parallel > 1 ? "replicas" : "world", " = ",
+                    config.batch_size, "*", config.seq_len, "*", config.data_parallel_size(),
+                    " = ", tokens_per_micro_step);
   }
   const int64_t accum = config.total_batch_size / tokens_per_micro_step;
   if (accum > std::numeric_limits<int>::max())

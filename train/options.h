@@ -81,6 +81,7 @@ struct CommandLine {
   uint64_t seed = 1337;
   std::optional<int> zero_stage;  // 0 | 1
   std::string comm = "auto";      // auto | nccl
+  int context_parallel = 1;     // --context-parallel N
   bool overlap_comm = false;    // --overlap-comm: the reductions
   bool overlap_gather = false;  // and the ZeRO-1 parameter gathers
   std::optional<GradReduce> grad_reduce;        // --grad-reduce fp32|bf16
@@ -119,8 +120,13 @@ struct TrainConfig {
   bool overlap_gather = false;  // ZeRO-1 parameter gathers during the next forward
   GradReduce grad_reduce = GradReduce::kFp32;  // the sums over the ranks
   size_t bucket_elements = 0;  // 0: the backend's default (gradient_bucket_plan)
+  /// Ranks that share each sequence (model/context_parallel.h): the job's ranks form groups of
+  /// this many consecutive ranks; the groups are the data-parallel replicas.
+  int context_parallel = 1;
   int64_t total_batch_size = 0;  // tokens per optimizer step, all ranks
-  int grad_accum_steps = 1;      // total_batch_size / (B * T * world_size)
+  int grad_accum_steps = 1;      // total_batch_size / (B * T * data_parallel_size())
+  int data_parallel_size() const { return world_size / context_parallel; }
+  int data_parallel_rank() const { return rank / context_parallel; }
   int steps = 0;
   LrSchedule lr_schedule;
   float weight_decay = 0.0f;

@@ -25,6 +25,7 @@
 #include "dist/communicator.h"
 #include "dist/shard_plan.h"
 #include "model/checkpoint.h"
+#include "model/context_parallel.h"
 #include "model/hf_checkpoint.h"
 #include "model/memory_plan.h"
 #include "model/model.h"
@@ -47,10 +48,13 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// comm: the job's host communicator, or the NCCL one over it (config.nccl).
-ModelOptions model_options(const TrainConfig& config, Communicator& comm) {
+// comm: the job's host communicator, or the NCCL one over it (config.nccl); context: the
+// rank's context group (nullptr without context parallelism).
+ModelOptions model_options(const TrainConfig& config, Communicator& comm,
+                           Communicator* context) {
   ModelOptions options;
   options.comm = &comm;
+  options.context_comm = context;
   options.zero_stage = config.zero_stage;
   options.overlap_communication = config.overlap_comm;
   options.overlap_gather = config.overlap_gather;
@@ -76,8 +80,9 @@ DataLoaderOptions loader_options(const TrainConfig& config, const std::string& p
   options.batch_size = config.batch_size;
   options.seq_len = config.seq_len;
   options.vocab_size = config.model_config.vocab_size;
-  options.rank = config.rank;
-  options.world_size = config.world_size;
+  // The replicas read different windows; the ranks of a context group the same ones.
+  options.rank = config.data_parallel_rank();
+  options.world_size = config.data_parallel_size();
   options.shuffle = shuffle;
   options.seed = config.seed;
   return options;
@@ -154,8 +159,16 @@ void print_configuration(const TrainConfig& c, const DataLoader& train, const Da
                                      : ", gathers after the update");
     std::printf("\n");
   }
-  std::printf("  %-18s %lld tokens = %d grad accumulation step(s) x B*T*world\n", "total batch",
-              static_cast<long long>(c.total_batch_size), c.grad_accum_steps);
+  std::printf("  %-18s %lld tokens = %d grad accumulation step(s) x B*T*%s\n", "total batch",
+              static_cast<long long>(c.total_batch_size), c.grad_accum_steps,
+              c.context_parallel > 1 ? "replicas" : "world");
+  if (c.context_parallel > 1) {
+    const ContextShard shard = context_shard(c.seq_len, c.context_parallel, 0);
+    std::printf("  %-18s %d rank(s) share each sequence (%d replica(s)): each holds 2 of %d "
+                "chunks, up to %d of its %d positions\n",
+                "context parallel", c.context_parallel, c.data_parallel_size(),
+                2 * c.context_parallel, shard.max_local, c.seq_len);
+  }
   std::printf("  %-18s %d\n", "steps", c.steps);
   std::printf("  %-18s %s, max %g, warm-up %d, final fraction %g\n", "lr schedule",
               to_string(c.lr_schedule.kind), c.lr_schedule.max_lr, c.lr_schedule.warmup_steps,
@@ -185,18 +198,45 @@ void print_configuration(const TrainConfig& c, const DataLoader& train, const Da
   std::fflush(stdout);
 }
 
+// A batch as the loader deals it to this rank's replica, (B,T) inputs and targets, and the rows
+// the model takes of it: all of them, or (context parallelism) this rank's positions of each.
+struct RankBatch {
+  RankBatch(int B, int T, std::optional<ContextShard> context)
+      : inputs(static_cast<size_t>(B) * T), targets(inputs.size()), shard(std::move(context)),
+        batch_size(B) {
+    if (shard) {
+      shard_inputs.resize(static_cast<size_t>(B) * shard->local_len());
+      shard_targets.resize(shard_inputs.size());
+    }
+  }
+  void select_rows() {
+    if (!shard) return;
+    shard->select(inputs.data(), shard_inputs.data(), batch_size);
+    shard->select(targets.data(), shard_targets.data(), batch_size);
+  }
+  const int* local_inputs() const { return shard ? shard_inputs.data() : inputs.data(); }
+  const int* local_targets() const { return shard ? shard_targets.data() : targets.data(); }
+
+  std::vector<int> inputs, targets;  // (B,T)
+  std::optional<ContextShard> shard;
+  std::vector<int> shard_inputs, shard_targets;  // (B, shard->local_len())
+  int batch_size;
+};
+
 // Mean loss over the first `batches` validation batches of every rank (each rank its own
 // windows), always from the loader's start so that every evaluation sees the same tokens.
-float validation_loss(Model& model, DataLoader& loader, int batches, std::vector<int>& inputs,
-                      std::vector<int>& targets, Communicator& comm) {
+float validation_loss(Model& model, DataLoader& loader, int batches, RankBatch& batch,
+                      Communicator& comm, int replicas) {
   loader.reset();
   double sum = 0.0;
   for (int i = 0; i < batches; ++i) {
-    loader.next_batch(inputs.data(), targets.data());
-    sum += model.evaluate(inputs.data(), targets.data());
+    loader.next_batch(batch.inputs.data(), batch.targets.data());
+    batch.select_rows();
+    sum += model.evaluate(batch.local_inputs(), batch.local_targets());
   }
+  // A context group's ranks each return their share of the mean: the replicas are the groups.
   if (comm.world_size() > 1) sum = sum_in_rank_order(comm, sum);
-  return static_cast<float>(sum / (batches * comm.world_size()));
+  return static_cast<float>(sum / (batches * replicas));
 }
 
 // A checkpoint is only written when every value in it is finite: a NaN in a saved file would
@@ -455,11 +495,17 @@ int run_training(const TrainConfig& config, Communicator& comm) {
   }
 
   const size_t batch_tokens = size_t(config.batch_size) * size_t(config.seq_len);
-  std::vector<int> inputs(batch_tokens);
-  std::vector<int> targets(batch_tokens);
+  // Context parallelism: the groups of consecutive ranks that share their sequences.
+  std::unique_ptr<Communicator> context_group;
+  std::optional<ContextShard> shard;
+  if (config.context_parallel > 1) {
+    context_group = comm.split(config.data_parallel_rank(), config.rank);
+    shard = context_shard(config.seq_len, config.context_parallel, context_group->rank());
+  }
+  RankBatch batch(config.batch_size, config.seq_len, shard);
   // The first batch of each loader is read now, so that a bad token in the first shard fails
   // the run before it prints or writes anything; the training loop consumes this batch first.
-  train_loader.next_batch(inputs.data(), targets.data());
+  train_loader.next_batch(batch.inputs.data(), batch.targets.data());
   bool batch_pending = true;
   int val_batches = 0;
   if (val_loader) {
@@ -484,7 +530,7 @@ int run_training(const TrainConfig& config, Communicator& comm) {
   // its id handed out over the job's communicator; this also picks the rank's GPU.
   std::unique_ptr<Communicator> nccl;
   if (config.nccl) nccl = make_nccl_communicator(comm);
-  const ModelOptions options = model_options(config, nccl ? *nccl : comm);
+  const ModelOptions options = model_options(config, nccl ? *nccl : comm, context_group.get());
   const MemoryPlan plan = run_memory_plan(config, options, resuming);
   std::printf("%s\n", plan.to_string(data_parallel ? "memory plan (before allocation, per rank)"
                                                    : "memory plan (before allocation)")
@@ -557,9 +603,10 @@ int run_training(const TrainConfig& config, Communicator& comm) {
   }
 
   const int64_t tokens_per_step = config.total_batch_size;  // all ranks
-  // Each rank's gradient is of its own micro-batches' mean loss; the sum over the ranks
-  // (reduce_gradients) is then the gradient of the global batch's mean loss.
-  const int micro_batches_per_step = config.grad_accum_steps * config.world_size;
+  // Each replica's gradient is of its own micro-batches' mean loss (a context group's ranks each
+  // of their share of it); the sum over the ranks (reduce_gradients) is then the gradient of
+  // the global batch's mean loss.
+  const int micro_batches_per_step = config.grad_accum_steps * config.data_parallel_size();
   const float loss_scale = 1.0f / static_cast<float>(micro_batches_per_step);
   RunTotals totals;
   int skipped_in_a_row = 0;  // consecutive steps without an update (--on-nonfinite skip-step)
@@ -570,10 +617,11 @@ int run_training(const TrainConfig& config, Communicator& comm) {
     const double comm_start = comm.stats().seconds;
     model->zero_grad();
     for (int micro = 0; micro < config.grad_accum_steps; ++micro) {
-      if (!batch_pending) train_loader.next_batch(inputs.data(), targets.data());
+      if (!batch_pending) train_loader.next_batch(batch.inputs.data(), batch.targets.data());
+      batch.select_rows();
       batch_pending = false;
       if (micro + 1 == config.grad_accum_steps) model->expect_last_micro_batch();
-      model->queue_forward_backward(inputs.data(), targets.data(), loss_scale);
+      model->queue_forward_backward(batch.local_inputs(), batch.local_targets(), loss_scale);
     }
     model->reduce_gradients();
     cpu::AdamWHyper hyper;
@@ -624,7 +672,8 @@ int run_training(const TrainConfig& config, Communicator& comm) {
     if (validating || sampling) model->synchronize_parameters();
     if (validating) {
       metrics_row.val_loss =
-          validation_loss(*model, *val_loader, val_batches, inputs, targets, comm);
+          validation_loss(*model, *val_loader, val_batches, batch, comm,
+                          config.data_parallel_size());
       totals.last_val_loss = metrics_row.val_loss;
     }
     metrics_row.peak_mem_bytes = model->peak_memory_bytes();

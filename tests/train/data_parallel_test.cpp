@@ -518,5 +518,52 @@ TEST(DataParallel, ARankThatFailsMidRunEndsTheJob) {
   fs::remove_all(dir);
 }
 
+// --context-parallel: 2 and 3 ranks sharing every sequence of T=29 (not a multiple of 4 or 6
+// chunks) train like one rank on the same sequences, with gradient accumulation; 2 groups of 2
+// on 4 ranks like one rank of both groups' batch; naive attention and a group size that does
+// not divide the job are refused (exit 2).
+TEST(ContextParallel, GroupsTrainLikeOneRankOnTheSameSequences) {
+  GPT2_REQUIRE_MPIRUN(launcher);
+  const std::string dir = scratch_dir();
+  const int steps = 4;
+  const std::vector<std::string> shape = {"--seq-len", "29", "--total-batch-size", "232"};
+  const auto more = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), shape.begin(), shape.end());
+    return extra;
+  };
+  const auto single = run_trainer(run_args(dir + "/one", steps, 4, more({})));
+  ASSERT_EQ(single.exit_code, 0) << single.output;
+  struct Job {
+    int ranks, group, batch_size;
+  };
+  for (const Job job : {Job{2, 2, 4}, Job{3, 3, 4}, Job{4, 2, 2}}) {
+    SCOPED_TRACE(::testing::Message() << job.ranks << " ranks, groups of " << job.group);
+    const std::string out = dir + "/cp" + std::to_string(job.ranks) + std::to_string(job.group);
+    const auto result = run_job(
+        launcher, job.ranks,
+        run_args(out, steps, job.batch_size,
+                 more({"--context-parallel", std::to_string(job.group)})));
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_NE(result.output.find(std::to_string(job.group) + " rank(s) share each sequence"),
+              std::string::npos) << result.output;
+    EXPECT_NE(result.output.find("232 tokens = 2 grad accumulation step(s) x B*T*replicas"),
+              std::string::npos) << result.output;
+    expect_same_curve(out, dir + "/one", steps);
+    expect_same_checkpoint(out, dir + "/one", steps);
+  }
+  const auto naive =
+      run_job(launcher, 2, run_args(dir + "/naive", 1, 4,
+                                    more({"--context-parallel", "2", "--attn", "naive"})));
+  EXPECT_EQ(naive.exit_code, 2) << naive.output;
+  EXPECT_NE(naive.output.find("--context-parallel needs --attn flash"), std::string::npos)
+      << naive.output;
+  const auto uneven =
+      run_job(launcher, 3, run_args(dir + "/uneven", 1, 4, more({"--context-parallel", "2"})));
+  EXPECT_EQ(uneven.exit_code, 2) << uneven.output;
+  EXPECT_NE(uneven.output.find("--context-parallel 2 does not divide the job's 3 rank(s)"),
+            std::string::npos) << uneven.output;
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace gpt2
