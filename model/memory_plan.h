@@ -4,9 +4,10 @@
  *
  * Items are grouped: parameters, gradients, optimizer state, activations, attention buffers,
  * workspace, and, for the CPU, whose peak is the whole process's, host memory outside the model
- * (added by the trainer). A backend builds its plan from the options, prints it, checks it
- * against the free memory and only then allocates, each buffer by its plan item; when something
- * does not fit it throws gpt2::Error naming the buffer, the bytes it needs and the bytes free.
+ * (added by the trainer). A backend builds its plan from the options (the trainer prints it
+ * before building the model), checks it against the free memory and only then allocates, each
+ * buffer by its plan item; when something does not fit it throws gpt2::Error naming the
+ * buffer, the bytes it needs and the bytes free.
  */
 #pragma once
 

@@ -3,17 +3,21 @@
  * @brief The backend interface of a GPT-2 model: one implementation per device.
  *
  * A Model owns parameters (with fp32 master copies), gradients, AdamW moments and the
- * activations for micro-batches of shape (B, T) fixed at construction. The trainer drives it:
- *   zero_grad(); for each micro-batch: forward_backward(); reduce_gradients(); grad_norm();
- *   adamw_step().
- * Parameters cross the interface as fp32 in ParameterLayout order (checkpoints, tests).
- * Losses are the mean over the B*T positions of the micro-batch.
+ * activations for micro-batches of shape (B, T) fixed at construction. The trainer drives a
+ * step with one host round trip:
+ *   zero_grad(); queue_forward_backward() per micro-batch (expect_last_micro_batch() before
+ *   the last); reduce_gradients(); finish_step();
+ * and tests also step by step: forward_backward(), reduce_gradients(), grad_norm(),
+ * adamw_step(). Parameters cross the interface as fp32 in ParameterLayout order (checkpoints,
+ * tests). Losses are the mean over the B*T positions of the micro-batch (context parallelism:
+ * a rank's share of it, see ModelOptions::context_comm).
  * Data parallel (ModelOptions::comm with world size > 1): every rank holds a replica of the
  * parameters and runs the same calls in the same order on its own micro-batches; the calls
  * marked "collective" below communicate, so every rank must make them. The gradients are
- * reduced in the fixed buckets of dist/shard_plan.h. ZeRO-0: all-reduce of each bucket, every
- * rank updates every parameter. ZeRO-1: reduce-scatter of each bucket, each rank keeps the AdamW
- * moments of its shard only (the CUDA backend its fp32 master weights too) and updates its
+ * reduced in the fixed buckets of gradient_bucket_plan (dist/shard_plan.h). ZeRO-0: all-reduce
+ * of each bucket, every rank updates every parameter. ZeRO-1: reduce-scatter of each bucket,
+ * each rank keeps the AdamW moments of its shard only (the CUDA backend its fp32 master
+ * weights too) and updates its
  * shard, then the parameters are all-gathered. A world size of 1 is the single-process model
  * whatever the stage, except that a CUDA model given a device communicator (NCCL) runs the
  * data-parallel path at world size 1 too: the same losses, through the collectives.

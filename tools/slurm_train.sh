@@ -10,9 +10,8 @@
 # job picks up where the last one stopped; --signal below gives every rank SIGTERM two minutes
 # before the time limit, and the ranks stop after the same step with a checkpoint.
 #
-# NOTE: multi-GPU training is not available yet: gpt2-train refuses --device cuda with more
-# than one rank (exit code 2) until the CUDA model reduces over NCCL. Data parallelism runs on
-# the CPU today: DEVICE=cpu, a few tasks per node, OMP_NUM_THREADS cores each, e.g.
+# On GPUs the ranks reduce over NCCL (one task per GPU). On CPUs: DEVICE=cpu, a few tasks per
+# node, OMP_NUM_THREADS cores each, e.g.
 #   DEVICE=cpu sbatch --nodes=4 --ntasks-per-node=2 --cpus-per-task=32 --gpus-per-node=0 \
 #     tools/slurm_train.sh --model d12 --out runs/d12-cpu
 #

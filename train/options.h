@@ -10,9 +10,10 @@
  *                         device-dependent defaults (model, precision, B, T), reads the model
  *                         config (preset, checkpoint header, or a Hugging Face directory's
  *                         config.json with its safetensors header) and checks what needs it:
- *                         T <= the model's context, total batch a multiple of B*T*world, the
- *                         ZeRO stage (default 1 with several ranks), no CUDA with several
- *                         ranks (multi-GPU training is not available yet: exit 2).
+ *                         T <= the model's context, total batch a multiple of B*T*replicas,
+ *                         the ZeRO stage (default 1 with several ranks), NCCL for CUDA with
+ *                         several ranks, the context-parallel group size (a divisor of the
+ *                         world, flash attention, T >= 2N), the gradient sums' type.
  * Bad values throw gpt2::UsageError (exit 2) with a one-line message naming the option and
  * the value. `--device cuda` without a usable GPU and unreadable checkpoint files throw
  * gpt2::Error (exit 1): the command line is fine, the machine or the file is not.

@@ -23,8 +23,9 @@
  *   Head dims of 128 are stored as two such 64-column tiles (the LBO of MN-major descriptors).
  * - stmatrix [stmatrix.sync.aligned] stores mma-layout bf16 fragments to shared memory, a
  *   16 x 16 block per instruction.
- * - setmaxnreg moves registers between producer and consumer warpgroups (needs
- *   __launch_bounds__(threads, 1)); named barriers [bar.sync id, n] sync a subset of warps.
+ * - setmaxnreg moves registers between producer and consumer warpgroups (the backward kernel,
+ *   one block per SM: __launch_bounds__(threads, 1); the forward's shapes run 2-3 blocks per
+ *   SM and use none); named barriers [bar.sync id, n] sync a subset of warps.
  */
 #pragma once
 
