@@ -17,10 +17,10 @@
  * reduced in the fixed buckets of gradient_bucket_plan (dist/shard_plan.h). ZeRO-0: all-reduce
  * of each bucket, every rank updates every parameter. ZeRO-1: reduce-scatter of each bucket,
  * each rank keeps the AdamW moments of its shard only (the CUDA backend its fp32 master
- * weights too) and updates its
- * shard, then the parameters are all-gathered. A world size of 1 is the single-process model
- * whatever the stage, except that a CUDA model given a device communicator (NCCL) runs the
- * data-parallel path at world size 1 too: the same losses, through the collectives.
+ * weights too) and updates its shard, then the parameters are all-gathered. A world size of 1
+ * is the single-process model whatever the stage, except that a CUDA model given a device
+ * communicator (NCCL) runs the data-parallel path at world size 1 too: the same losses,
+ * through the collectives.
  */
 #pragma once
 
