@@ -10,18 +10,25 @@
  */
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "base/file_io.h"
 #include "base/rng.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
@@ -283,6 +290,103 @@ TEST_F(TokenizeToolTest, ALongLineWithoutSpacesTakesAboutTenTimesItsSizeInMemory
   const std::vector<int> ids = tokenizer_->encode(letters);
   ASSERT_EQ(shard.size(), ids.size() + 1);
   EXPECT_TRUE(std::equal(ids.begin(), ids.end(), shard.begin() + 1));
+}
+
+// In the folder: relative paths are the point of some cases.
+RunResult run_tool_in(const std::string& folder, const std::vector<std::string>& args) {
+  std::string command = "cd " + testing::shell_quote(folder) + " && " +
+                        testing::shell_quote(GPT2_TOKENIZE_BINARY);
+  for (const std::string& arg : args) command += " " + testing::shell_quote(arg);
+  return testing::run_command(command);
+}
+
+TEST_F(TokenizeToolTest, AnOptionWithoutItsValueExitsTwoNamingIt) {
+  const std::vector<std::string> paths = write_documents({"one", "two"});
+  const struct {
+    std::vector<std::string> args;
+    std::string message;
+  } cases[] = {
+      {{"--output", "--val-fraction", "0.5"}, "--output needs a value (the next argument, "
+                                              "--val-fraction, is an option"},
+      {{"--input", paths[0], paths[1], "--output"}, "--output needs a value"},
+      {{"--input", "--output", path("o.bin")}, "--input needs a value"},
+      {{"--input", paths[0], "--output", path("o.bin"), "--help=1"}, "--help takes no value"},
+  };
+  for (const auto& c : cases) {
+    const RunResult run = run_tool(c.args);
+    EXPECT_EQ(run.exit_code, 2) << c.message << "\n" << run.output;
+    EXPECT_EQ(run.output.rfind("gpt2-tokenize: error: " + c.message, 0), 0u) << run.output;
+    EXPECT_EQ(run.output.find("\u2018"), std::string::npos) << run.output;  // no curly quotes
+  }
+  EXPECT_FALSE(fs::exists(path("o.bin")));
+}
+
+TEST_F(TokenizeToolTest, OutputsThatAreOneFileAreRefused) {
+  write_documents({"one", "two"});
+  fs::create_symlink("train.bin", path("link.bin"));  // dangling: train.bin is not written yet
+  for (const std::vector<std::string>& outputs :
+       {std::vector<std::string>{"--output", "./train.bin", "--val-output", "train.bin"},
+        std::vector<std::string>{"--output", "train.bin", "--val-output", "link.bin"},
+        std::vector<std::string>{"--output", "sub/../train.bin", "--val-output", "train.bin"}}) {
+    std::vector<std::string> args = {"--input", "doc_0.txt", "doc_1.txt"};
+    args.insert(args.end(), outputs.begin(), outputs.end());
+    args.insert(args.end(), {"--val-fraction", "0.5"});
+    fs::create_directories(path("sub"));
+    const RunResult run = run_tool_in(folder_.string(), args);
+    EXPECT_EQ(run.exit_code, 2) << outputs[1] << " " << outputs[3] << "\n" << run.output;
+    EXPECT_NE(run.output.find("is the same file as --output"), std::string::npos) << run.output;
+    EXPECT_FALSE(fs::exists(path("train.bin")));
+  }
+}
+
+TEST_F(TokenizeToolTest, OutputsAreWrittenByWhatThePathIs) {
+  const std::vector<std::string> paths = write_documents({"first document", "second one"});
+  ASSERT_EQ(run_tool({"--input", paths[0], paths[1], "--output", path("plain.bin")}).exit_code, 0);
+  const std::vector<char> expected = read_file_bytes(path("plain.bin"));
+  {
+    SCOPED_TRACE("a symbolic link: written through to its target, the link kept");
+    fs::create_directories(path("elsewhere"));
+    std::ofstream(path("elsewhere/train.bin")) << "an old shard";
+    fs::create_symlink("elsewhere/train.bin", path("train.bin"));
+    const RunResult run = run_tool({"--input", paths[0], paths[1], "--output", path("train.bin")});
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_TRUE(fs::is_symlink(path("train.bin")));
+    EXPECT_EQ(read_file_bytes(path("elsewhere/train.bin")), expected);
+  }
+  {
+    SCOPED_TRACE("a FIFO: streamed to its reader, still a FIFO");
+    ASSERT_EQ(::mkfifo(path("pipe").c_str(), 0600), 0);
+    ASSERT_EQ(::link(path("pipe").c_str(), path("pipe_kept").c_str()), 0);
+    std::vector<char> received;
+    std::thread reader([&] {
+      const int fd = ::open(path("pipe").c_str(), O_RDONLY);
+      char buf[4096];
+      for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
+        received.insert(received.end(), buf, buf + n);
+      ::close(fd);
+    });
+    const RunResult run = run_tool({"--input", paths[0], paths[1], "--output", path("pipe")});
+    const int unblock = ::open(path("pipe_kept").c_str(), O_WRONLY | O_NONBLOCK);  // if replaced
+    if (unblock >= 0) ::close(unblock);
+    reader.join();
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_EQ(received, expected);
+    EXPECT_EQ(fs::status(path("pipe")).type(), fs::file_type::fifo);
+  }
+  {
+    SCOPED_TRACE("a socket: refused, naming the option");
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, path("sock").c_str(), sizeof address.sun_path - 1);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    ::close(fd);
+    const RunResult run = run_tool({"--input", paths[0], "--output", path("sock")});
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_NE(run.output.find("--output " + path("sock") + " is a socket"), std::string::npos)
+        << run.output;
+    EXPECT_EQ(fs::status(path("sock")).type(), fs::file_type::socket);
+  }
 }
 
 TEST_F(TokenizeToolTest, HelpExitsZeroAndListsOptions) {

@@ -443,8 +443,9 @@ TEST_F(HfCheckpointTest, ConfigSizesBeyondTheTensorsAreRefusedBeforeAllocating) 
     const std::string dir =
         hf_dir(replaced("\"n_layer\": 2", std::string("\"n_layer\": ") + layers), weights,
                "layers" + std::to_string(index++));
-    EXPECT_EQ(read_error(dir), dir + "/config.json: field 'n_layer' is " + layers + " but " + dir +
-                                   "/model.safetensors holds the tensors of 2 layer(s), h.0 to h.1");
+    EXPECT_EQ(read_error(dir),
+              dir + "/config.json: field 'n_layer' is " + layers + " but " + dir +
+                  "/model.safetensors holds the tensors of 2 layer(s), h.0 to h.1");
   }
   const std::string wide = hf_dir(replaced("\"n_embd\": 8", "\"n_embd\": 2147483646"), weights,
                                   "wide");
