@@ -330,6 +330,12 @@ TrainingSettings training_settings(const TrainConfig& config) {
 
 namespace {
 
+// The way on when a checkpoint cannot continue this command's run.
+std::string new_run_hint(const ResumePoint& point) {
+  return str_cat("start a new run from the model in another --out (--model ", point.model_path,
+                 "; AdamW moments, step and data position start afresh)");
+}
+
 // The settings of a version 3 state against this run's: what the learning rate of a step to
 // come, the update or the end of the run depends on must not change.
 void check_same_settings(const TrainConfig& config, const ResumePoint& point) {
@@ -340,8 +346,7 @@ void check_same_settings(const TrainConfig& config, const ResumePoint& point) {
                           const std::string& now_value, const char* why) {
     GPT2_FAIL(point.state_path, ": cannot resume: the run has ", option, " ", saved_value,
               ", this command ", option, " ", now_value, " (", why, "); resume with ", option,
-              " ", saved_value, ", or start a new run from the model in another --out (--model ",
-              point.model_path, ")");
+              " ", saved_value, ", or ", new_run_hint(point));
   };
   const auto check_float = [&](const char* option, float a, float b, const char* why) {
     if (std::memcmp(&a, &b, sizeof a) != 0) refuse(option, str_cat(a), str_cat(b), why);
@@ -398,8 +403,7 @@ void check_resume_compatible(const TrainConfig& config, const ResumePoint& point
               point.state.world_size, " and this job has world size ", config.world_size,
               ": the data order (windows dealt to ranks in groups of B*world) would not "
               "continue. Resume with ", point.state.world_size, " rank(s) (mpirun -np ",
-              point.state.world_size, "), or start a new run from the model with --model ",
-              point.model_path, " (AdamW moments, step and data position start afresh)");
+              point.state.world_size, "), or ", new_run_hint(point));
   expect("--batch-size", point.state.batch_size, config.batch_size);
   expect("--seq-len", point.state.seq_len, config.seq_len);
   expect("--total-batch-size", point.state.total_batch_size, config.total_batch_size);
