@@ -11,13 +11,10 @@
  * /dev/null): the system's own device files are never written.
  */
 #include <dirent.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,7 +24,6 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -35,6 +31,7 @@
 
 #include "base/error.h"
 #include "base/file_io.h"
+#include "special_files.h"
 
 namespace gpt2 {
 namespace {
@@ -182,18 +179,6 @@ bool is_symlink(const std::string& path) {
   return ::lstat(path.c_str(), &info) == 0 && S_ISLNK(info.st_mode);
 }
 
-// A Unix socket bound at path (left there when the descriptor is closed).
-void make_socket(const std::string& path) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  ASSERT_LT(path.size(), sizeof address.sun_path) << path;
-  std::strcpy(address.sun_path, path.c_str());
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0) << path;
-  ::close(fd);
-}
-
 TEST_F(FileIoTest, ASymbolicLinkIsWrittenThroughToItsTargetAtomically) {
   std::filesystem::create_directories(path("elsewhere"));
   write_plain("elsewhere/train.bin", "old shard");
@@ -221,22 +206,11 @@ TEST_F(FileIoTest, ASymbolicLinkIsWrittenThroughToItsTargetAtomically) {
 }
 
 TEST_F(FileIoTest, AFifoIsStreamedAndStaysAFifo) {
-  ASSERT_EQ(::mkfifo(path("pipe").c_str(), 0600), 0);
-  // A second name of the FIFO: should the writer replace "pipe", the reader still gets its end.
-  ASSERT_EQ(::link(path("pipe").c_str(), path("pipe_kept").c_str()), 0);
-  std::string received;
-  std::thread reader([&] {
-    const int fd = ::open(path("pipe").c_str(), O_RDONLY);
-    char buf[4096];
-    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) received.append(buf, size_t(n));
-    ::close(fd);
-  });
+  testing::FifoReader reader(path("pipe"));
   const std::string shard(100000, 'x');
   write_through(path("pipe"), shard);
-  const int unblock = ::open(path("pipe_kept").c_str(), O_WRONLY | O_NONBLOCK);
-  if (unblock >= 0) ::close(unblock);
-  reader.join();
-  EXPECT_EQ(received, shard);
+  const std::vector<char>& received = reader.finish();
+  EXPECT_EQ(std::string(received.begin(), received.end()), shard);
   struct stat info {};
   ASSERT_EQ(::lstat(path("pipe").c_str(), &info), 0);
   EXPECT_TRUE(S_ISFIFO(info.st_mode));
@@ -255,7 +229,7 @@ TEST_F(FileIoTest, ACharacterDeviceIsWrittenInPlaceNotReplaced) {
 }
 
 TEST_F(FileIoTest, SocketsAreRefusedAsOutputs) {
-  make_socket(path("sock"));
+  testing::make_unix_socket(path("sock"));
   EXPECT_THAT(error_message([&] { AtomicFileWriter writer(path("sock")); }),
               HasSubstr(path("sock") + ": is a socket"));
   try {
@@ -265,7 +239,7 @@ TEST_F(FileIoTest, SocketsAreRefusedAsOutputs) {
     EXPECT_EQ(std::string(e.what()).rfind("--output " + path("sock") + " is a socket", 0), 0u)
         << e.what();
   }
-  ::mkfifo(path("pipe").c_str(), 0600);
+  ASSERT_EQ(::mkfifo(path("pipe").c_str(), 0600), 0);
   write_plain("file", "x");
   for (const char* fine : {"pipe", "file", "missing", "."}) {
     EXPECT_NO_THROW(check_output_path("--output", path(fine))) << fine;

@@ -10,22 +10,16 @@
  */
 #include <gtest/gtest.h>
 
-#include <fcntl.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "base/file_io.h"
@@ -33,6 +27,7 @@
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "run_command.h"
+#include "special_files.h"
 
 namespace gpt2 {
 namespace {
@@ -355,32 +350,15 @@ TEST_F(TokenizeToolTest, OutputsAreWrittenByWhatThePathIs) {
   }
   {
     SCOPED_TRACE("a FIFO: streamed to its reader, still a FIFO");
-    ASSERT_EQ(::mkfifo(path("pipe").c_str(), 0600), 0);
-    ASSERT_EQ(::link(path("pipe").c_str(), path("pipe_kept").c_str()), 0);
-    std::vector<char> received;
-    std::thread reader([&] {
-      const int fd = ::open(path("pipe").c_str(), O_RDONLY);
-      char buf[4096];
-      for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
-        received.insert(received.end(), buf, buf + n);
-      ::close(fd);
-    });
+    testing::FifoReader reader(path("pipe"));
     const RunResult run = run_tool({"--input", paths[0], paths[1], "--output", path("pipe")});
-    const int unblock = ::open(path("pipe_kept").c_str(), O_WRONLY | O_NONBLOCK);  // if replaced
-    if (unblock >= 0) ::close(unblock);
-    reader.join();
+    EXPECT_EQ(reader.finish(), expected);
     EXPECT_EQ(run.exit_code, 0) << run.output;
-    EXPECT_EQ(received, expected);
     EXPECT_EQ(fs::status(path("pipe")).type(), fs::file_type::fifo);
   }
   {
     SCOPED_TRACE("a socket: refused, naming the option");
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-    sockaddr_un address{};
-    address.sun_family = AF_UNIX;
-    std::strncpy(address.sun_path, path("sock").c_str(), sizeof address.sun_path - 1);
-    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-    ::close(fd);
+    testing::make_unix_socket(path("sock"));
     const RunResult run = run_tool({"--input", paths[0], "--output", path("sock")});
     EXPECT_EQ(run.exit_code, 2) << run.output;
     EXPECT_NE(run.output.find("--output " + path("sock") + " is a socket"), std::string::npos)

@@ -10,10 +10,8 @@
  * device in place, a socket refused); a config.json whose n_layer the tensors do not hold is
  * refused naming the field before it sizes anything (run under a 2 GB address-space limit).
  */
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,6 +33,7 @@
 #include "model/hf_checkpoint.h"
 #include "model/parameters.h"
 #include "run_command.h"
+#include "special_files.h"
 
 namespace gpt2 {
 namespace {
@@ -228,12 +227,7 @@ TEST_F(ConvertToolTest, OutputsAreWrittenByWhatThePathIs) {
   }
   {
     SCOPED_TRACE("a socket: refused, naming the option");
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-    sockaddr_un address{};
-    address.sun_family = AF_UNIX;
-    std::strncpy(address.sun_path, path("sock").c_str(), sizeof address.sun_path - 1);
-    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-    ::close(fd);
+    testing::make_unix_socket(path("sock"));
     const RunResult run = run_convert({"--input", path("hf"), "--output", path("sock")});
     EXPECT_EQ(run.exit_code, 2) << run.output;
     EXPECT_NE(run.output.find("--output " + path("sock") + " is a socket"), std::string::npos)
