@@ -12,12 +12,12 @@
  *                         config.json with its safetensors header) and checks what needs it:
  *                         T <= the model's context, total batch a multiple of B*T*world, the
  *                         ZeRO stage (default 1 with several ranks), no CUDA with several
- *                         ranks (multi-GPU training is not available yet: exit 2), and that
- *                         no input (shards, model) is a file the run writes or removes in
- *                         --out (exit 2).
+ *                         ranks (multi-GPU training is not available yet: exit 2).
  * Bad values throw gpt2::UsageError (exit 2) with a one-line message naming the option and
  * the value. `--device cuda` without a usable GPU and unreadable checkpoint files throw
  * gpt2::Error (exit 1): the command line is fine, the machine or the file is not.
+ * An input (a shard, the --model file) that is one of the files the run writes or removes in
+ * --out is a usage error too.
  */
 #pragma once
 
