@@ -3,10 +3,13 @@
  * @brief Atomic whole-file writes, the one file reader, globbing, mkdir -p (POSIX).
  *
  * Contract (see file_io.h): every failure throws gpt2::Error whose message starts with the
- * file (or pattern) and ends with the system's reason (strerror). AtomicFileWriter keeps the
- * destination untouched until commit() renames a fully written, fsynced temporary file onto
- * it; the folder is fsynced afterwards so the rename itself survives a power cut. The
- * destructor never throws: an uncommitted writer just closes and unlinks its temporary file.
+ * file (or pattern) and ends with the system's reason (strerror). AtomicFileWriter looks at
+ * the path first (stat follows every link, so /dev/stdout's /proc links work too): a device or
+ * FIFO is opened and streamed; otherwise the file written is the one a symbolic link finally
+ * names (followed here link by link, as the kernel would, since it may not exist yet), and it
+ * stays untouched until commit() renames a fully written, fsynced temporary file onto it; the
+ * folder is fsynced afterwards so the rename itself survives a power cut. The destructor never
+ * throws: an uncommitted writer just closes and unlinks its temporary file.
  * expand_glob sorts by byte order (strcmp), independent of the locale, so every rank and
  * every run sees shards in the same order.
  */
@@ -19,7 +22,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
+#include <filesystem>
 
 #include "base/error.h"
 
@@ -55,14 +60,64 @@ bool has_glob_characters(const std::string& pattern) {
   return pattern.find_first_of("*?[") != std::string::npos;
 }
 
+// The file a write to path lands on: path itself, or the file its chain of symbolic links
+// finally names (which may not exist yet), each relative target taken against its link's folder.
+std::string final_link_target(const std::string& path) {
+  std::string current = path;
+  for (int hops = 0; hops < 40; ++hops) {  // Linux's own limit (ELOOP)
+    struct stat info {};
+    if (::lstat(current.c_str(), &info) != 0 || !S_ISLNK(info.st_mode)) return current;
+    char target[PATH_MAX];
+    const ssize_t length = ::readlink(current.c_str(), target, sizeof target);
+    if (length < 0 || length == static_cast<ssize_t>(sizeof target))
+      GPT2_FAIL(path, ": cannot read the symbolic link '", current, "': ",
+                length < 0 ? errno_text(errno) : std::string("target too long"));
+    const std::string text(target, static_cast<size_t>(length));
+    current = text.front() == '/' ? text : parent_folder(current) + "/" + text;
+  }
+  GPT2_FAIL(path, ": too many levels of symbolic links");
+}
+
+// What a path is, through its links, for the writer: "" when it writes there as a file
+// (missing or regular), "stream" for a character device or FIFO, else what it refuses.
+const char* unwritable_kind(const struct stat& info) {
+  if (S_ISDIR(info.st_mode)) return "a directory";
+  if (S_ISSOCK(info.st_mode)) return "a socket";
+  if (S_ISBLK(info.st_mode)) return "a block device";
+  return nullptr;
+}
+
+bool is_stream(const struct stat& info) {
+  return S_ISCHR(info.st_mode) || S_ISFIFO(info.st_mode);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // AtomicFileWriter
 
-AtomicFileWriter::AtomicFileWriter(const std::string& path)
-    : path_(path), temp_path_(str_cat(path, ".tmp.", static_cast<long>(::getpid()))) {
+AtomicFileWriter::AtomicFileWriter(const std::string& path) : path_(path) {
   if (path.empty()) GPT2_FAIL("cannot write a file with an empty path");
+  struct stat info {};
+  if (::stat(path.c_str(), &info) == 0) {
+    if (const char* kind = unwritable_kind(info)) {
+      GPT2_FAIL(path, ": is ", kind, ": only a file, a character device or a FIFO is written");
+    }
+    if (is_stream(info)) {
+      // Written in place: renaming a file onto a device or FIFO would replace the node itself.
+      const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
+      if (fd < 0) GPT2_FAIL(path, ": cannot open for writing: ", errno_text(errno));
+      file_ = ::fdopen(fd, "wb");
+      if (file_ == nullptr) {
+        const int err = errno;
+        ::close(fd);
+        GPT2_FAIL(path, ": cannot open for writing: ", errno_text(err));
+      }
+      return;
+    }
+  }
+  target_path_ = final_link_target(path);
+  temp_path_ = str_cat(target_path_, ".tmp.", static_cast<long>(::getpid()));
   file_ = std::fopen(temp_path_.c_str(), "wb");
   if (file_ == nullptr) {
     GPT2_FAIL(path_, ": cannot create temporary file '", temp_path_, "': ", errno_text(errno));
@@ -71,7 +126,8 @@ AtomicFileWriter::AtomicFileWriter(const std::string& path)
 
 AtomicFileWriter::~AtomicFileWriter() {
   if (file_ != nullptr) std::fclose(file_);
-  if (!committed_) ::unlink(temp_path_.c_str());  // best effort; a destructor must not throw
+  // Best effort; a destructor must not throw. A stream has no temporary file.
+  if (!committed_ && !temp_path_.empty()) ::unlink(temp_path_.c_str());
 }
 
 void AtomicFileWriter::write(const void* data, size_t bytes) {
@@ -89,15 +145,62 @@ void AtomicFileWriter::commit() {
   GPT2_CHECK(file_ != nullptr && !committed_, "commit called twice or after a failed commit");
   // Buffered data may only hit the disk here, so ENOSPC typically surfaces at fflush/fsync.
   if (std::fflush(file_) != 0) GPT2_FAIL(path_, ": write failed: ", errno_text(errno));
-  if (::fsync(::fileno(file_)) != 0) GPT2_FAIL(path_, ": fsync failed: ", errno_text(errno));
+  const bool streaming = temp_path_.empty();
+  if (!streaming && ::fsync(::fileno(file_)) != 0)
+    GPT2_FAIL(path_, ": fsync failed: ", errno_text(errno));
   FILE* file = file_;
   file_ = nullptr;  // fclose releases the stream even when it fails
   if (std::fclose(file) != 0) GPT2_FAIL(path_, ": close failed: ", errno_text(errno));
-  if (std::rename(temp_path_.c_str(), path_.c_str()) != 0) {
-    GPT2_FAIL(path_, ": cannot rename '", temp_path_, "' onto it: ", errno_text(errno));
+  if (streaming) {
+    committed_ = true;
+    return;
+  }
+  if (std::rename(temp_path_.c_str(), target_path_.c_str()) != 0) {
+    GPT2_FAIL(path_, ": cannot rename '", temp_path_, "' onto ",
+              target_path_ == path_ ? "it" : target_path_, ": ", errno_text(errno));
   }
   committed_ = true;
-  fsync_folder(path_);
+  fsync_folder(target_path_);
+}
+
+void check_output_path(const std::string& option, const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0 || S_ISDIR(info.st_mode)) return;
+  if (const char* kind = unwritable_kind(info)) {
+    GPT2_USAGE_FAIL(option, " ", path, " is ", kind, ": outputs are regular files (written "
+                    "atomically), or character devices and FIFOs (streamed)");
+  }
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat info_a {}, info_b {};
+  const bool a_exists = ::stat(a.c_str(), &info_a) == 0;
+  const bool b_exists = ::stat(b.c_str(), &info_b) == 0;
+  if (a_exists && b_exists) return info_a.st_dev == info_b.st_dev && info_a.st_ino == info_b.st_ino;
+  if (a_exists != b_exists) return false;
+  const auto spelled = [](const std::string& path) {
+    std::error_code ec;
+    const std::filesystem::path absolute = std::filesystem::absolute(final_link_target(path), ec);
+    return std::filesystem::weakly_canonical(absolute, ec).lexically_normal();
+  };
+  return spelled(a) == spelled(b);
+}
+
+void refuse_shared_outputs(const std::vector<CommandPath>& paths) {
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const CommandPath& output = paths[i];
+    if (!output.is_output || output.path.empty()) continue;
+    for (size_t j = 0; j < paths.size(); ++j) {
+      const CommandPath& other = paths[j];
+      if (j == i || other.path.empty() || (other.is_output && j > i)) continue;
+      if (!same_file(output.path, other.path)) continue;
+      if (other.is_output)
+        GPT2_USAGE_FAIL(output.option, " ", output.path, " is the same file as ", other.option,
+                        " ", other.path, ": each output needs a file of its own");
+      GPT2_USAGE_FAIL(output.option, " ", output.path, " is also an ", other.option, " file (",
+                      other.path, "): refusing to overwrite an input");
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -139,11 +242,17 @@ size_t InputFile::read_some(void* data, size_t bytes) {
 
 namespace {
 
+[[noreturn]] void fail_too_large(const std::string& path, size_t max_bytes) {
+  GPT2_FAIL(path, ": larger than the ", max_bytes, "-byte limit for this file");
+}
+
 // Reads to EOF rather than trusting the size, which is 0 for pipes and /proc files; the buffer
 // is sized once from the size, so a regular file is read straight into it, without a copy.
+// max_bytes bounds both: the size before anything is allocated, the bytes read after it.
 template <typename Bytes>
-Bytes read_whole_file(const std::string& path) {
+Bytes read_whole_file(const std::string& path, size_t max_bytes) {
   InputFile file(path);
+  if (file.size() > max_bytes) fail_too_large(path, max_bytes);
   Bytes bytes(static_cast<size_t>(file.size()), '\0');
   size_t filled = 0;
   while (filled < bytes.size()) {
@@ -156,18 +265,22 @@ Bytes read_whole_file(const std::string& path) {
     return bytes;
   }
   char chunk[1 << 16];
-  for (size_t got; (got = file.read_some(chunk, sizeof chunk)) > 0;)
+  for (size_t got; (got = file.read_some(chunk, sizeof chunk)) > 0;) {
+    if (got > max_bytes - bytes.size()) fail_too_large(path, max_bytes);
     bytes.insert(bytes.end(), chunk, chunk + got);
+  }
   return bytes;
 }
 
 }  // namespace
 
-std::vector<char> read_file_bytes(const std::string& path) {
-  return read_whole_file<std::vector<char>>(path);
+std::vector<char> read_file_bytes(const std::string& path, size_t max_bytes) {
+  return read_whole_file<std::vector<char>>(path, max_bytes);
 }
 
-std::string read_file_text(const std::string& path) { return read_whole_file<std::string>(path); }
+std::string read_file_text(const std::string& path, size_t max_bytes) {
+  return read_whole_file<std::string>(path, max_bytes);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Paths

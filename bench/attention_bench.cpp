@@ -32,6 +32,7 @@
 #include <cxxopts.hpp>
 
 #include "base/bf16.h"
+#include "base/command_line.h"
 #include "base/error.h"
 #include "base/file_io.h"
 #include "base/rng.h"
@@ -196,7 +197,7 @@ int bench_main(int argc, char** argv) {
       ("burst", "calls per timed run, back to back (the time reported per call)", cxxopts::value<int>()->default_value("4"))
       ("csv", "CSV output", cxxopts::value<std::string>()->default_value("out/attention_bench.csv"))
       ("h,help", "print this help");
-  const auto args = cli.parse(argc, argv);
+  const cxxopts::ParseResult args = parse_tool_options(cli, argc, argv);
   if (args.count("help")) {
     std::printf("%s\n", cli.help().c_str());
     return 0;
@@ -217,6 +218,7 @@ int bench_main(int argc, char** argv) {
     std::string item;
     while (std::getline(stream_list, item, ',')) listed_kernels.push_back(parse_kernel(item));
   }
+  check_output_path("--csv", args["csv"].as<std::string>());
 
   gpu::Context ctx;
   cudaStream_t stream = ctx.stream();

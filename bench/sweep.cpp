@@ -27,6 +27,7 @@
 
 #include <cxxopts.hpp>
 
+#include "base/command_line.h"
 #include "base/json.h"
 #include "base/file_io.h"
 #include "base/error.h"
@@ -326,12 +327,7 @@ int sweep_main(int argc, char** argv) {
       ("date", "with --replot: date for the heading when the CSV has none",
        cxxopts::value<std::string>()->default_value(""))
       ("h,help", "print this help");
-  cxxopts::ParseResult args;
-  try {
-    args = cli.parse(argc, argv);
-  } catch (const std::exception& e) {
-    GPT2_USAGE_FAIL(e.what());
-  }
+  const cxxopts::ParseResult args = parse_tool_options(cli, argc, argv);
   if (args.count("help")) {
     std::printf("%s\n", cli.help().c_str());
     return 0;

@@ -37,6 +37,8 @@ namespace {
 
 // Pieces longer than this are rare and not worth the memory of caching them.
 constexpr size_t kMaxCachedPieceBytes = 256;
+// GPT-2's encoder.json is 1 MB and vocab.bpe 456 KB; a vocabulary file beyond this is not one.
+constexpr size_t kMaxVocabularyFileBytes = size_t{64} << 20;
 // The cache is dropped when it reaches this many pieces, so memory stays bounded.
 constexpr size_t kMaxCachedPieces = 1 << 20;
 
@@ -180,7 +182,7 @@ void build_byte_to_code_point(uint32_t byte_to_cp[256]) {
 /// back sorted by symbol (ids are explicit, so order does not matter). A key given twice is an
 /// error (JSON parsers would keep one silently).
 std::vector<std::pair<std::string, int64_t>> read_encoder_json(const std::string& path) {
-  const std::string text = read_file_text(path);
+  const std::string text = read_file_text(path, kMaxVocabularyFileBytes);
   std::string duplicate;
   const nlohmann::json::parser_callback_t find_duplicates =
       [seen = std::unordered_set<std::string>(), &duplicate](
@@ -260,7 +262,7 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_json_path,
   }
 
   // vocab.bpe: "#version" line, then one "left right" merge per line, highest priority first.
-  const std::string bpe_text = read_file_text(vocab_bpe_path);
+  const std::string bpe_text = read_file_text(vocab_bpe_path, kMaxVocabularyFileBytes);
   size_t pos = 0;
   int64_t line_number = 0;
   int rank = 0;

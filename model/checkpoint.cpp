@@ -43,10 +43,30 @@ enum StateSlot : int {
   kSlotSeqLen = 5, kSlotTotalBatchSize = 6, kSlotSeed = 7, kSlotWorldSize = 8,
   kSlotLoaderEpoch = 9, kSlotLoaderShard = 10, kSlotLoaderBatch = 11, kSlotRngState = 12,
   kSlotHash = 16, kSlotPayloadBytes = 17, kSlotModelHash = 18, kSlotModelBytes = 19,
-  kSlotModelName = 20  // kModelNameSlots slots of NUL-padded text
+  kSlotModelName = 20,  // kModelNameSlots slots of NUL-padded text
+  // Version 3:
+  kSlotRunId = 52, kSlotSkippedInARow = 53, kSlotSkippedTotal = 54, kSlotSteps = 55,
+  kSlotMaxLr = 56, kSlotWarmupSteps = 57, kSlotLrSchedule = 58, kSlotFinalLrFrac = 59,
+  kSlotWeightDecay = 60, kSlotGradClip = 61, kSlotOnNonfinite = 62, kSlotMaxSkippedInARow = 63,
 };
 constexpr int kModelNameSlots = 32;
 static_assert(kModelNameSlots * sizeof(int64_t) == kMaxModelFileName + 1);
+static_assert(kSlotModelName + kModelNameSlots == kSlotRunId);
+// Version 2 (no run id, streak or settings) is still read.
+constexpr int64_t kOldestReadableStateVersion = 2;
+
+// A float in a header slot: its IEEE bits, so it reads back exactly.
+int64_t float_slot(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+float slot_float(int64_t slot) {
+  const auto bits = static_cast<uint32_t>(slot);
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
 
 // FNV-1a 64 over bytes, continuing from hash (start with kFnvOffset).
 constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
@@ -114,6 +134,15 @@ ModelHeader read_model_header(InputFile& file, const std::string& path, uint64_t
 }
 
 }  // namespace
+
+bool TrainingSettings::operator==(const TrainingSettings& o) const {
+  return steps == o.steps && float_slot(max_lr) == float_slot(o.max_lr) &&
+         warmup_steps == o.warmup_steps && lr_schedule == o.lr_schedule &&
+         float_slot(final_lr_frac) == float_slot(o.final_lr_frac) &&
+         float_slot(weight_decay) == float_slot(o.weight_decay) &&
+         float_slot(grad_clip) == float_slot(o.grad_clip) && on_nonfinite == o.on_nonfinite &&
+         max_skipped_in_a_row == o.max_skipped_in_a_row;
+}
 
 ModelFileDigest write_model_checkpoint(const std::string& path, const ModelConfig& config,
                                        const float* params, int32_t version) {
@@ -187,6 +216,7 @@ void write_training_state(const std::string& path, const TrainingState& state) {
   GPT2_CHECK(state.num_parameters >= 0 && state.adam_m.size() == n && state.adam_v.size() == n,
              "num_parameters ", state.num_parameters, ", m ", state.adam_m.size(), ", v ",
              state.adam_v.size());
+  GPT2_CHECK(state.settings.has_value(), "a training state is written with its settings");
   GPT2_CHECK(!state.model_file.empty() && state.model_file.size() <= kMaxModelFileName &&
                  state.model_file.find('/') == std::string::npos &&
                  state.model_file.find('\0') == std::string::npos,
@@ -211,6 +241,19 @@ void write_training_state(const std::string& path, const TrainingState& state) {
   header[kSlotModelHash] = static_cast<int64_t>(state.model_digest.hash);
   header[kSlotModelBytes] = static_cast<int64_t>(state.model_digest.bytes);
   std::memcpy(&header[kSlotModelName], state.model_file.data(), state.model_file.size());
+  header[kSlotRunId] = static_cast<int64_t>(state.run_id);
+  header[kSlotSkippedInARow] = state.skipped_in_a_row;
+  header[kSlotSkippedTotal] = state.skipped_total;
+  const TrainingSettings& settings = *state.settings;
+  header[kSlotSteps] = settings.steps;
+  header[kSlotMaxLr] = float_slot(settings.max_lr);
+  header[kSlotWarmupSteps] = settings.warmup_steps;
+  header[kSlotLrSchedule] = settings.lr_schedule;
+  header[kSlotFinalLrFrac] = float_slot(settings.final_lr_frac);
+  header[kSlotWeightDecay] = float_slot(settings.weight_decay);
+  header[kSlotGradClip] = float_slot(settings.grad_clip);
+  header[kSlotOnNonfinite] = settings.on_nonfinite;
+  header[kSlotMaxSkippedInARow] = settings.max_skipped_in_a_row;
   uint64_t hash = fnv1a64(kFnvOffset, header, sizeof header);  // the hash slot is still 0
   hash = fnv1a64(hash, state.adam_m.data(), vector_bytes);
   hash = fnv1a64(hash, state.adam_v.data(), vector_bytes);
@@ -233,9 +276,10 @@ TrainingState read_training_state(const std::string& path) {
   if (header[kSlotMagic] != kStateMagic)
     GPT2_FAIL(path, ": bad magic number ", header[kSlotMagic], " (expected ", kStateMagic,
               "): not a training-state file");
-  if (header[kSlotVersion] != kStateVersion)
-    GPT2_FAIL(path, ": unsupported training-state version ", header[kSlotVersion],
-              " (expected ", kStateVersion, header[kSlotVersion] == 1
+  const int64_t version = header[kSlotVersion];
+  if (version < kOldestReadableStateVersion || version > kStateVersion)
+    GPT2_FAIL(path, ": unsupported training-state version ", version, " (expected ",
+              kOldestReadableStateVersion, " to ", kStateVersion, version == 1
                   ? ": version 1 files do not record their model file's hash, so the pair "
                     "cannot be verified"
                   : "", ")");
@@ -254,6 +298,7 @@ TrainingState read_training_state(const std::string& path) {
               file.size() < expected ? "truncated" : "trailing bytes", ")");
 
   TrainingState state;
+  state.version = version;
   state.step = header[kSlotStep];
   state.num_parameters = num_parameters;
   state.batch_size = header[kSlotBatchSize];
@@ -269,6 +314,22 @@ TrainingState read_training_state(const std::string& path) {
   state.model_digest.bytes = static_cast<uint64_t>(header[kSlotModelBytes]);
   const char* name = reinterpret_cast<const char*>(&header[kSlotModelName]);
   state.model_file.assign(name, strnlen(name, kMaxModelFileName + 1));
+  if (version >= 3) {
+    state.run_id = static_cast<uint64_t>(header[kSlotRunId]);
+    state.skipped_in_a_row = header[kSlotSkippedInARow];
+    state.skipped_total = header[kSlotSkippedTotal];
+    TrainingSettings settings;
+    settings.steps = header[kSlotSteps];
+    settings.max_lr = slot_float(header[kSlotMaxLr]);
+    settings.warmup_steps = header[kSlotWarmupSteps];
+    settings.lr_schedule = header[kSlotLrSchedule];
+    settings.final_lr_frac = slot_float(header[kSlotFinalLrFrac]);
+    settings.weight_decay = slot_float(header[kSlotWeightDecay]);
+    settings.grad_clip = slot_float(header[kSlotGradClip]);
+    settings.on_nonfinite = header[kSlotOnNonfinite];
+    settings.max_skipped_in_a_row = header[kSlotMaxSkippedInARow];
+    state.settings = settings;
+  }
   state.adam_m.resize(static_cast<size_t>(num_parameters));
   state.adam_v.resize(static_cast<size_t>(num_parameters));
   file.read_exactly(state.adam_m.data(), vector_bytes, "the AdamW m vector");

@@ -76,6 +76,26 @@ std::vector<HfTensorSlot> hf_tensor_slots(const ModelConfig& config) {
 
 std::string join(const std::string& dir, const char* file) { return (fs::path(dir) / file).string(); }
 
+// config.json is a few hundred bytes; anything near this is not a model's config.
+constexpr size_t kMaxConfigBytes = size_t{16} << 20;
+
+// The distinct N of the tensors named "<prefix>h.<N>.<...>": as many as the file has blocks (a
+// set no larger than the file's tensor list, whatever the numbers).
+std::set<int64_t> layer_indices(const SafetensorsReader& reader, const std::string& prefix) {
+  std::set<int64_t> layers;
+  const std::string block = prefix + "h.";
+  for (const SafetensorsTensor& tensor : reader.tensors()) {
+    if (tensor.name.compare(0, block.size(), block) != 0) continue;
+    const size_t dot = tensor.name.find('.', block.size());
+    const std::string digits = tensor.name.substr(block.size(), dot - block.size());
+    if (digits.empty() || digits.size() > 18 ||
+        digits.find_first_not_of("0123456789") != std::string::npos)
+      continue;  // refused by name below
+    layers.insert(std::stoll(digits));
+  }
+  return layers;
+}
+
 // ---------------------------------------------------------------------------------------------
 // config.json
 
@@ -137,7 +157,7 @@ std::string hf_model_dir_of(const std::string& argument) {
 
 ModelConfig read_hf_config(const std::string& dir) {
   const std::string path = join(dir, kHfConfigFile);
-  const Json config = parse_json_unique_keys(read_file_text(path), path);
+  const Json config = parse_json_unique_keys(read_file_text(path, kMaxConfigBytes), path);
   if (!config.is_object()) GPT2_FAIL(path, ": not a JSON object");
 
   if (!config.contains("model_type")) GPT2_FAIL(path, ": missing field 'model_type'");
@@ -243,6 +263,18 @@ CheckedHfFiles open_hf_model(const std::string& dir) {
               "GPT2Model layout): not a GPT-2 model");
   }
   const std::string& prefix = files.prefix;
+  // config.json's sizes against the tensors present before they size anything: the tables
+  // below hold 12 entries per layer, the parameters (read_hf_model) every layer's weights.
+  check_tensor(reader, prefix + "wte.weight", {config.vocab_size, config.channels}, config);
+  check_tensor(reader, prefix + "wpe.weight", {config.max_seq_len, config.channels}, config);
+  // More layers in the file than n_layer are named tensor by tensor below ("unexpected tensor").
+  const std::set<int64_t> layers = layer_indices(reader, prefix);
+  if (static_cast<int64_t>(layers.size()) < config.num_layers)
+    GPT2_FAIL(join(dir, kHfConfigFile), ": field 'n_layer' is ", config.num_layers, " but ", path,
+              " holds ", layers.empty() ? std::string("no layer (no tensor h.N.*)")
+                                        : str_cat("the tensors of ", layers.size(),
+                                                  " layer(s), h.", *layers.begin(), " to h.",
+                                                  *layers.rbegin()));
   files.slots = hf_tensor_slots(config);
   for (const HfTensorSlot& slot : files.slots) files.slot_of[prefix + slot.name] = &slot;
   std::set<std::string> ignored;

@@ -10,7 +10,10 @@
 // directory created when missing (model/hf_checkpoint.h); the llm.c output is version 3 (fp32,
 // exact) or 5 (--dtype bf16, round to nearest even). Every file is written atomically and only
 // after the whole input has been read and checked, so a failure leaves no half-written output;
-// an output that would overwrite an input file is refused before anything is read.
+// an output that would overwrite an input file (the same device and inode, or the same path once
+// normalized and its links followed) is refused before anything is read. Outputs are written as
+// base/file_io.h says: regular files atomically, a symbolic link through to its target, a
+// character device or FIFO streamed; a socket or block device is refused (exit 2).
 // --print-logits runs the CPU reference model (fp32, naive attention) on the tokens and prints
 // {"model", "tokens", "vocab_size", "logits": T rows of V floats} (shortest round-trip decimals)
 // on one line: bench/hf_logits_check.py compares them with transformers' logits.
@@ -27,6 +30,7 @@
 
 #include <cxxopts.hpp>
 
+#include "base/command_line.h"
 #include "base/error.h"
 #include "base/file_io.h"
 #include "base/json.h"
@@ -90,19 +94,9 @@ std::vector<int> parse_tokens(const std::string& text) {
   return tokens;
 }
 
-bool same_path(const std::string& a, const std::string& b) {
-  std::error_code ec;
-  return a == b || fs::equivalent(a, b, ec);
-}
-
 ConvertOptions parse_command_line(int argc, char** argv, bool* help) {
   cxxopts::Options options = make_options();
-  cxxopts::ParseResult result;
-  try {
-    result = options.parse(argc, argv);
-  } catch (const cxxopts::exceptions::exception& e) {
-    GPT2_USAGE_FAIL(e.what(), " (see --help)");
-  }
+  const cxxopts::ParseResult result = parse_tool_options(options, argc, argv);
   *help = result.count("help") > 0;
   ConvertOptions opts;
   if (*help) return opts;
@@ -161,11 +155,11 @@ ConvertOptions parse_command_line(int argc, char** argv, bool* help) {
     outputs.push_back((fs::path(opts.output) / kHfConfigFile).string());
     outputs.push_back((fs::path(opts.output) / kHfWeightsFile).string());
   }
-  for (const std::string& output : outputs)
-    for (const std::string& input : inputs)
-      if (same_path(output, input))
-        GPT2_USAGE_FAIL("--output ", opts.output, " would overwrite the input ", input,
-                        ": refusing to overwrite an input");
+  std::vector<CommandPath> paths;
+  for (const std::string& output : outputs) paths.push_back({"--output", output, true});
+  for (const std::string& input : inputs) paths.push_back({"--input", input, false});
+  refuse_shared_outputs(paths);
+  for (const std::string& output : outputs) check_output_path("--output", output);
   if (!to_hf && fs::is_directory(opts.output, ec))
     GPT2_FAIL(opts.output, ": is a directory; the input is a Hugging Face directory, so the "
               "output is an llm.c model file (e.g. ", (fs::path(opts.output) / "model.bin").string(),

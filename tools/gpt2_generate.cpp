@@ -38,6 +38,7 @@
 
 #include <cxxopts.hpp>
 
+#include "base/command_line.h"
 #include "base/error.h"
 #include "base/file_io.h"
 #include "data/tokenizer.h"
@@ -97,12 +98,7 @@ cxxopts::Options make_options() {
 std::optional<GenerateOptions> parse_generate_command_line(int argc, char** argv) {
   cxxopts::Options options = make_options();
   options.allow_unrecognised_options();
-  cxxopts::ParseResult result;
-  try {
-    result = options.parse(argc, argv);
-  } catch (const cxxopts::exceptions::exception& e) {
-    GPT2_USAGE_FAIL(e.what(), " (see --help)");
-  }
+  const cxxopts::ParseResult result = parse_tool_options(options, argc, argv);
   for (const std::string& extra : result.unmatched()) {
     if (!extra.empty() && extra[0] == '-') GPT2_USAGE_FAIL("unknown option '", extra, "'");
     GPT2_USAGE_FAIL("unexpected argument '", extra,
@@ -154,31 +150,32 @@ std::optional<GenerateOptions> parse_generate_command_line(int argc, char** argv
 }
 
 /// The one place a --model value becomes a configuration and fp32 parameters: an llm.c model
-/// file (version 3 fp32 or 5 bf16). Other sources (Hugging Face directories) belong here.
+/// file (version 3 fp32 or 5 bf16) or a Hugging Face directory, named as gpt2-train names them
+/// (resolve_model_argument: a preset that is also such a directory here is ambiguous).
 ModelCheckpoint load_model_weights(const std::string& spec) {
-  if (!is_model_preset(spec)) {
-    // hf:DIR or a directory holding config.json (throws for an hf: path that is not one).
-    if (const std::string hf_dir = hf_model_dir_of(spec); !hf_dir.empty()) {
-      HfModel hf = read_hf_model(hf_dir);
-      ModelCheckpoint weights;
-      weights.config = hf.config;
-      weights.params = std::move(hf.params);
-      return weights;
-    }
+  const ModelArgument model = resolve_model_argument(spec);
+  if (model.source == ModelSource::kHfDirectory) {
+    HfModel hf = read_hf_model(model.path);
+    ModelCheckpoint weights;
+    weights.config = hf.config;
+    weights.params = std::move(hf.params);
+    return weights;
   }
-  if (!file_exists(spec)) {
-    if (is_model_preset(spec))
-      GPT2_USAGE_FAIL("--model ", spec, " is a preset name, which has no trained weights (text "
-                      "from a random initialization is noise): give an llm.c model file, e.g. "
-                      "a gpt2-train checkpoint out/model_00000050.bin");
-    GPT2_FAIL("--model ", spec, ": no such file");
-  }
-  return read_model_checkpoint(spec);
+  if (model.source == ModelSource::kLlmcFile) return read_model_checkpoint(model.path);
+  if (is_model_preset(spec))
+    GPT2_USAGE_FAIL("--model ", spec, " is a preset name, which has no trained weights (text "
+                    "from a random initialization is noise): give an llm.c model file, e.g. "
+                    "a gpt2-train checkpoint out/model_00000050.bin");
+  GPT2_FAIL("--model ", spec, ": no such file");
 }
 
 std::vector<int> prompt_tokens(const GenerateOptions& opts, Gpt2Tokenizer& tokenizer) {
   if (!opts.prompt && !opts.prompt_file) return {Gpt2Tokenizer::kEndOfText};
-  const std::string text = opts.prompt ? *opts.prompt : read_file_text(*opts.prompt_file);
+  // A prompt must fit the model's context (a few hundred KB of text at most): a file beyond
+  // this is a mistake.
+  constexpr size_t kMaxPromptFileBytes = size_t{64} << 20;
+  const std::string text =
+      opts.prompt ? *opts.prompt : read_file_text(*opts.prompt_file, kMaxPromptFileBytes);
   if (text.empty()) GPT2_FAIL("--prompt-file ", *opts.prompt_file, " is empty");
   return tokenizer.encode(text);
 }

@@ -8,8 +8,11 @@
 // is validation when floor((i+1)*F) > floor(i*F), which puts floor(N*F) of N documents there.
 // All inputs are read and tokenized before anything is written, and shards are written
 // atomically (data/shard.h), so a failure leaves no output behind.
-// An output that is also an input (same name, or the same file by a link or another spelling)
-// is refused before anything is read.
+// An output that is the same file as an input or as the other output (same device and inode,
+// or the same path once normalized and its links followed) is refused before anything is read.
+// Outputs are written as base/file_io.h says: a regular file (or a new one) atomically, a
+// symbolic link through to its target, a character device or FIFO streamed; a socket or block
+// device is refused (exit 2). A document larger than 4 GiB is refused (exit 1).
 // Exit codes: 0 success, 1 bad input file or other error, 2 bad command line.
 // The tokenizer files come from data_dir()/tokenizer (data/paths.h; $GPT2_DATA_DIR overrides).
 #include <cerrno>
@@ -17,15 +20,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <string>
-#include <utility>
 #include <vector>
 
 // File names may contain commas: never split a --input value.
 #define CXXOPTS_VECTOR_DELIMITER '\0'
 #include <cxxopts.hpp>
 
+#include "base/command_line.h"
 #include "base/error.h"
 #include "base/file_io.h"
 #include "data/shard.h"
@@ -33,6 +35,10 @@
 
 namespace gpt2 {
 namespace {
+
+// One document's text is held whole, and the tokenizer's working memory is about eight times the
+// longest piece of it: a larger document is refused rather than allowed to exhaust memory.
+constexpr size_t kMaxDocumentBytes = size_t{4} << 30;
 
 struct TokenizeOptions {
   std::vector<std::string> inputs;
@@ -70,12 +76,7 @@ bool is_val_document(int64_t i, double val_fraction) {
 
 TokenizeOptions parse_command_line(int argc, char** argv, bool* help) {
   cxxopts::Options options = make_options();
-  cxxopts::ParseResult result;
-  try {
-    result = options.parse(argc, argv);
-  } catch (const cxxopts::exceptions::exception& e) {
-    GPT2_USAGE_FAIL(e.what(), " (see --help)");
-  }
+  const cxxopts::ParseResult result = parse_tool_options(options, argc, argv);
   *help = result.count("help") > 0;
   TokenizeOptions opts;
   if (*help) return opts;
@@ -91,29 +92,20 @@ TokenizeOptions parse_command_line(int argc, char** argv, bool* help) {
 
   const bool has_val_output = result.count("val-output") > 0;
   if (has_val_output) opts.val_output = result["val-output"].as<std::string>();
-  // An output written over an input would destroy it: compared by name and, when both exist,
-  // as files (a link or another spelling of the same path is the same file).
-  using OutputOption = std::pair<const char*, const std::string&>;
-  for (const auto& [option, output] :
-       {OutputOption{"--output", opts.output}, OutputOption{"--val-output", opts.val_output}}) {
-    if (output.empty()) continue;
-    for (const std::string& input : opts.inputs) {
-      std::error_code ec;
-      if (output == input || std::filesystem::equivalent(output, input, ec)) {
-        GPT2_USAGE_FAIL(option, " ", output, " is also an --input file (", input,
-                        "): refusing to overwrite an input");
-      }
-    }
-  }
+  // An output written over an input would destroy it, and two outputs of one file would leave
+  // only the second: compared as files (a link or another spelling is the same file).
+  std::vector<CommandPath> paths = {{"--output", opts.output, true},
+                                    {"--val-output", opts.val_output, true}};
+  for (const std::string& input : opts.inputs) paths.push_back({"--input", input, false});
+  refuse_shared_outputs(paths);
+  check_output_path("--output", opts.output);
+  if (has_val_output) check_output_path("--val-output", opts.val_output);
   const bool has_val_fraction = result.count("val-fraction") > 0;
   if (has_val_output != has_val_fraction) {
     GPT2_USAGE_FAIL("--val-output and --val-fraction must be given together");
   }
   if (has_val_output) {
     if (opts.val_output.empty()) GPT2_USAGE_FAIL("--val-output is empty");
-    if (opts.val_output == opts.output) {
-      GPT2_USAGE_FAIL("--val-output must differ from --output (both are '", opts.output, "')");
-    }
     const std::string text = result["val-fraction"].as<std::string>();
     errno = 0;
     char* end = nullptr;
@@ -152,7 +144,8 @@ void run(const TokenizeOptions& opts) {
   int64_t train_docs = 0;
   int64_t val_docs = 0;
   for (size_t i = 0; i < opts.inputs.size(); ++i) {
-    const std::string text = read_file_text(opts.inputs[i]);  // names a missing file
+    // Names a missing file, and one beyond the limit.
+    const std::string text = read_file_text(opts.inputs[i], kMaxDocumentBytes);
     const bool to_val = !opts.val_output.empty() &&
                         is_val_document(static_cast<int64_t>(i), opts.val_fraction);
     append_document(tokenizer, text, to_val ? val_tokens : train_tokens);

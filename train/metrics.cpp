@@ -92,12 +92,12 @@ std::string format_step_line(const StepMetrics& m, int total_steps, double eta_s
   std::snprintf(buf, sizeof buf,
                 "step %*d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms%s | %.0f tok/s | peak %s%s",
                 static_cast<int>(std::to_string(total_steps).size()), m.step, total_steps,
-                m.loss, m.lr, m.grad_norm, m.ms, comm, m.tokens_per_s,
+                printable(m.loss), m.lr, printable(m.grad_norm), m.ms, comm, m.tokens_per_s,
                 format_bytes(m.peak_mem_bytes).c_str(), m.world_size > 1 ? " per rank" : "");
   std::string line = buf;
   if (eta_seconds >= 0.0) line += " | eta " + format_duration(eta_seconds);
   if (m.val_loss) {
-    std::snprintf(buf, sizeof buf, " | val loss %.6f", *m.val_loss);
+    std::snprintf(buf, sizeof buf, " | val loss %.6f", printable(*m.val_loss));
     line += buf;
   }
   if (m.skipped) line += " | update skipped (non-finite)";

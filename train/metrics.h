@@ -16,6 +16,7 @@
  */
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -68,6 +69,10 @@ class MetricsFile {
   std::string path_;
   int fd_ = -1;
 };
+
+/// v as messages should show it: a NaN without its sign bit, so that printf and streams write
+/// "nan", never "-nan" (the sign of a NaN means nothing).
+inline double printable(double v) { return std::isnan(v) ? std::fabs(v) : v; }
 
 /// The console line of a step; eta_seconds < 0 omits the ETA. Data parallel: "| 120.0 ms (comm
 /// 12.3 ms) |" and the peak memory "per rank".

@@ -8,12 +8,14 @@
 
 #include <cxxopts.hpp>
 
+#include "base/command_line.h"
 #include "base/error.h"
 #include "base/file_io.h"
 #include "data/paths.h"
 #include "dist/nccl_communicator.h"
 #include "model/checkpoint.h"
 #include "model/hf_checkpoint.h"
+#include "train/run_files.h"
 
 namespace gpt2 {
 namespace {
@@ -54,7 +56,10 @@ cxxopts::Options make_options() {
       ("checkpoint-every", "checkpoint every N steps and at the last step (0 disables)", s()->default_value("0"))
       ("keep-checkpoints", "keep the newest N checkpoint pairs in --out (0 keeps all)",
        s()->default_value(std::to_string(kDefaultKeepCheckpoints)))
-      ("resume", "continue from the latest checkpoint pair in --out that verifies")
+      ("resume", "continue the run that last used --out from its latest checkpoint pair that "
+       "verifies")
+      ("overwrite", "start a new run in an --out holding an earlier run's checkpoints, removing "
+       "them (without it, such an --out is refused)")
       ("on-nonfinite", "a step with a non-finite loss or gradient norm: stop (exit 1) or "
        "skip-step (skip its update; stop after 10 in a row)", s()->default_value("stop"))
       ("seed", "seed of initialization, data order and sampling", s()->default_value("1337"))
@@ -186,15 +191,7 @@ DeviceAvailability probe_devices() {
 CommandLine parse_command_line(const std::vector<std::string>& args) {
   cxxopts::Options options = make_options();
   options.allow_unrecognised_options();
-  std::vector<const char*> argv = {"gpt2-train"};
-  for (const std::string& arg : args) argv.push_back(arg.c_str());
-
-  cxxopts::ParseResult result;
-  try {
-    result = options.parse(static_cast<int>(argv.size()), argv.data());
-  } catch (const cxxopts::exceptions::exception& e) {
-    GPT2_USAGE_FAIL(e.what());
-  }
+  const cxxopts::ParseResult result = parse_tool_options(options, args);
   // Unrecognised options are collected rather than thrown so that the message can say
   // "unknown option" in our words; stray positional arguments land here too.
   for (const std::string& extra : result.unmatched()) {
@@ -261,6 +258,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   cli.checkpoint_every = parse_count("checkpoint-every", text("checkpoint-every"));
   cli.keep_checkpoints = parse_count("keep-checkpoints", text("keep-checkpoints"));
   cli.resume = given("resume");
+  cli.overwrite = given("overwrite");
   cli.on_nonfinite = parse_nonfinite_policy(text("on-nonfinite"));
   // The seed is stored as int64 in the training state, hence the upper bound.
   cli.seed = static_cast<uint64_t>(parse_integer("seed", text("seed"), 0,
@@ -301,6 +299,73 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   cli.cuda_graphs = cuda_graph == "on";
   return cli;
 }
+
+ModelArgument resolve_model_argument(const std::string& name) {
+  ModelArgument model;
+  if (is_model_preset(name)) {
+    if (!hf_model_dir_of("./" + name).empty())
+      GPT2_USAGE_FAIL("--model ", name, " is both a preset and a directory holding ",
+                      kHfConfigFile, ": write hf:", name, " (or ./", name,
+                      ") for the directory, or run from elsewhere for the preset");
+    return model;
+  }
+  // hf:DIR, or a directory holding config.json; throws (exit 1) for an hf: path that is not one.
+  if (const std::string hf_dir = hf_model_dir_of(name); !hf_dir.empty()) {
+    model.source = ModelSource::kHfDirectory;
+    model.path = hf_dir;
+    return model;
+  }
+  if (std::error_code ec; std::filesystem::is_directory(name, ec))
+    GPT2_FAIL("--model ", name, ": a directory without ", kHfConfigFile, " (a Hugging Face model "
+              "directory holds ", kHfConfigFile, " and ", kHfWeightsFile, ")");
+  if (file_exists(name)) {
+    model.source = ModelSource::kLlmcFile;
+    model.path = name;
+    return model;
+  }
+  // A path is a file the machine lacks, not a bad option: exit code 1, like a missing shard.
+  if (name.find('/') != std::string::npos || name.find('.') != std::string::npos)
+    GPT2_FAIL("--model ", name, ": no such file (--model takes a preset name such as d12 or "
+              "gpt2, an llm.c model file, or hf:DIR)");
+  return model;
+}
+
+namespace {
+
+// The files a run reads: every shard its patterns match (a pattern that matches nothing is
+// left to the loader, which names it) and the model's file or files.
+std::vector<CommandPath> run_inputs(const TrainConfig& config) {
+  std::vector<CommandPath> inputs;
+  for (const auto& [option, pattern] : {std::pair<const char*, const std::string&>{
+                                            "--train-data", config.train_pattern},
+                                        {"--val-data", config.val_pattern}}) {
+    try {
+      for (const std::string& path : expand_glob(pattern)) inputs.push_back({option, path});
+    } catch (const Error&) {
+    }
+  }
+  if (config.model_source == ModelSource::kLlmcFile)
+    inputs.push_back({"--model", config.model_path});
+  if (config.model_source == ModelSource::kHfDirectory) {
+    for (const char* file : {kHfConfigFile, kHfWeightsFile})
+      inputs.push_back({"--model", (std::filesystem::path(config.model_path) / file).string()});
+  }
+  return inputs;
+}
+
+// A run writes, replaces or removes its files in --out (checkpoints, metrics, summary, run.json):
+// an input among them would be overwritten or deleted under the run (--overwrite, pruning).
+void refuse_inputs_in_out_dir(const TrainConfig& config) {
+  for (const CommandPath& input : run_inputs(config)) {
+    const std::filesystem::path path(input.path);
+    const std::string folder = path.has_parent_path() ? path.parent_path().string() : ".";
+    if (is_run_file_name(path.filename().string()) && same_file(folder, config.out_dir))
+      GPT2_USAGE_FAIL(input.option, " ", input.path, " is a file that the run writes or removes "
+                      "in --out ", config.out_dir, ": copy it elsewhere, or choose another --out");
+  }
+}
+
+}  // namespace
 
 TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailability& devices,
                                  const JobRanks& ranks) {
@@ -374,29 +439,13 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
 
   config.model_name = cli.model.value_or(on_cuda ? "d12" : "d2");
   const std::string& name = config.model_name;
-  // hf:DIR, or a directory holding config.json; throws (exit 1) for an hf: path that is not one.
-  const std::string hf_dir = is_model_preset(name) ? std::string() : hf_model_dir_of(name);
-  if (is_model_preset(name) && !hf_model_dir_of("./" + name).empty())
-    GPT2_USAGE_FAIL("--model ", name, " is both a preset and a directory holding ",
-                    kHfConfigFile, ": write hf:", name, " (or ./", name,
-                    ") for the directory, or run from elsewhere for the preset");
-  const bool looks_like_a_file =
-      name.find('/') != std::string::npos || name.find('.') != std::string::npos;
-  if (!hf_dir.empty()) {
-    config.model_source = ModelSource::kHfDirectory;
-    config.model_path = hf_dir;
-    config.model_config = read_hf_model_config(hf_dir);
-  } else if (std::error_code ec; !is_model_preset(name) && std::filesystem::is_directory(name, ec)) {
-    GPT2_FAIL("--model ", name, ": a directory without ", kHfConfigFile, " (a Hugging Face model "
-              "directory holds ", kHfConfigFile, " and ", kHfWeightsFile, ")");
-  } else if (!is_model_preset(name) && !file_exists(name) && looks_like_a_file) {
-    // A path is a file the machine lacks, not a bad option: exit code 1, like a missing shard.
-    GPT2_FAIL("--model ", name, ": no such file (--model takes a preset name such as d12 or "
-              "gpt2, an llm.c model file, or hf:DIR)");
-  } else if (!is_model_preset(name) && file_exists(name)) {
-    config.model_source = ModelSource::kLlmcFile;
-    config.model_path = name;
-    config.model_config = read_model_checkpoint_config(name);
+  const ModelArgument model = resolve_model_argument(name);
+  config.model_source = model.source;
+  config.model_path = model.path;
+  if (model.source == ModelSource::kHfDirectory) {
+    config.model_config = read_hf_model_config(model.path);
+  } else if (model.source == ModelSource::kLlmcFile) {
+    config.model_config = read_model_checkpoint_config(model.path);
   } else {
     // Throws the "unknown model" usage error for a name that is neither a preset nor a file.
     config.model_config = model_config_from_preset(name, cli.max_seq_len.value_or(1024));
@@ -455,8 +504,10 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
   config.checkpoint_every = cli.checkpoint_every;
   config.keep_checkpoints = cli.keep_checkpoints;
   config.resume = cli.resume;
+  config.overwrite = cli.overwrite;
   config.on_nonfinite = cli.on_nonfinite;
   config.seed = cli.seed;
+  refuse_inputs_in_out_dir(config);
   return config;
 }
 

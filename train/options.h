@@ -17,6 +17,8 @@
  * Bad values throw gpt2::UsageError (exit 2) with a one-line message naming the option and
  * the value. `--device cuda` without a usable GPU and unreadable checkpoint files throw
  * gpt2::Error (exit 1): the command line is fine, the machine or the file is not.
+ * An input (a shard, the --model file) that is one of the files the run writes or removes in
+ * --out is a usage error too.
  */
 #pragma once
 
@@ -78,6 +80,7 @@ struct CommandLine {
   int checkpoint_every = 0;
   int keep_checkpoints = kDefaultKeepCheckpoints;
   bool resume = false;
+  bool overwrite = false;  // a new run may replace an earlier run's checkpoints in --out
   NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;
   uint64_t seed = 1337;
   std::optional<int> zero_stage;  // 0 | 1
@@ -140,6 +143,7 @@ struct TrainConfig {
   int checkpoint_every = 0;  // 0 disables (including the final checkpoint)
   int keep_checkpoints = 0;  // newest pairs kept; 0 keeps all
   bool resume = false;
+  bool overwrite = false;
   NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;
   uint64_t seed = 0;
 };
@@ -162,6 +166,18 @@ struct JobRanks {
   int rank = 0;
   int world_size = 1;
 };
+
+/// What a --model value names (gpt2-train and gpt2-generate): a preset (path empty), an llm.c
+/// model file or a Hugging Face directory (path: the file or directory). Throws
+/// gpt2::UsageError for a preset name that is also a directory holding config.json in the
+/// current folder (ambiguous: "write hf:NAME"), gpt2::Error (exit 1) for a path that is not
+/// there, a directory without config.json, or a bad hf: directory; an unknown name that looks
+/// like no path is left to the preset lookup (kInit, its "unknown model" usage error).
+struct ModelArgument {
+  ModelSource source = ModelSource::kInit;
+  std::string path;
+};
+ModelArgument resolve_model_argument(const std::string& name);
 
 /// Throws gpt2::UsageError for bad combinations, gpt2::Error for an unusable device or file.
 TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailability& devices,

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <random>
 #include <set>
 #include <sstream>
 
@@ -56,10 +57,10 @@ std::vector<std::string> file_names(const std::string& out_dir) {
   return names;
 }
 
-// The pid of a temporary file's name "<name>.tmp.<pid>", or -1.
+// The pid of a temporary file's name "<run file>.tmp.<pid>", or -1 (for any other name).
 long temporary_file_pid(const std::string& name) {
   const size_t at = name.rfind(".tmp.");
-  if (at == std::string::npos || at == 0) return -1;
+  if (at == std::string::npos || at == 0 || !is_run_file_name(name.substr(0, at))) return -1;
   const std::string digits = name.substr(at + 5);
   const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
   if (digits.empty() || digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), is_digit))
@@ -87,6 +88,92 @@ std::string summary_path(const std::string& out_dir) {
 }
 std::string lock_path(const std::string& out_dir) {
   return (std::filesystem::path(out_dir) / "gpt2-train.lock").string();
+}
+std::string run_record_path(const std::string& out_dir) {
+  return (std::filesystem::path(out_dir) / "run.json").string();
+}
+
+bool is_run_file_name(const std::string& name) {
+  for (const char* fixed : {"metrics.jsonl", "summary.json", "run.json", "gpt2-train.lock"})
+    if (name == fixed) return true;
+  return model_file_step(name) >= 0 || state_file_step(name) >= 0;
+}
+
+uint64_t new_run_id() {
+  std::random_device entropy;  // the system's source (/dev/urandom or the CPU's)
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t{entropy()} << 32) ^ entropy();
+  return id;
+}
+
+std::string format_run_id(uint64_t run_id) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(run_id));
+  return text;
+}
+
+void write_run_record(const std::string& out_dir, uint64_t run_id, const TrainConfig& config) {
+  Json record = Json::object();
+  record["run_id"] = format_run_id(run_id);
+  record["model"] = config.model_name;
+  record["model_config"] = config.model_config.describe();
+  record["train_data"] = config.train_pattern;
+  record["val_data"] = config.val_pattern;
+  record["device"] = to_string(config.device);
+  record["precision"] = to_string(config.precision);
+  record["world_size"] = config.world_size;
+  record["batch_size"] = config.batch_size;
+  record["seq_len"] = config.seq_len;
+  record["total_batch_size"] = config.total_batch_size;
+  record["steps"] = config.steps;
+  record["lr"] = json_float(config.lr_schedule.max_lr);
+  record["warmup_steps"] = config.lr_schedule.warmup_steps;
+  record["lr_schedule"] = to_string(config.lr_schedule.kind);
+  record["final_lr_frac"] = json_float(config.lr_schedule.final_lr_frac);
+  record["weight_decay"] = json_float(config.weight_decay);
+  record["grad_clip"] = json_float(config.grad_clip);
+  record["on_nonfinite"] = to_string(config.on_nonfinite);
+  record["seed"] = config.seed;
+  const std::string text = dump_json(record) + "\n";
+  AtomicFileWriter writer(run_record_path(out_dir));
+  writer.write(text.data(), text.size());
+  writer.commit();
+}
+
+std::optional<uint64_t> read_run_record_id(const std::string& out_dir) {
+  const std::string path = run_record_path(out_dir);
+  if (!file_exists(path)) return std::nullopt;
+  constexpr size_t kMaxRunRecordBytes = size_t{1} << 20;
+  const Json record = parse_json(read_file_text(path, kMaxRunRecordBytes), path);
+  const auto id = record.is_object() ? record.find("run_id") : record.end();
+  const std::string text = id != record.end() && id->is_string() ? id->get<std::string>() : "";
+  const bool hex = text.size() == 16 && text.find_first_not_of("0123456789abcdef") ==
+                                            std::string::npos;
+  if (!hex) GPT2_FAIL(path, ": field 'run_id' is not 16 hex digits");
+  return std::stoull(text, nullptr, 16);
+}
+
+std::vector<std::string> training_state_files(const std::string& out_dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(out_dir, ec)) return names;
+  for (const std::string& name : file_names(out_dir))
+    if (state_file_step(name) >= 0) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+int remove_checkpoint_files(const std::string& out_dir) {
+  int removed = 0;
+  for (const std::string& name : file_names(out_dir)) {
+    if (model_file_step(name) < 0 && state_file_step(name) < 0) continue;
+    const std::string path = (std::filesystem::path(out_dir) / name).string();
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+      GPT2_FAIL(path, ": cannot remove this checkpoint file of the earlier run: ",
+                std::strerror(errno));
+    ++removed;
+  }
+  return removed;
 }
 
 RunDirLock::RunDirLock(const std::string& out_dir) {
@@ -160,7 +247,7 @@ std::vector<int64_t> prune_checkpoints(const std::string& out_dir, int64_t step,
   return {doomed.begin(), doomed.end()};
 }
 
-ResumeSearch find_resume_point(const std::string& out_dir) {
+ResumeSearch find_resume_point(const std::string& out_dir, std::optional<uint64_t> run_id) {
   ResumeSearch search;
   std::error_code ec;
   if (!std::filesystem::is_directory(out_dir, ec)) return search;
@@ -188,6 +275,14 @@ ResumeSearch find_resume_point(const std::string& out_dir) {
       point.state = read_training_state(point.state_path);
     } catch (const Error& e) {
       reject(e.what());
+      continue;
+    }
+    if (run_id && point.state.run_id != 0 && point.state.run_id != *run_id) {
+      // Not this run's: never continued, and not a reason to refuse (that run left the folder).
+      search.notes.push_back(str_cat("checkpoint of step ", step, " skipped: ", point.state_path,
+                                     " belongs to run ", format_run_id(point.state.run_id),
+                                     ", not to run ", format_run_id(*run_id), ", which last used ",
+                                     out_dir, " (", run_record_path(out_dir), ")"));
       continue;
     }
     if (point.state.step != step) {
@@ -219,6 +314,77 @@ ResumeSearch find_resume_point(const std::string& out_dir) {
   return search;
 }
 
+TrainingSettings training_settings(const TrainConfig& config) {
+  TrainingSettings settings;
+  settings.steps = config.steps;
+  settings.max_lr = config.lr_schedule.max_lr;
+  settings.warmup_steps = config.lr_schedule.warmup_steps;
+  settings.lr_schedule = static_cast<int64_t>(config.lr_schedule.kind);
+  settings.final_lr_frac = config.lr_schedule.final_lr_frac;
+  settings.weight_decay = config.weight_decay;
+  settings.grad_clip = config.grad_clip;
+  settings.on_nonfinite = static_cast<int64_t>(config.on_nonfinite);
+  settings.max_skipped_in_a_row = kMaxConsecutiveSkippedSteps;
+  return settings;
+}
+
+namespace {
+
+// The way on when a checkpoint cannot continue this command's run.
+std::string new_run_hint(const ResumePoint& point) {
+  return str_cat("start a new run from the model in another --out (--model ", point.model_path,
+                 "; AdamW moments, step and data position start afresh)");
+}
+
+// The settings of a version 3 state against this run's: what the learning rate of a step to
+// come, the update or the end of the run depends on must not change.
+void check_same_settings(const TrainConfig& config, const ResumePoint& point) {
+  if (!point.state.settings) return;  // version 2: not recorded
+  const TrainingSettings& saved = *point.state.settings;
+  const TrainingSettings now = training_settings(config);
+  const auto refuse = [&](const char* option, const std::string& saved_value,
+                          const std::string& now_value, const char* why) {
+    GPT2_FAIL(point.state_path, ": cannot resume: the run has ", option, " ", saved_value,
+              ", this command ", option, " ", now_value, " (", why, "); resume with ", option,
+              " ", saved_value, ", or ", new_run_hint(point));
+  };
+  const auto check_float = [&](const char* option, float a, float b, const char* why) {
+    if (std::memcmp(&a, &b, sizeof a) != 0) refuse(option, str_cat(a), str_cat(b), why);
+  };
+  const auto check_int = [&](const char* option, int64_t a, int64_t b, const char* why) {
+    if (a != b) refuse(option, str_cat(a), str_cat(b), why);
+  };
+  const auto schedule_name = [](int64_t kind) {
+    return std::string(to_string(static_cast<LrScheduleKind>(kind)));
+  };
+  const auto policy_name = [](int64_t policy) {
+    return std::string(to_string(static_cast<NonFinitePolicy>(policy)));
+  };
+  const char* schedule = "the learning rate of the steps to come depends on it";
+  if (saved.lr_schedule != now.lr_schedule)
+    refuse("--lr-schedule", schedule_name(saved.lr_schedule), schedule_name(now.lr_schedule),
+           schedule);
+  check_float("--lr", saved.max_lr, now.max_lr, schedule);
+  check_int("--warmup-steps", saved.warmup_steps, now.warmup_steps, schedule);
+  // A constant schedule's rate depends on neither: such a run may be lengthened or shortened.
+  if (saved.lr_schedule != static_cast<int64_t>(LrScheduleKind::kConstant)) {
+    check_int("--steps", saved.steps, now.steps,
+              "the decay of the learning rate spans them; a --lr-schedule constant run may "
+              "change them");
+    check_float("--final-lr-frac", saved.final_lr_frac, now.final_lr_frac, schedule);
+  }
+  check_float("--weight-decay", saved.weight_decay, now.weight_decay, "the update depends on it");
+  check_float("--grad-clip", saved.grad_clip, now.grad_clip, "the update depends on it");
+  if (saved.on_nonfinite != now.on_nonfinite)
+    refuse("--on-nonfinite", policy_name(saved.on_nonfinite), policy_name(now.on_nonfinite),
+           "it decides when the run stops");
+  if (saved.max_skipped_in_a_row != now.max_skipped_in_a_row)
+    GPT2_FAIL(point.state_path, ": cannot resume: the run stops after ", saved.max_skipped_in_a_row,
+              " skipped updates in a row, this gpt2-train after ", now.max_skipped_in_a_row);
+}
+
+}  // namespace
+
 void check_resume_compatible(const TrainConfig& config, const ResumePoint& point) {
   if (point.model.config != config.model_config) {
     GPT2_FAIL(point.model_path, ": cannot resume: the checkpoint's model is ",
@@ -237,8 +403,7 @@ void check_resume_compatible(const TrainConfig& config, const ResumePoint& point
               point.state.world_size, " and this job has world size ", config.world_size,
               ": the data order (windows dealt to ranks in groups of B*world) would not "
               "continue. Resume with ", point.state.world_size, " rank(s) (mpirun -np ",
-              point.state.world_size, "), or start a new run from the model with --model ",
-              point.model_path, " (AdamW moments, step and data position start afresh)");
+              point.state.world_size, "), or ", new_run_hint(point));
   expect("--batch-size", point.state.batch_size, config.batch_size);
   expect("--seq-len", point.state.seq_len, config.seq_len);
   expect("--total-batch-size", point.state.total_batch_size, config.total_batch_size);
@@ -248,6 +413,7 @@ void check_resume_compatible(const TrainConfig& config, const ResumePoint& point
   GPT2_CHECK(static_cast<int64_t>(point.model.params.size()) == num_params);
   GPT2_CHECK(static_cast<int64_t>(point.state.adam_m.size()) == num_params &&
              static_cast<int64_t>(point.state.adam_v.size()) == num_params);
+  check_same_settings(config, point);
 }
 
 int truncate_metrics(const std::string& path, int64_t max_step) {

@@ -10,11 +10,17 @@
  * this model file and step, and the model file hashing to what the state recorded. Every newer
  * candidate it passes over is described, with the reason, in `notes`; `rejected` counts those
  * that were present but did not verify (corrupt or mixed pairs), as opposed to incomplete ones.
+ * A run has an identity: a random 64-bit run id, drawn when it starts from scratch, kept by
+ * every resume, recorded in each training state and in OUT/run.json (the run id and the run's
+ * settings), which names the run that last used OUT. find_resume_point() takes only that run's
+ * pairs (a pair of another run is passed over, saying so); a state without a run id (version 2)
+ * counts as that run's, and without run.json (a folder of an older version, or pairs copied in
+ * by hand) every pair is a candidate.
  * The run holds an advisory lock on OUT/gpt2-train.lock (flock, released by the kernel when the
  * process ends, however it ends) for its whole life, so a second run on the same OUT stops at
- * once, naming the first one's pid. Holding it, the run removes the temporary files
- * (<name>.tmp.<pid>, see AtomicFileWriter) whose writer is no longer running, and after each
- * checkpoint it removes the pairs older than the newest --keep-checkpoints ones.
+ * once, naming the first one's pid. Holding it, the run removes the temporary files of its own
+ * files (<run file>.tmp.<pid>, see AtomicFileWriter) whose writer is no longer running, and
+ * after each checkpoint it removes the pairs older than the newest --keep-checkpoints ones.
  * On resume, metrics.jsonl is cut back to the lines with step <= N (atomically), so that the
  * continued run appends exactly the lines an uninterrupted run would have written; lines that
  * do not parse (a line torn by a crash) are dropped.
@@ -37,6 +43,29 @@ std::string training_state_path(const std::string& out_dir, int64_t step);
 std::string metrics_path(const std::string& out_dir);
 std::string summary_path(const std::string& out_dir);
 std::string lock_path(const std::string& out_dir);  // OUT/gpt2-train.lock
+std::string run_record_path(const std::string& out_dir);  // OUT/run.json
+
+/// Whether a file name is one a run writes or removes in OUT: metrics.jsonl, summary.json,
+/// run.json, gpt2-train.lock, model_<digits>.bin, state_<digits>.bin.
+bool is_run_file_name(const std::string& name);
+
+/// A fresh run id: 64 random bits from the system (std::random_device), never 0.
+uint64_t new_run_id();
+/// 16 lowercase hex digits.
+std::string format_run_id(uint64_t run_id);
+
+/// Writes OUT/run.json atomically: {"run_id": "<16 hex digits>", then the run's settings}.
+void write_run_record(const std::string& out_dir, uint64_t run_id, const TrainConfig& config);
+/// The run id OUT/run.json records; nullopt when OUT has no run.json. Throws gpt2::Error naming
+/// the file and the field when it is there but unreadable.
+std::optional<uint64_t> read_run_record_id(const std::string& out_dir);
+
+/// The names of OUT's training-state files (state_<digits>.bin), sorted; empty when OUT is
+/// missing. A fresh run refuses an OUT holding any (unless --overwrite).
+std::vector<std::string> training_state_files(const std::string& out_dir);
+/// Removes every checkpoint file of OUT (model_<digits>.bin, state_<digits>.bin); returns how
+/// many (--overwrite).
+int remove_checkpoint_files(const std::string& out_dir);
 
 /// Holds the advisory lock of out_dir (which must exist) until destroyed; the lock file holds
 /// the holder's pid. Throws gpt2::Error "<out_dir> is in use by another gpt2-train (pid N) ..."
@@ -52,8 +81,9 @@ class RunDirLock {
   int fd_ = -1;
 };
 
-/// Removes out_dir's files named <name>.tmp.<pid> whose pid is not a running process (left by a
-/// writer that was killed); returns the names removed. Call it holding the RunDirLock.
+/// Removes out_dir's files named <name>.tmp.<pid>, <name> a run file (is_run_file_name), whose
+/// pid is not a running process (left by a writer that was killed); returns the names removed.
+/// Other files, such as notes.tmp.20240101, are left alone. Call it holding the RunDirLock.
 std::vector<std::string> remove_stale_temporaries(const std::string& out_dir);
 
 /// After the checkpoint of step `step` is written: keeps the newest `keep` complete pairs at or
@@ -76,12 +106,19 @@ struct ResumeSearch {
   int rejected = 0;                  // candidates present in full that did not verify
 };
 
-/// Searches out_dir (which may not exist: nothing found).
-ResumeSearch find_resume_point(const std::string& out_dir);
+/// Searches out_dir (which may not exist: nothing found) for a pair of run_id (see the file
+/// comment); nullopt takes any run's.
+ResumeSearch find_resume_point(const std::string& out_dir,
+                               std::optional<uint64_t> run_id = std::nullopt);
+
+/// The settings of config as a training state records them.
+TrainingSettings training_settings(const TrainConfig& config);
 
 /// Throws gpt2::Error naming the setting, the checkpoint's value and this run's value when the
-/// checkpoint cannot continue this run bit for bit (model config, B, T, total batch, seed,
-/// world size, parameter count).
+/// checkpoint cannot continue this run bit for bit: model config, B, T, total batch, seed,
+/// world size, parameter count, and (states of version 3) the learning rate of any step to come
+/// (--lr, --warmup-steps, --lr-schedule, and --steps and --final-lr-frac unless the schedule is
+/// constant), --weight-decay, --grad-clip and --on-nonfinite.
 void check_resume_compatible(const TrainConfig& config, const ResumePoint& point);
 
 /// Keeps the lines of metrics.jsonl with step <= max_step (atomic rewrite). Returns how many

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <csignal>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <memory>
@@ -119,9 +121,12 @@ void print_data(const char* label, const DataLoader& loader) {
   for (const std::string& file : loader.files()) std::printf("  %-18s   %s\n", "", file.c_str());
 }
 
-void print_configuration(const TrainConfig& c, const DataLoader& train, const DataLoader* val) {
+void print_configuration(const TrainConfig& c, const DataLoader& train, const DataLoader* val,
+                         uint64_t run_id, bool resuming) {
   const size_t num_params = ParameterLayout::for_config(c.model_config).total;
   std::printf("gpt2-train configuration\n");
+  std::printf("  %-18s %s (%s)\n", "run", format_run_id(run_id).c_str(),
+              resuming ? "continued" : "new");
   std::printf("  %-18s %s\n", "device", to_string(c.device));
   std::printf("  %-18s %s%s: %s, %.2fM parameters\n", "model", c.model_name.c_str(),
               c.model_source == ModelSource::kLlmcFile       ? " (checkpoint)"
@@ -251,32 +256,22 @@ void check_finite(const std::vector<float>& values, const char* what, const Mode
   int tensor = kNumParamTensors - 1;
   while (tensor > 0 && layout.offsets[tensor] > index) --tensor;
   GPT2_FAIL("step ", step, ": not writing a checkpoint: the ", what, " ",
-            ParameterLayout::name(tensor), "[", index - layout.offsets[tensor], "] is ", *bad,
-            "; the previous checkpoint is kept");
+            ParameterLayout::name(tensor), "[", index - layout.offsets[tensor], "] is ",
+            printable(*bad), "; the previous checkpoint is kept");
 }
 
-// Collective (the optimizer state of a ZeRO-1 run is gathered from every rank): every rank
-// calls it, rank 0 writes the pair.
-void write_checkpoint(const TrainConfig& config, Model& model, int step,
-                      const DataLoader& train_loader, const Rng& sample_rng) {
-  const size_t num_params = ParameterLayout::for_config(config.model_config).total;
-  std::vector<float> params(num_params);
-  model.get_parameters(params.data());
+// Where the run stands besides its model, optimizer and data position: what a checkpoint records
+// so that a resumed run is the same run and stops where it would have.
+struct RunStanding {
+  uint64_t run_id = 0;       // rank 0's (the other ranks write nothing)
+  int skipped_in_a_row = 0;  // consecutive steps without an update (--on-nonfinite skip-step)
+  int skipped_total = 0;     // updates skipped in the run
+};
 
-  TrainingState state;
-  state.step = step;
-  state.num_parameters = static_cast<int64_t>(num_params);
-  state.batch_size = config.batch_size;
-  state.seq_len = config.seq_len;
-  state.total_batch_size = config.total_batch_size;
-  state.seed = static_cast<int64_t>(config.seed);
-  state.world_size = config.world_size;
-  state.loader = train_loader.position();
-  state.sample_rng = sample_rng.state();
-  state.adam_m.resize(num_params);
-  state.adam_v.resize(num_params);
-  model.get_optimizer_state(state.adam_m.data(), state.adam_v.data());
-  if (config.rank != 0) return;
+// Rank 0: the pair of step `step` (state completed with its model file's name and hash), then
+// the pruning of older pairs.
+void write_checkpoint_pair(const TrainConfig& config, int step, const std::vector<float>& params,
+                           TrainingState& state) {
   check_finite(params, "parameter", config.model_config, step);
   check_finite(state.adam_m, "AdamW m of", config.model_config, step);
   check_finite(state.adam_v, "AdamW v of", config.model_config, step);
@@ -291,18 +286,48 @@ void write_checkpoint(const TrainConfig& config, Model& model, int step,
                 static_cast<long long>(old_step), config.keep_checkpoints);
 }
 
+// Collective (the optimizer state of a ZeRO-1 run is gathered from every rank): every rank
+// calls it, rank 0 writes the pair. The ranks leave it together, so that the next step's time
+// in collectives is not rank 0's write, waited for by the others.
+void write_checkpoint(const TrainConfig& config, Model& model, int step,
+                      const DataLoader& train_loader, const Rng& sample_rng,
+                      const RunStanding& standing, Communicator& comm) {
+  const size_t num_params = ParameterLayout::for_config(config.model_config).total;
+  std::vector<float> params(num_params);
+  model.get_parameters(params.data());
+
+  TrainingState state;
+  state.step = step;
+  state.num_parameters = static_cast<int64_t>(num_params);
+  state.batch_size = config.batch_size;
+  state.seq_len = config.seq_len;
+  state.total_batch_size = config.total_batch_size;
+  state.seed = static_cast<int64_t>(config.seed);
+  state.world_size = config.world_size;
+  state.loader = train_loader.position();
+  state.sample_rng = sample_rng.state();
+  state.run_id = standing.run_id;
+  state.skipped_in_a_row = standing.skipped_in_a_row;
+  state.skipped_total = standing.skipped_total;
+  state.settings = training_settings(config);
+  state.adam_m.resize(num_params);
+  state.adam_v.resize(num_params);
+  model.get_optimizer_state(state.adam_m.data(), state.adam_v.data());
+  if (config.rank == 0) write_checkpoint_pair(config, step, params, state);
+  if (config.world_size > 1) comm.barrier();
+}
+
 struct RunTotals {
   ThroughputStats throughput;
   std::vector<double> comm_seconds;  // data parallel: per step, the largest rank's
   std::vector<double> comm_exposed_seconds;  // NCCL: per step, the largest rank's
   size_t peak_mem_bytes = 0;         // data parallel: the largest rank's, at the last step
-  int skipped_steps = 0;  // updates skipped for a non-finite loss or gradient norm
   std::optional<float> last_loss;
   std::optional<float> last_val_loss;
 };
 
 void report_summary(const TrainConfig& config, const Model& model, const MemoryPlan& plan,
-                    const RunTotals& totals) {
+                    const RunTotals& totals, const RunStanding& standing) {
   const double tokens_per_s = totals.throughput.mean_tokens_per_s();
   const size_t peak = std::max(model.peak_memory_bytes(), totals.peak_mem_bytes);
   const int world = config.world_size;
@@ -349,11 +374,13 @@ void report_summary(const TrainConfig& config, const Model& model, const MemoryP
       std::printf("; %.1f ms of it exposed (the computation waited)", exposed_ms);
     std::printf(world > 1 ? " (the largest rank's)\n" : "\n");
   }
-  if (totals.last_loss) std::printf("  %-18s %.6f\n", "final train loss", *totals.last_loss);
-  if (totals.last_val_loss) std::printf("  %-18s %.6f\n", "final val loss", *totals.last_val_loss);
-  if (totals.skipped_steps > 0)
+  if (totals.last_loss)
+    std::printf("  %-18s %.6f\n", "final train loss", printable(*totals.last_loss));
+  if (totals.last_val_loss)
+    std::printf("  %-18s %.6f\n", "final val loss", printable(*totals.last_val_loss));
+  if (standing.skipped_total > 0)
     std::printf("  %-18s %d (non-finite loss or gradient norm)\n", "skipped updates",
-                totals.skipped_steps);
+                standing.skipped_total);
   if (peak_throughput > 0) {
     std::printf("  %-18s %.2f%% (%.4g FLOPs/token, %s peak %.1f TFLOP/s)\n", "MFU", 100.0 * mfu,
                 flops_per_token, to_string(config.precision), peak_throughput / 1e12);
@@ -364,6 +391,7 @@ void report_summary(const TrainConfig& config, const Model& model, const MemoryP
   std::fflush(stdout);
 
   Json summary;
+  summary["run_id"] = format_run_id(standing.run_id);
   summary["steps"] = totals.throughput.steps();
   summary["warmup_steps_excluded"] = excluded;
   summary["tokens_per_s"] = tokens_per_s;
@@ -390,7 +418,7 @@ void report_summary(const TrainConfig& config, const Model& model, const MemoryP
   summary["planned_mem_bytes"] = plan.total();
   if (totals.last_loss) summary["final_train_loss"] = json_float(*totals.last_loss);
   if (totals.last_val_loss) summary["final_val_loss"] = json_float(*totals.last_val_loss);
-  if (totals.skipped_steps > 0) summary["skipped_steps"] = totals.skipped_steps;
+  if (standing.skipped_total > 0) summary["skipped_steps"] = standing.skipped_total;
   summary["flops_per_token"] = flops_per_token;
   if (peak_throughput > 0) {
     summary["mfu"] = mfu;
@@ -409,6 +437,75 @@ void report_summary(const TrainConfig& config, const Model& model, const MemoryP
   AtomicFileWriter writer(summary_path(config.out_dir));
   writer.write(json.data(), json.size());
   writer.commit();
+}
+
+// Rank 0, before anything is written: what --resume continues, and who this run is.
+struct RunStart {
+  std::optional<ResumePoint> resume_point;  // --resume found a pair of the run to continue
+  uint64_t run_id = 0;                       // that run's, or a new one
+  bool remove_earlier_checkpoints = false;   // a new run in an --out of checkpoints (--overwrite)
+};
+
+// The resume point is the newest verified pair of the run that last used --out (run.json): a
+// pair of another run is never continued. A new run refuses an --out holding checkpoints, whose
+// steps its own would interleave with, unless --overwrite; they are removed in claim_out_dir.
+RunStart find_run_start(const TrainConfig& config) {
+  RunStart start;
+  std::error_code ec;
+  const bool out_exists = std::filesystem::is_directory(config.out_dir, ec);
+  if (config.resume) {
+    const std::optional<uint64_t> last_run =
+        out_exists ? read_run_record_id(config.out_dir) : std::nullopt;
+    ResumeSearch search = find_resume_point(config.out_dir, last_run);
+    for (const std::string& note : search.notes) std::printf("resume: %s\n", note.c_str());
+    start.resume_point = std::move(search.point);
+    if (!start.resume_point && search.rejected > 0) {
+      // Starting over would overwrite metrics.jsonl and, step by step, the checkpoints that
+      // failed to verify: that is for the user to decide.
+      GPT2_FAIL("--resume: none of the ", search.rejected, " checkpoint(s) in ", config.out_dir,
+                " verifies (reasons above); not starting over on top of them. Move or delete "
+                "them to start from scratch, or use another --out");
+    }
+    if (start.resume_point) {
+      check_resume_compatible(config, *start.resume_point);
+      // A version 2 state has no run id: the run continued from it gets one now.
+      const uint64_t saved = start.resume_point->state.run_id;
+      start.run_id = saved != 0 ? saved : new_run_id();
+      return start;
+    }
+    std::printf("resume: no complete checkpoint%s in %s; starting from scratch\n",
+                last_run ? str_cat(" of run ", format_run_id(*last_run)).c_str() : "",
+                config.out_dir.c_str());
+  }
+  start.run_id = new_run_id();
+  const std::vector<std::string> states = training_state_files(config.out_dir);
+  if (states.empty()) return start;
+  if (!config.overwrite) {
+    GPT2_FAIL("--out ", config.out_dir, " holds the checkpoints of an earlier run (",
+              states.size() == 1 ? states.front()
+                                 : str_cat(states.size(), " training states, ", states.front(),
+                                           " to ", states.back()),
+              "): a new run there would mix its checkpoints with them. --resume continues "
+              "that run; --overwrite removes them and starts a new one; or choose another --out");
+  }
+  start.remove_earlier_checkpoints = true;
+  return start;
+}
+
+// Rank 0, once the input is checked and --out exists and is locked: --out becomes this run's.
+// run.json names it; a new run removes an earlier run's summary (and, --overwrite, checkpoints).
+void claim_out_dir(const TrainConfig& config, const RunStart& start) {
+  if (start.remove_earlier_checkpoints) {
+    const int removed = remove_checkpoint_files(config.out_dir);
+    std::printf("out: removed the %d checkpoint file(s) of the earlier run (--overwrite)\n",
+                removed);
+  }
+  write_run_record(config.out_dir, start.run_id, config);
+  if (!start.resume_point) {
+    const std::string summary = summary_path(config.out_dir);
+    if (::unlink(summary.c_str()) != 0 && errno != ENOENT)
+      GPT2_FAIL(summary, ": cannot remove the earlier run's summary: ", std::strerror(errno));
+  }
 }
 
 }  // namespace
@@ -450,26 +547,16 @@ int run_training(const TrainConfig& config, Communicator& comm) {
 
   Rng sample_rng(config.seed ^ kSampleStreamSalt);
   int first_step = 1;
-  std::optional<ResumePoint> resume_point;
-  if (root && config.resume) {
-    ResumeSearch search = find_resume_point(config.out_dir);
-    for (const std::string& note : search.notes) std::printf("resume: %s\n", note.c_str());
-    resume_point = std::move(search.point);
-    if (!resume_point && search.rejected > 0) {
-      // Starting over would overwrite metrics.jsonl and, step by step, the checkpoints that
-      // failed to verify: that is for the user to decide.
-      GPT2_FAIL("--resume: none of the ", search.rejected, " checkpoint(s) in ", config.out_dir,
-                " verifies (reasons above); not starting over on top of them. Move or delete "
-                "them to start from scratch, or use another --out");
-    }
-    if (!resume_point)
-      std::printf("resume: no complete checkpoint in %s; starting from scratch\n",
-                  config.out_dir.c_str());
-    if (resume_point) check_resume_compatible(config, *resume_point);
-  }
-  // Every rank continues from rank 0's resume point: its step and the loader position (the
-  // same on every rank: it counts groups of B*world windows). The sampling RNG is rank 0's.
-  int64_t resume_header[5] = {0, 0, 0, 0, 0};  // present, step, epoch, shard, batch cursor
+  RunStart run_start;
+  if (root) run_start = find_run_start(config);
+  std::optional<ResumePoint>& resume_point = run_start.resume_point;
+  RunStanding standing;
+  standing.run_id = run_start.run_id;
+  // Every rank continues from rank 0's resume point: its step, the loader position (the same
+  // on every rank: it counts groups of B*world windows) and the skipped updates, on which every
+  // rank takes the same decision. The sampling RNG is rank 0's.
+  // present, step, epoch, shard, batch cursor, skipped in a row, skipped in all
+  int64_t resume_header[7] = {0, 0, 0, 0, 0, 0, 0};
   if (resume_point) {
     const LoaderPosition& position = resume_point->state.loader;
     resume_header[0] = 1;
@@ -477,6 +564,8 @@ int run_training(const TrainConfig& config, Communicator& comm) {
     resume_header[2] = position.epoch;
     resume_header[3] = position.shard_cursor;
     resume_header[4] = position.batch_cursor;
+    resume_header[5] = resume_point->state.skipped_in_a_row;
+    resume_header[6] = resume_point->state.skipped_total;
   }
   if (data_parallel) comm.broadcast(resume_header, sizeof resume_header, 0);
   const bool resuming = resume_header[0] != 0;
@@ -484,8 +573,11 @@ int run_training(const TrainConfig& config, Communicator& comm) {
     train_loader.set_position(LoaderPosition{resume_header[2], resume_header[3], resume_header[4]});
     if (resume_point) sample_rng.set_state(resume_point->state.sample_rng);
     first_step = static_cast<int>(resume_header[1]) + 1;
+    standing.skipped_in_a_row = static_cast<int>(resume_header[5]);
+    standing.skipped_total = static_cast<int>(resume_header[6]);
     if (resume_point)
-      std::printf("resume: continuing from %s at step %d\n", resume_point->model_path.c_str(),
+      std::printf("resume: continuing run %s from %s at step %d\n",
+                  format_run_id(standing.run_id).c_str(), resume_point->model_path.c_str(),
                   first_step);
     if (first_step > config.steps) {
       std::printf("resume: the checkpoint is at step %d and --steps is %d: nothing to train\n",
@@ -517,7 +609,7 @@ int run_training(const TrainConfig& config, Communicator& comm) {
         static_cast<int>(std::min<int64_t>(config.val_steps, val_loader->batches_per_epoch()));
   }
 
-  print_configuration(config, train_loader, val_loader.get());
+  print_configuration(config, train_loader, val_loader.get(), standing.run_id, resuming);
   if (val_loader && val_batches < config.val_steps) {
     std::printf("validation: %s has %d batch(es) of B=%d T=%d; using %d instead of --val-steps %d\n",
                 config.val_pattern.c_str(), val_batches, config.batch_size, config.seq_len,
@@ -592,6 +684,7 @@ int run_training(const TrainConfig& config, Communicator& comm) {
   if (root) {
     make_directories(config.out_dir);
     if (!out_lock) out_lock.emplace(config.out_dir);
+    claim_out_dir(config, run_start);
     const std::string metrics_file = metrics_path(config.out_dir);
     if (resume_point) {
       truncate_metrics(metrics_file, resume_point->step);
@@ -609,8 +702,10 @@ int run_training(const TrainConfig& config, Communicator& comm) {
   const int micro_batches_per_step = config.grad_accum_steps * config.data_parallel_size();
   const float loss_scale = 1.0f / static_cast<float>(micro_batches_per_step);
   RunTotals totals;
-  int skipped_in_a_row = 0;  // consecutive steps without an update (--on-nonfinite skip-step)
   const StopSignals stop_signals;  // from here on SIGTERM/SIGINT stop the run between steps
+  // The ranks start step 1 together: rank 0's setup of --out is not the others' time in
+  // collectives (so is a checkpoint's write, write_checkpoint).
+  if (data_parallel) comm.barrier();
 
   for (int step = first_step; step <= config.steps; ++step) {
     const Clock::time_point start = Clock::now();
@@ -635,10 +730,10 @@ int run_training(const TrainConfig& config, Communicator& comm) {
     const float norm = outcome.grad_norm;
     const bool finite = outcome.applied;
     if (finite) {
-      skipped_in_a_row = 0;
+      standing.skipped_in_a_row = 0;
     } else {
-      ++skipped_in_a_row;
-      ++totals.skipped_steps;
+      ++standing.skipped_in_a_row;
+      ++standing.skipped_total;
     }
     const double seconds = seconds_since(start);
     // NCCL: the GPU time of the collectives, measured by the model; MPI: the wall time in them.
@@ -664,7 +759,7 @@ int run_training(const TrainConfig& config, Communicator& comm) {
 
     const bool last_step = step == config.steps;
     const bool stopping = !finite && (config.on_nonfinite == NonFinitePolicy::kStop ||
-                                      skipped_in_a_row >= kMaxConsecutiveSkippedSteps);
+                                      standing.skipped_in_a_row >= kMaxConsecutiveSkippedSteps);
     const bool validating =
         val_loader && !stopping && (step % config.val_every == 0 || last_step);
     const bool sampling = config.sample_every > 0 && !stopping && step % config.sample_every == 0;
@@ -715,25 +810,27 @@ int run_training(const TrainConfig& config, Communicator& comm) {
     if (metrics) metrics->append_line(to_json_line(metrics_row), step);
 
     if (stopping) {
-      const std::string what = str_cat("the loss is ", loss, " and the gradient norm is ", norm);
+      const std::string what = str_cat("the loss is ", printable(loss),
+                                       " and the gradient norm is ", printable(norm));
       if (config.on_nonfinite == NonFinitePolicy::kStop)
         GPT2_FAIL("step ", step, ": ", what, ": the run diverged and stops here (--on-nonfinite ",
                   "stop); the update of step ", step, " was not applied and no checkpoint holds ",
                   "it. Lower --lr, or pass --on-nonfinite skip-step to skip such steps");
-      GPT2_FAIL("step ", step, ": ", what, ": ", skipped_in_a_row, " steps in a row had their ",
+      GPT2_FAIL("step ", step, ": ", what, ": ", standing.skipped_in_a_row,
+                " steps in a row had their ",
                 "update skipped (--on-nonfinite skip-step): the run diverged and stops here. ",
                 "Lower --lr");
     }
     const bool checkpointing = config.checkpoint_every > 0;
     const bool checkpoint_step =
         checkpointing && (step % config.checkpoint_every == 0 || last_step);
-    if (checkpoint_step) write_checkpoint(config, *model, step, train_loader, sample_rng);
+    if (checkpoint_step) write_checkpoint(config, *model, step, train_loader, sample_rng, standing, comm);
 
     const int signal_number = data_parallel ? agreed_signal : StopSignals::received();
     if (signal_number != 0) {
       if (checkpointing && !checkpoint_step)
-        write_checkpoint(config, *model, step, train_loader, sample_rng);
-      if (last_step && root) report_summary(config, *model, plan, totals);
+        write_checkpoint(config, *model, step, train_loader, sample_rng, standing, comm);
+      if (last_step && root) report_summary(config, *model, plan, totals, standing);
       if (checkpointing) {
         std::printf("stopped by %s after step %d of %d: saved %s and %s; --resume continues "
                     "from there\n",
@@ -749,7 +846,7 @@ int run_training(const TrainConfig& config, Communicator& comm) {
       return 128 + signal_number;
     }
   }
-  if (root) report_summary(config, *model, plan, totals);
+  if (root) report_summary(config, *model, plan, totals, standing);
   return 0;
 }
 

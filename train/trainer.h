@@ -10,14 +10,19 @@
  * run_training() order, so that bad input fails before anything is printed or written:
  *   the lock of --out when it exists (a second run on it stops here) and the removal of its
  *   stale temporary files -> tokenizer (only when sampling) -> data loaders -> resume point
- *   (--resume) -> first batch of each loader (validates the first shards' tokens) ->
- *   configuration printout -> model and its memory plan -> parameters (resume point,
- *   checkpoint or init) -> --out (created and locked if new), metrics.jsonl -> steps.
+ *   (--resume: the newest verified pair of the run that last used --out, run_files.h) and the
+ *   run's identity (that run's id, or a new one; a new run refuses an --out holding
+ *   checkpoints unless --overwrite) -> first batch of each loader (validates the first shards'
+ *   tokens) -> configuration printout -> model and its memory plan -> parameters (resume
+ *   point, checkpoint or init) -> --out (created and locked if new; --overwrite removes the
+ *   earlier run's checkpoints, a new run its summary.json), run.json, metrics.jsonl -> steps.
  *   Per step: zero_grad, grad_accum_steps micro-batches of forward_backward with loss_scale
  *   1/grad_accum_steps, clip by the global norm, AdamW at lr = schedule(step - 1) unless the
  *   loss or the norm is not finite (--on-nonfinite); then validation, sampling, the metrics
  *   line and the checkpoint, in that order (a checkpoint at step N therefore follows the
- *   metrics line of step N), and the removal of checkpoints beyond --keep-checkpoints. After a
+ *   metrics line of step N), and the removal of checkpoints beyond --keep-checkpoints. The
+ *   checkpoint records the run id and the skipped-update streak and total, which a resume
+ *   restores, so a resumed run stops where the uninterrupted one would have. After a
  *   step during which SIGTERM or SIGINT arrived: a checkpoint of that step (when checkpointing
  *   is on and the step did not write one anyway), a line saying what was saved, and the return.
  *
@@ -32,8 +37,10 @@
  * a non-finite step). After each step the ranks agree (a max all-reduce) on a received signal,
  * so all stop after the same step, and on the largest memory and time in collectives, which the
  * step line shows. A checkpoint is collective (ZeRO-1 gathers the AdamW state to every rank)
- * and rank 0 writes it whole: the files are those of a single-process run. A rank that fails
- * prints its error and calls the communicator's abort(), which ends every rank of the job.
+ * and rank 0 writes it whole: the files are those of a single-process run. The ranks start step
+ * 1 and leave each checkpoint together (a barrier), so rank 0's setup and writes are not counted
+ * as the others' time in collectives. A rank that fails prints its error and calls the
+ * communicator's abort(), which ends every rank of the job.
  */
 #pragma once
 

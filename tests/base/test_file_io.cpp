@@ -6,16 +6,21 @@
  * end. Atomicity is checked by its observable contract: until commit() the destination keeps
  * its old bytes, and neither commit nor abandonment leaves a temporary file behind. The write
  * failure test provokes a real short write with RLIMIT_FSIZE (EFBIG) instead of needing a full
- * disk.
+ * disk. Outputs that are not regular files are made in the test folder (a symbolic link, a FIFO
+ * read by a thread, a socket, and, where mknod is allowed, a character device numbered like
+ * /dev/null): the system's own device files are never written.
  */
 #include <dirent.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -26,6 +31,7 @@
 
 #include "base/error.h"
 #include "base/file_io.h"
+#include "special_files.h"
 
 namespace gpt2 {
 namespace {
@@ -160,6 +166,133 @@ TEST_F(FileIoTest, ShortWriteThrowsNamingTheFileAndTheReasonAndKeepsTheOldFile) 
   EXPECT_THAT(message, HasSubstr("File too large"));
   EXPECT_EQ(read_plain("big.bin"), "old");
   EXPECT_THAT(entries(), ElementsAre("big.bin"));
+}
+
+void write_through(const std::string& path, const std::string& bytes) {
+  AtomicFileWriter writer(path);
+  writer.write(bytes.data(), bytes.size());
+  writer.commit();
+}
+
+bool is_symlink(const std::string& path) {
+  struct stat info {};
+  return ::lstat(path.c_str(), &info) == 0 && S_ISLNK(info.st_mode);
+}
+
+TEST_F(FileIoTest, ASymbolicLinkIsWrittenThroughToItsTargetAtomically) {
+  std::filesystem::create_directories(path("elsewhere"));
+  write_plain("elsewhere/train.bin", "old shard");
+  std::filesystem::create_symlink("elsewhere/train.bin", path("train.bin"));  // relative
+  write_through(path("train.bin"), "new shard");
+  EXPECT_TRUE(is_symlink(path("train.bin")));
+  EXPECT_EQ(read_plain("elsewhere/train.bin"), "new shard");
+  EXPECT_THAT(entries(), ElementsAre("elsewhere", "train.bin"));
+
+  // A chain of links, the last one dangling: the file it names is created.
+  std::filesystem::create_symlink(path("elsewhere/new.bin"), path("second"));
+  std::filesystem::create_symlink("second", path("first"));
+  write_through(path("first"), "made");
+  EXPECT_TRUE(is_symlink(path("first")) && is_symlink(path("second")));
+  EXPECT_EQ(read_plain("elsewhere/new.bin"), "made");
+
+  // Abandoned: the target keeps its bytes and no temporary file is left beside it.
+  {
+    AtomicFileWriter writer(path("train.bin"));
+    writer.write("lost", 4);
+  }
+  EXPECT_EQ(read_plain("elsewhere/train.bin"), "new shard");
+  EXPECT_EQ(std::filesystem::directory_iterator(path("elsewhere"))->path().filename().string()
+                .find(".tmp."), std::string::npos);
+}
+
+TEST_F(FileIoTest, AFifoIsStreamedAndStaysAFifo) {
+  testing::FifoReader reader(path("pipe"));
+  const std::string shard(100000, 'x');
+  write_through(path("pipe"), shard);
+  const std::vector<char>& received = reader.finish();
+  EXPECT_EQ(std::string(received.begin(), received.end()), shard);
+  struct stat info {};
+  ASSERT_EQ(::lstat(path("pipe").c_str(), &info), 0);
+  EXPECT_TRUE(S_ISFIFO(info.st_mode));
+  EXPECT_THAT(entries(), ElementsAre("pipe", "pipe_kept"));
+}
+
+TEST_F(FileIoTest, ACharacterDeviceIsWrittenInPlaceNotReplaced) {
+  // A node numbered like /dev/null (1, 3), in the test folder: mknod needs privileges.
+  if (::mknod(path("null").c_str(), S_IFCHR | 0666, makedev(1, 3)) != 0)
+    GTEST_SKIP() << "mknod is not allowed here: " << std::strerror(errno);
+  write_through(path("null"), "discarded");
+  struct stat info {};
+  ASSERT_EQ(::lstat(path("null").c_str(), &info), 0);
+  EXPECT_TRUE(S_ISCHR(info.st_mode)) << "the device node was replaced";
+  EXPECT_THAT(entries(), ElementsAre("null"));
+}
+
+TEST_F(FileIoTest, SocketsAreRefusedAsOutputs) {
+  testing::make_unix_socket(path("sock"));
+  EXPECT_THAT(error_message([&] { AtomicFileWriter writer(path("sock")); }),
+              HasSubstr(path("sock") + ": is a socket"));
+  try {
+    check_output_path("--output", path("sock"));
+    ADD_FAILURE() << "a socket passed as an output";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("--output " + path("sock") + " is a socket", 0), 0u)
+        << e.what();
+  }
+  ASSERT_EQ(::mkfifo(path("pipe").c_str(), 0600), 0);
+  write_plain("file", "x");
+  for (const char* fine : {"pipe", "file", "missing", "."}) {
+    EXPECT_NO_THROW(check_output_path("--output", path(fine))) << fine;
+  }
+}
+
+TEST_F(FileIoTest, SameFileComparesFilesAndNormalizedPaths) {
+  write_plain("o.bin", "x");
+  write_plain("other.bin", "y");
+  std::filesystem::create_symlink("o.bin", path("link.bin"));
+  std::filesystem::create_hard_link(path("o.bin"), path("hard.bin"));
+  EXPECT_TRUE(same_file(path("o.bin"), path("./o.bin")));
+  EXPECT_TRUE(same_file(path("o.bin"), path("link.bin")));
+  EXPECT_TRUE(same_file(path("o.bin"), path("hard.bin")));
+  EXPECT_FALSE(same_file(path("o.bin"), path("other.bin")));
+  // Neither exists yet: the same spelling once normalized, or a dangling link to the other.
+  EXPECT_TRUE(same_file(path("new.bin"), dir_ + "/sub/../new.bin"));
+  std::filesystem::create_symlink("new.bin", path("to_new.bin"));
+  EXPECT_TRUE(same_file(path("to_new.bin"), path("new.bin")));
+  EXPECT_FALSE(same_file(path("new.bin"), path("newer.bin")));
+  EXPECT_FALSE(same_file(path("new.bin"), path("o.bin")));
+}
+
+TEST_F(FileIoTest, SharedOutputsAreRefusedNamingBothOptions) {
+  const auto usage_error = [](const std::vector<CommandPath>& paths) {
+    try {
+      refuse_shared_outputs(paths);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("<accepted>");
+  };
+  const std::string out = path("o.bin"), in = path("doc.txt");
+  write_plain("doc.txt", "text");
+  EXPECT_EQ(usage_error({{"--output", out, true}, {"--val-output", path("./o.bin"), true}}),
+            "--val-output " + path("./o.bin") + " is the same file as --output " + out +
+                ": each output needs a file of its own");
+  EXPECT_EQ(usage_error({{"--output", path("./doc.txt"), true}, {"--input", in, false}}),
+            "--output " + path("./doc.txt") + " is also an --input file (" + in +
+                "): refusing to overwrite an input");
+  EXPECT_EQ(usage_error({{"--output", out, true}, {"--val-output", path("v.bin"), true},
+                         {"--input", in, false}, {"--input", in, false}}),
+            "<accepted>");  // inputs may repeat; only outputs must be distinct
+}
+
+TEST_F(FileIoTest, ReadsAreBoundedBeforeAndWhileReading) {
+  write_plain("big.txt", std::string(1000, 'x'));
+  EXPECT_EQ(read_file_text(path("big.txt"), 1000).size(), 1000u);
+  EXPECT_EQ(error_message([&] { read_file_text(path("big.txt"), 999); }),
+            path("big.txt") + ": larger than the 999-byte limit for this file");
+  // A device without end: the bound stops the read.
+  EXPECT_EQ(error_message([&] { read_file_bytes("/dev/zero", 1 << 20); }),
+            "/dev/zero: larger than the 1048576-byte limit for this file");
 }
 
 TEST_F(FileIoTest, ReadFileBytesAndTextReturnTheWholeFile) {

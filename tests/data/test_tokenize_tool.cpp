@@ -22,10 +22,12 @@
 #include <string>
 #include <vector>
 
+#include "base/file_io.h"
 #include "base/rng.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "run_command.h"
+#include "special_files.h"
 
 namespace gpt2 {
 namespace {
@@ -283,6 +285,86 @@ TEST_F(TokenizeToolTest, ALongLineWithoutSpacesTakesAboutTenTimesItsSizeInMemory
   const std::vector<int> ids = tokenizer_->encode(letters);
   ASSERT_EQ(shard.size(), ids.size() + 1);
   EXPECT_TRUE(std::equal(ids.begin(), ids.end(), shard.begin() + 1));
+}
+
+// In the folder: relative paths are the point of some cases.
+RunResult run_tool_in(const std::string& folder, const std::vector<std::string>& args) {
+  std::string command = "cd " + testing::shell_quote(folder) + " && " +
+                        testing::shell_quote(GPT2_TOKENIZE_BINARY);
+  for (const std::string& arg : args) command += " " + testing::shell_quote(arg);
+  return testing::run_command(command);
+}
+
+TEST_F(TokenizeToolTest, AnOptionWithoutItsValueExitsTwoNamingIt) {
+  const std::vector<std::string> paths = write_documents({"one", "two"});
+  const struct {
+    std::vector<std::string> args;
+    std::string message;
+  } cases[] = {
+      {{"--output", "--val-fraction", "0.5"}, "--output needs a value (the next argument, "
+                                              "--val-fraction, is an option"},
+      {{"--input", paths[0], paths[1], "--output"}, "--output needs a value"},
+      {{"--input", "--output", path("o.bin")}, "--input needs a value"},
+      {{"--input", paths[0], "--output", path("o.bin"), "--help=1"}, "--help takes no value"},
+  };
+  for (const auto& c : cases) {
+    const RunResult run = run_tool(c.args);
+    EXPECT_EQ(run.exit_code, 2) << c.message << "\n" << run.output;
+    EXPECT_EQ(run.output.rfind("gpt2-tokenize: error: " + c.message, 0), 0u) << run.output;
+    EXPECT_EQ(run.output.find("\u2018"), std::string::npos) << run.output;  // no curly quotes
+  }
+  EXPECT_FALSE(fs::exists(path("o.bin")));
+}
+
+TEST_F(TokenizeToolTest, OutputsThatAreOneFileAreRefused) {
+  write_documents({"one", "two"});
+  fs::create_symlink("train.bin", path("link.bin"));  // dangling: train.bin is not written yet
+  for (const std::vector<std::string>& outputs :
+       {std::vector<std::string>{"--output", "./train.bin", "--val-output", "train.bin"},
+        std::vector<std::string>{"--output", "train.bin", "--val-output", "link.bin"},
+        std::vector<std::string>{"--output", "sub/../train.bin", "--val-output", "train.bin"}}) {
+    std::vector<std::string> args = {"--input", "doc_0.txt", "doc_1.txt"};
+    args.insert(args.end(), outputs.begin(), outputs.end());
+    args.insert(args.end(), {"--val-fraction", "0.5"});
+    fs::create_directories(path("sub"));
+    const RunResult run = run_tool_in(folder_.string(), args);
+    EXPECT_EQ(run.exit_code, 2) << outputs[1] << " " << outputs[3] << "\n" << run.output;
+    EXPECT_NE(run.output.find("is the same file as --output"), std::string::npos) << run.output;
+    EXPECT_FALSE(fs::exists(path("train.bin")));
+  }
+}
+
+TEST_F(TokenizeToolTest, OutputsAreWrittenByWhatThePathIs) {
+  const std::vector<std::string> paths = write_documents({"first document", "second one"});
+  ASSERT_EQ(run_tool({"--input", paths[0], paths[1], "--output", path("plain.bin")}).exit_code, 0);
+  const std::vector<char> expected = read_file_bytes(path("plain.bin"));
+  {
+    SCOPED_TRACE("a symbolic link: written through to its target, the link kept");
+    fs::create_directories(path("elsewhere"));
+    std::ofstream(path("elsewhere/train.bin")) << "an old shard";
+    fs::create_symlink("elsewhere/train.bin", path("train.bin"));
+    const RunResult run = run_tool({"--input", paths[0], paths[1], "--output", path("train.bin")});
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_TRUE(fs::is_symlink(path("train.bin")));
+    EXPECT_EQ(read_file_bytes(path("elsewhere/train.bin")), expected);
+  }
+  {
+    SCOPED_TRACE("a FIFO: streamed to its reader, still a FIFO");
+    testing::FifoReader reader(path("pipe"));
+    const RunResult run = run_tool({"--input", paths[0], paths[1], "--output", path("pipe")});
+    EXPECT_EQ(reader.finish(), expected);
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_EQ(fs::status(path("pipe")).type(), fs::file_type::fifo);
+  }
+  {
+    SCOPED_TRACE("a socket: refused, naming the option");
+    testing::make_unix_socket(path("sock"));
+    const RunResult run = run_tool({"--input", paths[0], "--output", path("sock")});
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_NE(run.output.find("--output " + path("sock") + " is a socket"), std::string::npos)
+        << run.output;
+    EXPECT_EQ(fs::status(path("sock")).type(), fs::file_type::socket);
+  }
 }
 
 TEST_F(TokenizeToolTest, HelpExitsZeroAndListsOptions) {

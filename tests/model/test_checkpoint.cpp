@@ -295,6 +295,20 @@ TrainingState sample_state(int64_t num_parameters) {
   s.sample_rng = {0xFFFFFFFFFFFFFFFFull, 1ull, 0x8000000000000000ull, 0x0123456789ABCDEFull};
   s.model_file = "model_00001234.bin";
   s.model_digest = {0xFEDCBA9876543210ull, 123456789ull};
+  s.run_id = 0x9E3779B97F4A7C15ull;
+  s.skipped_in_a_row = 7;
+  s.skipped_total = 9;
+  TrainingSettings settings;
+  settings.steps = 5000;
+  settings.max_lr = 6e-4f;
+  settings.warmup_steps = 700;
+  settings.lr_schedule = 1;
+  settings.final_lr_frac = 0.1f;
+  settings.weight_decay = 0.1f;
+  settings.grad_clip = 1.0f;
+  settings.on_nonfinite = 1;
+  settings.max_skipped_in_a_row = 10;
+  s.settings = settings;
   Rng rng(9);
   for (int64_t i = 0; i < num_parameters; ++i) {
     s.adam_m.push_back(static_cast<float>(rng.normal()));
@@ -323,6 +337,14 @@ TEST_F(CheckpointTest, TrainingStateRoundTrip) {
   EXPECT_EQ(r.model_digest, s.model_digest);
   EXPECT_EQ(r.adam_m, s.adam_m);
   EXPECT_EQ(r.adam_v, s.adam_v);
+  EXPECT_EQ(r.version, kStateVersion);
+  EXPECT_EQ(r.run_id, s.run_id);
+  EXPECT_EQ(r.skipped_in_a_row, 7);
+  EXPECT_EQ(r.skipped_total, 9);
+  ASSERT_TRUE(r.settings.has_value());
+  EXPECT_TRUE(*r.settings == *s.settings);
+  EXPECT_EQ(r.settings->max_lr, 6e-4f);
+  EXPECT_EQ(r.settings->final_lr_frac, 0.1f);
 
   const TrainingState empty = sample_state(0);
   write_training_state(path("empty.bin"), empty);
@@ -361,8 +383,8 @@ TEST_F(CheckpointTest, TrainingStateDetectsCorruption) {
   magic[0] ^= 1;
   expect_rejected("magic.bin", magic, "bad magic number");
   std::vector<unsigned char> version = good;
-  version[8] = 3;
-  expect_rejected("version.bin", version, "unsupported training-state version 3");
+  version[8] = 4;
+  expect_rejected("version.bin", version, "unsupported training-state version 4");
   version[8] = 1;  // written before states recorded their model file
   expect_rejected("version1.bin", version, "do not record their model file's hash");
   expect_rejected("short.bin", std::vector<unsigned char>(good.begin(), good.begin() + 100),
@@ -371,6 +393,38 @@ TEST_F(CheckpointTest, TrainingStateDetectsCorruption) {
   write_model_checkpoint(path("model.bin"), tiny_config(),
                          std::vector<float>(ParameterLayout::for_config(tiny_config()).total).data());
   EXPECT_THROW(read_training_state(path("model.bin")), Error);
+}
+
+// A version 2 state (written before run ids) still reads: the fields it has, no run id, a streak
+// of 0 and no settings. Made from a version 3 file: the new slots cleared, the version set back
+// and the FNV-1a 64 hash (header with its hash slot 0, then the payload) computed again.
+TEST_F(CheckpointTest, TrainingStateVersion2ReadsWithoutRunIdStreakOrSettings) {
+  const TrainingState s = sample_state(10);
+  write_training_state(path("state.bin"), s);
+  std::vector<unsigned char> bytes = read_bytes(path("state.bin"));
+  std::vector<int64_t> header(256);
+  std::memcpy(header.data(), bytes.data(), 2048);
+  header[1] = 2;
+  header[16] = 0;
+  for (int slot = 52; slot < 64; ++slot) header[slot] = 0;
+  std::memcpy(bytes.data(), header.data(), 2048);
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (const unsigned char byte : bytes) {
+    hash ^= byte;
+    hash *= 0x100000001b3ull;
+  }
+  header[16] = static_cast<int64_t>(hash);
+  std::memcpy(bytes.data(), header.data(), 2048);
+  write_bytes(path("v2.bin"), bytes);
+
+  const TrainingState r = read_training_state(path("v2.bin"));
+  EXPECT_EQ(r.version, 2);
+  EXPECT_EQ(r.step, s.step);
+  EXPECT_EQ(r.model_file, s.model_file);
+  EXPECT_EQ(r.adam_v, s.adam_v);
+  EXPECT_EQ(r.run_id, 0u);
+  EXPECT_EQ(r.skipped_in_a_row, 0);
+  EXPECT_FALSE(r.settings.has_value());
 }
 
 TEST_F(CheckpointTest, ModelFileDigestIsTheHashOfTheBytesWrittenAndRead) {

@@ -425,6 +425,43 @@ TEST_F(HfCheckpointTest, BadConfigFieldsAreRefusedNamingTheField) {
   }
 }
 
+// config.json's sizes are checked against the tensors present before they size any table or
+// buffer: more layers than the file holds is refused naming config.json and n_layer, a width
+// or a context the embeddings do not have names the tensor and the config's fields. (At 1e8 or
+// 2^31 - 1 layers the per-layer tables alone took many GB: tests/tools/test_convert_tool.cpp
+// runs those under an address-space limit.)
+TEST_F(HfCheckpointTest, ConfigSizesBeyondTheTensorsAreRefusedBeforeAllocating) {
+  const std::string weights = assemble_safetensors(hand_tensors(kTiny, "transformer.", "F32"));
+  const auto replaced = [&](const std::string& from, const std::string& to,
+                            std::string text = hub_config_json(kTiny)) {
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return text.replace(at, from.size(), to);
+  };
+  int index = 0;
+  for (const char* layers : {"3", "4096"}) {
+    const std::string dir =
+        hf_dir(replaced("\"n_layer\": 2", std::string("\"n_layer\": ") + layers), weights,
+               "layers" + std::to_string(index++));
+    EXPECT_EQ(read_error(dir),
+              dir + "/config.json: field 'n_layer' is " + layers + " but " + dir +
+                  "/model.safetensors holds the tensors of 2 layer(s), h.0 to h.1");
+  }
+  const std::string wide = hf_dir(replaced("\"n_embd\": 8", "\"n_embd\": 2147483646"), weights,
+                                  "wide");
+  EXPECT_NE(read_error(wide).find("tensor 'transformer.wte.weight' has shape [11, 8] but "
+                                  "config.json (n_embd 2147483646"),
+            std::string::npos)
+      << read_error(wide);
+  const std::string long_context =
+      hf_dir(replaced("\"n_positions\": 5", "\"n_positions\": 2000000000",
+                      replaced("\"n_ctx\": 5,\n", "")),
+             weights, "long");
+  EXPECT_NE(read_error(long_context).find("tensor 'transformer.wpe.weight' has shape [5, 8]"),
+            std::string::npos)
+      << read_error(long_context);
+}
+
 TEST_F(HfCheckpointTest, BadTensorsAreRefusedNamingTheTensor) {
   const std::string config = hub_config_json(kTiny);
   const auto with = [&](const std::function<void(std::vector<HandTensor>&)>& change) {

@@ -2,7 +2,8 @@
  * @file test_bench_cli.cpp
  * @brief The benchmarks' command lines: gpt2-sweep and gpt2-attention-bench refuse bad values
  * with exit code 2 and a message naming the option, before running anything (the attention
- * bench before touching a GPU, so these run on machines without one).
+ * bench before touching a GPU, so these run on machines without one): a bad value, an option
+ * without its value, an unknown option, a --csv that is a socket.
  */
 #include <gtest/gtest.h>
 
@@ -33,6 +34,9 @@ TEST(SweepCli, BadValuesExitTwoNamingTheOption) {
   expect_usage_error(sweep, {"--seq-lens", "0"}, "--seq-lens");
   expect_usage_error(sweep, {"--seq-lens", "1024,abc"}, "--seq-lens");
   expect_usage_error(sweep, {"--tokens-per-step", "0"}, "--tokens-per-step");
+  expect_usage_error(sweep, {"--steps"}, "gpt2-sweep: error: --steps needs a value");
+  expect_usage_error(sweep, {"--out", "--steps", "3"}, "gpt2-sweep: error: --out needs a value");
+  expect_usage_error(sweep, {"--frobnicate"}, "gpt2-sweep: error: unknown option '--frobnicate'");
 }
 
 class AttentionBenchCli : public ::testing::Test {
@@ -57,6 +61,8 @@ TEST_F(AttentionBenchCli, BadValuesExitTwoBeforeTheDevice) {
   expect_usage_error(bench_, {"--head-sizes", "96"}, "--head-sizes");
   expect_usage_error(bench_, {"--seq-lens", "1024,x"}, "seq-lens");
   expect_usage_error(bench_, {"--repeats", "0"}, "--repeats");
+  expect_usage_error(bench_, {"--csv"}, "gpt2-attention-bench: error: --csv needs a value");
+  expect_usage_error(bench_, {"--csv", "/dev/null/x", "--repeats"}, "--repeats needs a value");
 }
 
 }  // namespace

@@ -6,15 +6,21 @@
  * and --dtype bf16 writes what write_model_checkpoint writes in bf16; --print-logits prints the
  * same logits for a file and its conversion, equal to the CPU model's run here; every bad
  * command line exits 2 and every bad file 1, naming the option or the file, and leaves no
- * output behind.
+ * output behind; an output is written by what its path is (a link through to its target, a
+ * device in place, a socket refused); a config.json whose n_layer the tensors do not hold is
+ * refused naming the field before it sizes anything (run under a 2 GB address-space limit).
  */
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -27,6 +33,7 @@
 #include "model/hf_checkpoint.h"
 #include "model/parameters.h"
 #include "run_command.h"
+#include "special_files.h"
 
 namespace gpt2 {
 namespace {
@@ -189,6 +196,78 @@ TEST_F(ConvertToolTest, ExitCodesAndMessages) {
   for (const auto& entry : fs::recursive_directory_iterator(folder_))
     EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << entry.path();
   EXPECT_EQ(bytes_of(path("a_file")), "x");
+}
+
+TEST_F(ConvertToolTest, AnOptionWithoutItsValueExitsTwoNamingIt) {
+  for (const auto& [args, message] :
+       std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--input", "--output", path("x.bin")}, "--input needs a value"},
+           {{"--input", bin_, "--output"}, "--output needs a value"},
+           {{"--input", bin_, "--print-logits", "--output", path("x")},
+            "--print-logits needs a value"}}) {
+    const RunResult run = run_convert(args);
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_EQ(run.output.rfind("gpt2-convert: error: " + message, 0), 0u) << run.output;
+  }
+  EXPECT_FALSE(fs::exists(path("x.bin")));
+  EXPECT_FALSE(fs::exists(path("x")));
+}
+
+TEST_F(ConvertToolTest, OutputsAreWrittenByWhatThePathIs) {
+  ASSERT_EQ(run_convert({"--input", bin_, "--output", path("hf")}).exit_code, 0);
+  {
+    SCOPED_TRACE("a symbolic link: written through to its target, the link kept");
+    fs::create_directories(path("elsewhere"));
+    std::ofstream(path("elsewhere/model.bin")) << "an old model";
+    fs::create_symlink("elsewhere/model.bin", path("link.bin"));
+    const RunResult run = run_convert({"--input", path("hf"), "--output", path("link.bin")});
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_TRUE(fs::is_symlink(path("link.bin")));
+    EXPECT_TRUE(bytes_of(path("elsewhere/model.bin")) == bytes_of(bin_));
+  }
+  {
+    SCOPED_TRACE("a socket: refused, naming the option");
+    testing::make_unix_socket(path("sock"));
+    const RunResult run = run_convert({"--input", path("hf"), "--output", path("sock")});
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_NE(run.output.find("--output " + path("sock") + " is a socket"), std::string::npos)
+        << run.output;
+  }
+  {
+    SCOPED_TRACE("a character device (numbered like /dev/null): written in place");
+    if (::mknod(path("null").c_str(), S_IFCHR | 0666, makedev(1, 3)) != 0) {
+      std::printf("[  SKIPPED ] the character device case: mknod: %s\n", std::strerror(errno));
+    } else {
+      const RunResult run = run_convert({"--input", path("hf"), "--output", path("null")});
+      EXPECT_EQ(run.exit_code, 0) << run.output;
+      EXPECT_EQ(fs::status(path("null")).type(), fs::file_type::character);
+    }
+  }
+}
+
+TEST_F(ConvertToolTest, ALayerCountTheTensorsDoNotHoldIsRefusedBeforeAnyAllocation) {
+  ASSERT_EQ(run_convert({"--input", bin_, "--output", path("hf")}).exit_code, 0);
+  const Json config = parse_json(bytes_of(path("hf/config.json")), "config.json");
+  for (const int64_t layers : {int64_t{100000000}, int64_t{2147483647}, int64_t{2}}) {
+    const std::string dir = path("layers_" + std::to_string(layers));
+    fs::create_directories(dir);
+    fs::copy_file(path("hf/model.safetensors"), dir + "/model.safetensors");
+    Json edited = config;
+    edited["n_layer"] = layers;
+    std::ofstream(dir + "/config.json") << edited.dump();
+    // A bounded address space: tables sized by n_layer would end in bad_alloc within seconds.
+    const RunResult run = testing::run_command(
+        "ulimit -v 2000000 && " + testing::shell_quote(GPT2_CONVERT_BINARY) + " --input " +
+        testing::shell_quote(dir) + " --output " + testing::shell_quote(dir + "/out.bin"));
+    EXPECT_EQ(run.exit_code, 1) << run.output;
+    EXPECT_EQ(run.output.rfind("gpt2-convert: error: " + dir + "/config.json: field 'n_layer' is " +
+                               std::to_string(layers) + " but " + dir +
+                               "/model.safetensors holds the tensors of 1 layer(s), h.0 to h.0",
+                               0),
+              0u)
+        << run.output;
+    EXPECT_FALSE(fs::exists(dir + "/out.bin"));
+  }
 }
 
 }  // namespace

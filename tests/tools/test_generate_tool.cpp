@@ -88,9 +88,11 @@ class GenerateToolTest : public ::testing::Test {
 
   std::string path(const std::string& name) const { return (folder_ / name).string(); }
 
-  RunResult run(const std::vector<std::string>& args) const {
+  /// The tool run in `cwd` (default: the test's own working folder).
+  RunResult run(const std::vector<std::string>& args, const std::string& cwd = "") const {
     const std::string err_path = path("stderr.txt");
-    std::string command = shell_quote(GPT2_GENERATE_BINARY);
+    std::string command = cwd.empty() ? "" : "cd " + shell_quote(cwd) + " && ";
+    command += shell_quote(GPT2_GENERATE_BINARY);
     for (const std::string& arg : args) command += " " + shell_quote(arg);
     const testing::CommandResult run =
         testing::run_command(command + " 2>" + shell_quote(err_path), /*join_stderr=*/false);
@@ -307,6 +309,41 @@ TEST_F(GenerateToolTest, FileAndDeviceProblemsExitOne) {
     EXPECT_EQ(r.exit_code, 1) << r.err;
     EXPECT_NE(r.err.find("--device cuda: no usable CUDA device"), std::string::npos) << r.err;
   }
+}
+
+TEST_F(GenerateToolTest, AnOptionWithoutItsValueExitsTwoNamingIt) {
+  for (const auto& [args, message] :
+       std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--model", "--prompt", "hi"}, "--model needs a value (the next argument, --prompt"},
+           {cpu_args({"--prompt"}), "--prompt needs a value"},
+           {cpu_args({"--seed", "--greedy"}), "--seed needs a value"},
+           {cpu_args({"--greedy=1"}), "--greedy takes no value (got '1')"}}) {
+    const RunResult r = run(args);
+    EXPECT_EQ(r.exit_code, 2) << message << "\n" << r.err;
+    EXPECT_EQ(r.err.rfind("gpt2-generate: error: " + message, 0), 0u) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+}
+
+// --model names what it names for gpt2-train: a preset that is also a Hugging Face directory in
+// the working folder is ambiguous (exit 2, "write hf:d2"), not a file that is a directory.
+TEST_F(GenerateToolTest, APresetNameBesideAModelDirectoryIsAmbiguousAsInGpt2Train) {
+  const ModelConfig config = tool_config();
+  write_hf_model(path("d2"), config, tool_parameters(config).data());
+  const RunResult ambiguous = run({"--model", "d2", "--device", "cpu"}, folder_.string());
+  EXPECT_EQ(ambiguous.exit_code, 2) << ambiguous.err;
+  EXPECT_NE(ambiguous.err.find("--model d2 is both a preset and a directory holding config.json: "
+                               "write hf:d2"),
+            std::string::npos)
+      << ambiguous.err;
+  const RunResult named = run({"--model", "hf:d2", "--device", "cpu", "--max-new-tokens", "2",
+                               "--greedy"},
+                              folder_.string());
+  EXPECT_EQ(named.exit_code, 0) << named.err;
+  fs::create_directories(path("d3"));  // no config.json: the preset, which has no weights
+  const RunResult preset = run({"--model", "d3", "--device", "cpu"}, folder_.string());
+  EXPECT_EQ(preset.exit_code, 2) << preset.err;
+  EXPECT_NE(preset.err.find("is a preset name"), std::string::npos) << preset.err;
 }
 
 }  // namespace

@@ -3,10 +3,15 @@
 // reaches the data or the model, so each takes milliseconds.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "model/checkpoint.h"
+#include "model/config.h"
 #include "model/model.h"
+#include "model/parameters.h"
+#include "train/run_files.h"
 #include "train_test_util.h"
 
 namespace gpt2 {
@@ -124,6 +129,39 @@ TEST(TrainCli, InconsistentValuesExitTwo) {
   expect_usage_error({"--weight-decay", "-0.1"}, {"--weight-decay", "'-0.1'"});
   expect_usage_error({"--val-every", "5", "--val-steps", "0"}, {"--val-steps", "'0'"});
   expect_usage_error({"--precision", "bf16"}, {"--precision", "bf16", "CPU"});
+}
+
+TEST(TrainCli, AnOptionWithoutItsValueExitsTwoNamingIt) {
+  // Not a run into a folder named "--resume": the value is missing.
+  expect_usage_error({"--out", "--resume"},
+                     {"gpt2-train: error: --out needs a value (the next argument, --resume, is "
+                      "an option"});
+  EXPECT_FALSE(std::filesystem::exists("--resume"));
+  expect_usage_error({"--batch-size", "--steps", "3"}, {"--batch-size needs a value"});
+  expect_usage_error({"--steps"}, {"gpt2-train: error: --steps needs a value"});
+  expect_usage_error({"--resume=1"}, {"--resume takes no value (got '1')"});
+  const auto result = run_trainer(tiny({"--lr"}));
+  EXPECT_EQ(result.output.find("\u2018"), std::string::npos) << result.output;  // straight quotes
+}
+
+// A run writes, replaces and removes its files in --out: an input among them is refused, by
+// any spelling, before anything is read or written.
+TEST(TrainCli, AnInputAmongTheFilesTheRunWritesIsRefused) {
+  const std::string out = testing::scratch_dir();
+  const ModelConfig config = model_config_from_preset("d1", 64);
+  write_model_checkpoint(model_checkpoint_path(out, 2), config,
+                         std::vector<float>(ParameterLayout::for_config(config).total).data());
+  expect_usage_error({"--model", model_checkpoint_path(out, 2), "--out", out},
+                     {"--model " + model_checkpoint_path(out, 2) + " is a file that the run "
+                      "writes or removes in --out " + out});
+  expect_usage_error({"--model", out + "/../" + std::filesystem::path(out).filename().string() +
+                                     "/model_00000002.bin",
+                      "--out", out + "/."},
+                     {"--model", "is a file that the run writes or removes"});
+  expect_usage_error({"--train-data", out + "/*.bin", "--out", out},
+                     {"--train-data " + model_checkpoint_path(out, 2)});
+  EXPECT_FALSE(std::filesystem::exists(metrics_path(out)));
+  std::filesystem::remove_all(out);
 }
 
 TEST(TrainCli, CudaWithoutAGpuExitsOneSayingWhy) {

@@ -46,8 +46,9 @@ TEST(CpuMemoryPlan, IsWithin15PercentOfTheMeasuredPeak) {
   const std::string dir = scratch_dir();
   const std::vector<std::vector<std::string>> configs = {
       {"--model", "d1", "--max-seq-len", "64", "--batch-size", "4", "--seq-len", "32"},
+      // A constant schedule, so that the resume below may run to another --steps.
       {"--model", "d1", "--max-seq-len", "64", "--batch-size", "1", "--seq-len", "8",
-       "--checkpoint-every", "1"},
+       "--checkpoint-every", "1", "--lr-schedule", "constant"},
       {"--model", "d1", "--max-seq-len", "64", "--batch-size", "4", "--seq-len", "32",
        "--sample-every", "2", "--sample-tokens", "4"},
       {"--model", "d2", "--max-seq-len", "128", "--batch-size", "2", "--seq-len", "128",

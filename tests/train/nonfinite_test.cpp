@@ -1,7 +1,9 @@
 // A diverged run never reports success and never saves NaN: with --lr 1e3 the loss of d1 on the
 // embedded data overflows to NaN at step 8. --on-nonfinite stop (the default) ends the run
 // there with exit code 1 and a message naming the step; skip-step skips such updates and gives
-// up after 10 in a row; a checkpoint whose parameters are not finite is refused.
+// up after 10 in a row, and the streak is part of the training state, so a run resumed inside
+// a streak stops where the uninterrupted run stops; a checkpoint whose parameters are not
+// finite is refused; NaN is printed as "nan", never "-nan".
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -90,6 +92,43 @@ TEST(NonFinite, SkipStepSkipsTheUpdatesAndGivesUpAfterTenInARow) {
     EXPECT_EQ(read_metrics(metrics_path(out)).size(), 17u);
   }
   fs::remove_all(dir);
+}
+
+TEST(NonFinite, ResumedInsideASkipStreakTheRunStopsWhereTheUninterruptedRunStops) {
+  const std::string out = scratch_dir();
+  const std::vector<std::string> args = diverging_run(
+      out, 30, "1e3", {"--on-nonfinite", "skip-step", "--checkpoint-every", "12", "--resume"});
+  // Steps 8.. are skipped; the checkpoint of step 12 is inside the streak (5 so far), and step
+  // 17 is the tenth in a row.
+  const auto uninterrupted = run_trainer(args);
+  EXPECT_EQ(uninterrupted.exit_code, 1) << uninterrupted.output;
+  EXPECT_NE(uninterrupted.output.find("gpt2-train: error: step 17: "), std::string::npos)
+      << uninterrupted.output;
+  const TrainingState state = read_training_state(training_state_path(out, 12));
+  EXPECT_EQ(state.skipped_in_a_row, 5);
+  EXPECT_EQ(state.skipped_total, 5);
+
+  const auto resumed = run_trainer(args);  // continues from step 12's pair
+  EXPECT_EQ(resumed.exit_code, 1) << resumed.output;
+  EXPECT_NE(resumed.output.find("at step 13"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("gpt2-train: error: step 17: "), std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("10 steps in a row"), std::string::npos) << resumed.output;
+  EXPECT_EQ(read_metrics(metrics_path(out)).size(), 17u);
+  fs::remove_all(out);
+}
+
+TEST(NonFinite, NanIsPrintedWithoutASign) {
+  // This run's NaN has its sign bit set (printf and streams wrote "-nan").
+  const std::string out = scratch_dir();
+  const auto result = run_trainer(diverging_run(out, 9, "1e3", {}));
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find("step 9/9 | loss nan |"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("step 9: the loss is nan and the gradient norm is nan"),
+            std::string::npos)
+      << result.output;
+  EXPECT_EQ(result.output.find("-nan"), std::string::npos) << result.output;
+  fs::remove_all(out);
 }
 
 TEST(NonFinite, ACheckpointWithNonFiniteParametersIsNeverWritten) {

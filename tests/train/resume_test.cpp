@@ -1,7 +1,9 @@
 // --resume continues a run bit for bit: steps 5..8 after resuming from step 4's checkpoint
 // write the same losses, norms, learning rates, validation losses and samples as the
 // uninterrupted run. A model file without its state file is skipped for the previous
-// complete pair, and a checkpoint from other settings is refused with both values named.
+// complete pair, and a checkpoint from other settings is refused with both values named: the
+// shape of the run, and what its learning rate, its updates and its end depend on (--lr,
+// --steps of a decaying schedule, --weight-decay, --on-nonfinite, ...).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -121,6 +123,50 @@ TEST(Resume, BitForBitSkipsIncompleteCheckpointsRefusesOtherSettings) {
     EXPECT_EQ(read_metrics(ref + "/metrics.jsonl").size(), 8u);  // nothing was trained
   }
   fs::remove_all(dir);
+}
+
+TEST(Resume, AChangedScheduleOrUpdateIsRefusedNamingBothValues) {
+  const std::string out = scratch_dir();
+  const auto small_run = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = {
+        "--device", "cpu", "--model", "d1", "--max-seq-len", "64", "--batch-size", "1",
+        "--seq-len", "16", "--steps", "4", "--lr", "3e-3", "--warmup-steps", "1",
+        "--val-every", "0", "--checkpoint-every", "2", "--train-data", embedded_train_data(),
+        "--out", out, "--resume"};
+    args.insert(args.end(), more.begin(), more.end());
+    return run_trainer(args);
+  };
+  const auto first = small_run({"--steps", "2"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string state = out + "/state_00000002.bin";
+  const struct {
+    std::vector<std::string> args;
+    std::string message;
+  } cases[] = {
+      {{"--steps", "4", "--lr", "1e-3"}, "the run has --lr 0.003, this command --lr 0.001"},
+      {{"--steps", "4"}, "the run has --steps 2, this command --steps 4 (the decay"},
+      {{"--steps", "2", "--warmup-steps", "0"}, "the run has --warmup-steps 1, this command"},
+      {{"--steps", "2", "--lr-schedule", "linear"}, "the run has --lr-schedule cosine, this"},
+      {{"--steps", "2", "--final-lr-frac", "0"}, "the run has --final-lr-frac 0.1, this"},
+      {{"--steps", "2", "--weight-decay", "0"}, "the run has --weight-decay 0.1, this"},
+      {{"--steps", "2", "--grad-clip", "0.5"}, "the run has --grad-clip 1, this command"},
+      {{"--steps", "2", "--on-nonfinite", "skip-step"},
+       "the run has --on-nonfinite stop, this command --on-nonfinite skip-step (it decides when "
+       "the run stops)"},
+  };
+  for (const auto& c : cases) {
+    const auto result = small_run(c.args);
+    EXPECT_EQ(result.exit_code, 1) << c.message << "\n" << result.output;
+    EXPECT_NE(result.output.find("gpt2-train: error: " + state + ": cannot resume: " + c.message),
+              std::string::npos)
+        << result.output;
+  }
+  EXPECT_EQ(read_metrics(out + "/metrics.jsonl").size(), 2u);  // nothing was trained
+  // The same settings continue (here: nothing left to train).
+  const auto same = small_run({"--steps", "2"});
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_NE(same.output.find("nothing to train"), std::string::npos) << same.output;
+  fs::remove_all(out);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // One run per --out: the folder is locked for the run's life, and a second run on it exits 1
 // at once naming the holder's pid. Holding the lock, a run removes the temporary files of dead
-// writers, and --keep-checkpoints keeps only the newest pairs.
+// writers of its own files (never a user's file that merely looks like one), and
+// --keep-checkpoints keeps only the newest pairs.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -94,6 +95,26 @@ TEST(RunDir, StaleTemporariesOfDeadWritersAreRemovedAtStart) {
   EXPECT_EQ(names.count("summary.json.tmp." + alive), 1u);  // its writer is still running
   EXPECT_EQ(names.count("notes.tmp.txt"), 1u);
   EXPECT_EQ(names.count("my.tmp.data"), 1u);
+  fs::remove_all(out);
+}
+
+TEST(RunDir, OnlyTemporariesOfTheRunsOwnFilesAreRemoved) {
+  const std::string out = scratch_dir();
+  const std::string dead = std::to_string(dead_pid());
+  const std::vector<std::string> users = {"notes.tmp.20240101", "data.csv.tmp." + dead,
+                                          "model_final.bin.tmp." + dead,
+                                          "run.json.bak.tmp." + dead};
+  const std::vector<std::string> runs = {"run.json.tmp." + dead, "summary.json.tmp." + dead,
+                                         "state_00000002.bin.tmp." + dead};
+  for (const std::vector<std::string>* names : {&users, &runs})
+    for (const std::string& name : *names) std::ofstream(out + "/" + name) << "x";
+  const auto result = run_trainer(run_args(out, 1));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const std::set<std::string> names = names_in(out);
+  for (const std::string& name : users) EXPECT_EQ(names.count(name), 1u) << name;
+  for (const std::string& name : runs) EXPECT_EQ(names.count(name), 0u) << name;
+  EXPECT_FALSE(is_run_file_name("notes"));
+  EXPECT_TRUE(is_run_file_name("model_00000012.bin"));
   fs::remove_all(out);
 }
 
