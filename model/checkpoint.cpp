@@ -48,6 +48,7 @@ enum StateSlot : int {
   kSlotRunId = 52, kSlotSkippedInARow = 53, kSlotSkippedTotal = 54, kSlotSteps = 55,
   kSlotMaxLr = 56, kSlotWarmupSteps = 57, kSlotLrSchedule = 58, kSlotFinalLrFrac = 59,
   kSlotWeightDecay = 60, kSlotGradClip = 61, kSlotOnNonfinite = 62, kSlotMaxSkippedInARow = 63,
+  kSlotContextParallel = 64,  // 0 (a state written before it existed): 1
 };
 constexpr int kModelNameSlots = 32;
 static_assert(kModelNameSlots * sizeof(int64_t) == kMaxModelFileName + 1);
@@ -242,6 +243,7 @@ void write_training_state(const std::string& path, const TrainingState& state) {
   header[kSlotModelBytes] = static_cast<int64_t>(state.model_digest.bytes);
   std::memcpy(&header[kSlotModelName], state.model_file.data(), state.model_file.size());
   header[kSlotRunId] = static_cast<int64_t>(state.run_id);
+  header[kSlotContextParallel] = state.context_parallel;
   header[kSlotSkippedInARow] = state.skipped_in_a_row;
   header[kSlotSkippedTotal] = state.skipped_total;
   const TrainingSettings& settings = *state.settings;
@@ -316,6 +318,7 @@ TrainingState read_training_state(const std::string& path) {
   state.model_file.assign(name, strnlen(name, kMaxModelFileName + 1));
   if (version >= 3) {
     state.run_id = static_cast<uint64_t>(header[kSlotRunId]);
+    state.context_parallel = std::max<int64_t>(1, header[kSlotContextParallel]);
     state.skipped_in_a_row = header[kSlotSkippedInARow];
     state.skipped_total = header[kSlotSkippedTotal];
     TrainingSettings settings;

@@ -14,13 +14,14 @@
  * NUL-padded), and from version 3: [52] the run id, [53] the skipped-step streak and [54] the
  * updates skipped so far, [55..63] the run's settings (TrainingSettings: --steps, --lr,
  * --warmup-steps, --lr-schedule, --final-lr-frac, --weight-decay, --grad-clip, --on-nonfinite
- * and the streak that stops a run; floats as their IEEE bits) — then AdamW m and v (fp32,
+ * and the streak that stops a run; floats as their IEEE bits), [64] the context-parallel group
+ * size (0, as before it was recorded: 1) — then AdamW m and v (fp32,
  * num_parameters each). So a state names and checks the model file it belongs to; a flipped
  * byte anywhere in either file is found. Version 2 files (no run id, streak or settings) are
  * read with run_id 0, a streak of 0 and no settings; version 1 files (no model hash) are
  * refused. A data-parallel job writes the same files from rank 0, its ZeRO-1 shards of m and v
- * gathered first, so they hold the whole state whatever the world size; [8] records it, and a
- * resume needs the same (train/run_files.h).
+ * gathered first, so they hold the whole state whatever the world size; [8] and [64] record
+ * the job's shape, and a resume needs the same (train/run_files.h).
  *
  * Every write is atomic (temporary name, fsync, rename). Every read validates and throws
  * gpt2::Error naming the file and the problem (bad magic/version, size mismatch, hash mismatch).
@@ -93,6 +94,7 @@ struct TrainingState {
   int64_t total_batch_size = 0;
   int64_t seed = 0;
   int64_t world_size = 1;
+  int64_t context_parallel = 1;  // ranks sharing each sequence (version 3; 1 when not recorded)
   LoaderPosition loader;
   Rng::State sample_rng{};
   std::string model_file;      // file name (no folder) of the model file of the pair

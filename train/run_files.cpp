@@ -122,6 +122,7 @@ void write_run_record(const std::string& out_dir, uint64_t run_id, const TrainCo
   record["device"] = to_string(config.device);
   record["precision"] = to_string(config.precision);
   record["world_size"] = config.world_size;
+  record["context_parallel"] = config.context_parallel;
   record["batch_size"] = config.batch_size;
   record["seq_len"] = config.seq_len;
   record["total_batch_size"] = config.total_batch_size;
@@ -404,6 +405,12 @@ void check_resume_compatible(const TrainConfig& config, const ResumePoint& point
               ": the data order (windows dealt to ranks in groups of B*world) would not "
               "continue. Resume with ", point.state.world_size, " rank(s) (mpirun -np ",
               point.state.world_size, "), or ", new_run_hint(point));
+  if (point.state.context_parallel != config.context_parallel)
+    GPT2_FAIL(point.state_path, ": cannot resume: it was written with --context-parallel ",
+              point.state.context_parallel, " and this run has --context-parallel ",
+              config.context_parallel, ": the ranks would hold other positions of each "
+              "sequence and the replicas other windows. Resume with --context-parallel ",
+              point.state.context_parallel, ", or ", new_run_hint(point));
   expect("--batch-size", point.state.batch_size, config.batch_size);
   expect("--seq-len", point.state.seq_len, config.seq_len);
   expect("--total-batch-size", point.state.total_batch_size, config.total_batch_size);

@@ -304,6 +304,7 @@ void write_checkpoint(const TrainConfig& config, Model& model, int step,
   state.total_batch_size = config.total_batch_size;
   state.seed = static_cast<int64_t>(config.seed);
   state.world_size = config.world_size;
+  state.context_parallel = config.context_parallel;
   state.loader = train_loader.position();
   state.sample_rng = sample_rng.state();
   state.run_id = standing.run_id;

@@ -599,5 +599,48 @@ TEST(ContextParallel, GroupsTrainLikeOneRankOnTheSameSequences) {
   fs::remove_all(dir);
 }
 
+// A context-parallel job resumes bit for bit with the same group size, and a checkpoint of one
+// group size is refused by another (the ranks would hold other positions).
+TEST(ContextParallel, ResumesBitForBitAtTheSameShapeAndRefusesAnother) {
+  GPT2_REQUIRE_MPIRUN(launcher);
+  const std::string dir = scratch_dir();
+  const std::string ref = dir + "/reference";
+  const std::vector<std::string> cp2 = {"--seq-len", "29", "--context-parallel", "2",
+                                        "--checkpoint-every", "3"};
+  const auto reference = run_job(launcher, 2, run_args(ref, 6, 4, cp2));
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const auto copy_pair = [&](const std::string& to, int step) {
+    fs::create_directories(to);
+    for (const std::string& file : {model_checkpoint_path(ref, step), training_state_path(ref, step)})
+      fs::copy_file(file, fs::path(to) / fs::path(file).filename());
+  };
+  {
+    SCOPED_TRACE("the same shape continues as the uninterrupted job did");
+    const std::string out = dir + "/resumed";
+    copy_pair(out, 3);
+    std::vector<std::string> args = cp2;
+    args.push_back("--resume");
+    const auto resumed = run_job(launcher, 2, run_args(out, 6, 4, args));
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_TRUE(same_bytes(model_checkpoint_path(out, 6), model_checkpoint_path(ref, 6)));
+    EXPECT_EQ(read_training_state(training_state_path(out, 6)).adam_m,
+              read_training_state(training_state_path(ref, 6)).adam_m);
+    EXPECT_EQ(read_training_state(training_state_path(out, 6)).context_parallel, 2);
+  }
+  {
+    SCOPED_TRACE("2 ranks of data parallelism do not continue a context-parallel pair");
+    const std::string out = dir + "/other_shape";
+    copy_pair(out, 3);
+    const auto result = run_job(
+        launcher, 2,
+        run_args(out, 6, 2, {"--seq-len", "29", "--checkpoint-every", "3", "--resume"}));
+    EXPECT_EQ(result.exit_code, 1) << result.output;
+    EXPECT_NE(result.output.find("written with --context-parallel 2 and this run has "
+                                 "--context-parallel 1"),
+              std::string::npos) << result.output;
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace gpt2
