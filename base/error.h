@@ -9,7 +9,7 @@
  * Messages for input problems name the file/option and the problem; internal checks
  * (GPT2_CHECK, GPT2_CUDA_CHECK...) add file, line and the failed expression.
  * The *_NOTHROW variants print and continue, for destructors. The MPI and NCCL checks exist in
- * the translation units that define GPT2_HAVE_MPI / GPT2_HAVE_NCCL (dist/), which include the
+ * the translation units that define GPT2_HAVE_MPI / GPT2_HAVE_NCCL (parallel/), which include the
  * libraries' headers; the rest of the project never sees them.
  */
 #pragma once

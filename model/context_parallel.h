@@ -22,7 +22,7 @@
 
 #include <vector>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 namespace gpt2 {
 

@@ -1,7 +1,7 @@
 /**
  * @file cuda_data_parallel.h
  * @brief Data parallelism of the CUDA model over a device communicator (NCCL): gradient
- *        reductions in the fixed buckets of dist/shard_plan.h, overlapped with the backward;
+ *        reductions in the fixed buckets of parallel/shard_plan.h, overlapped with the backward;
  *        the step's loss and norm summed over the ranks on the device; and (ZeRO-1) the
  *        all-gather of the parameters after each rank updated its shard, overlapped with the
  *        next forward.
@@ -48,8 +48,8 @@
 
 #include <cuda_runtime.h>
 
-#include "dist/communicator.h"
-#include "dist/shard_plan.h"
+#include "parallel/communicator.h"
+#include "parallel/shard_plan.h"
 #include "model/parameters.h"
 
 namespace gpt2 {

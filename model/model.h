@@ -14,7 +14,7 @@
  * Data parallel (ModelOptions::comm with world size > 1): every rank holds a replica of the
  * parameters and runs the same calls in the same order on its own micro-batches; the calls
  * marked "collective" below communicate, so every rank must make them. The gradients are
- * reduced in the fixed buckets of gradient_bucket_plan (dist/shard_plan.h). ZeRO-0: all-reduce
+ * reduced in the fixed buckets of gradient_bucket_plan (parallel/shard_plan.h). ZeRO-0: all-reduce
  * of each bucket, every rank updates every parameter. ZeRO-1: reduce-scatter of each bucket,
  * each rank keeps the AdamW moments of its shard only (the CUDA backend its fp32 master
  * weights too) and updates its shard, then the parameters are all-gathered. A world size of 1
@@ -29,8 +29,8 @@
 #include <optional>
 #include <string>
 
-#include "dist/communicator.h"
-#include "dist/shard_plan.h"
+#include "parallel/communicator.h"
+#include "parallel/shard_plan.h"
 #include "kernels/common/attention_kind.h"
 #include "kernels/cpu/adamw.h"
 #include "model/config.h"
@@ -76,7 +76,7 @@ struct ModelOptions {
   bool training = true;
   /// Data parallelism (training): the job's communicator (nullptr: one process; it must
   /// outlive the model), the ZeRO stage (0 or 1) and the bucket size of the gradient
-  /// reductions (dist/shard_plan.h). The CPU backend takes a host communicator. The CUDA
+  /// reductions (parallel/shard_plan.h). The CPU backend takes a host communicator. The CUDA
   /// backend takes a device one (NCCL), with which it runs the data-parallel path at any world
   /// size, 1 included (model/cuda_data_parallel.h); a host communicator of world size 1 is the
   /// plain single-GPU path.
@@ -261,7 +261,7 @@ class Model {
 constexpr size_t kDefaultLayerBucketElements = size_t{1} << 26;
 
 /// The buckets in which `device`'s backend reduces the gradients over world_size ranks
-/// (dist/shard_plan.h), as seen by `rank`. CPU: llm.c's order in buckets of bucket_elements
+/// (parallel/shard_plan.h), as seen by `rank`. CPU: llm.c's order in buckets of bucket_elements
 /// (0: kDefaultBucketElements). CUDA: the layer-major order (parameters.h), each layer, wte,
 /// wpe and lnf in buckets of their own of up to bucket_elements (0:
 /// kDefaultLayerBucketElements).

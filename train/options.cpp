@@ -12,7 +12,7 @@
 #include "base/error.h"
 #include "base/file_io.h"
 #include "data/paths.h"
-#include "dist/nccl_communicator.h"
+#include "parallel/nccl_communicator.h"
 #include "model/checkpoint.h"
 #include "model/hf_checkpoint.h"
 #include "train/run_files.h"

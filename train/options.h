@@ -161,7 +161,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args);
 /// The --help text.
 std::string usage_text();
 
-/// This process's place in its job (from dist/communicator.h's job communicator).
+/// This process's place in its job (from parallel/communicator.h's job communicator).
 struct JobRanks {
   int rank = 0;
   int world_size = 1;

@@ -26,7 +26,7 @@
  *   step during which SIGTERM or SIGINT arrived: a checkpoint of that step (when checkpointing
  *   is on and the step did not write one anyway), a line saying what was saved, and the return.
  *
- * Data parallel (a job of several ranks, started by mpirun or srun: dist/communicator.h): every
+ * Data parallel (a job of several ranks, started by mpirun or srun: parallel/communicator.h): every
  * rank runs the same loop on its own windows of the data (the loader deals them by rank) with
  * the same collectives in the same order. Rank 0 alone prints (the other ranks' stdout goes to
  * /dev/null; their errors still reach stderr), locks and writes --out (metrics, summary,
@@ -44,7 +44,7 @@
  */
 #pragma once
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 #include "train/options.h"
 
 namespace gpt2 {

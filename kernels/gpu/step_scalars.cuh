@@ -18,7 +18,7 @@
  *     scalars->loss_sum = 0 + gathered[0] + gathered[2] + ...   (ranks in order, in double)
  *     scalars->norm_squared likewise from the odd slots when sum_norm (ZeRO-1: each rank
  *     squared its own shard), left alone otherwise.
- *   The arithmetic of sum_in_rank_order (dist/communicator.h), its CPU twin: the same bits.
+ *   The arithmetic of sum_in_rank_order (parallel/communicator.h), its CPU twin: the same bits.
  * All are single-block launches on `stream`, with no host synchronization (graph-capturable).
  */
 #pragma once

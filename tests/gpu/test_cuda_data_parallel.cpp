@@ -21,9 +21,9 @@
 #include <gtest/gtest.h>
 
 #include "base/rng.h"
-#include "dist/communicator.h"
-#include "dist/nccl_communicator.h"
-#include "dist/shard_plan.h"
+#include "parallel/communicator.h"
+#include "parallel/nccl_communicator.h"
+#include "parallel/shard_plan.h"
 #include "gpu/gpu_test_util.h"
 #include "model/cuda_data_parallel.h"
 #include "model/cuda_model.h"

@@ -11,8 +11,8 @@
 
 #include "base/bf16.h"
 #include "base/rng.h"
-#include "dist/communicator.h"
-#include "dist/nccl_communicator.h"
+#include "parallel/communicator.h"
+#include "parallel/nccl_communicator.h"
 #include "gpu_test_util.h"
 #include "model/thread_communicator.h"
 

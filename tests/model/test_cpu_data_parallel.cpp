@@ -17,7 +17,7 @@
 #include "base/bf16.h"
 #include "base/error.h"
 #include "base/rng.h"
-#include "dist/shard_plan.h"
+#include "parallel/shard_plan.h"
 #include "model/cpu_model.h"
 #include "model/model.h"
 #include "model/parameters.h"

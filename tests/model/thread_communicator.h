@@ -29,7 +29,7 @@
 #include <utility>
 #include <vector>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 namespace gpt2::testing {
 

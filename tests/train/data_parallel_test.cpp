@@ -30,10 +30,10 @@
 #include <string>
 #include <vector>
 
-#include "../dist/mpi_test_util.h"
+#include "../parallel/mpi_test_util.h"
 #include "base/file_io.h"
 #include "base/json.h"
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
 #include "train/run_files.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "dist/nccl_communicator.h"
+#include "parallel/nccl_communicator.h"
 #include "model/checkpoint.h"
 #include "model/hf_checkpoint.h"
 #include "model/parameters.h"

@@ -9,7 +9,7 @@
  * rank's block at the start of the buffer, moved then to its place (the other blocks are left
  * unspecified, as the contract says).
  */
-#include "dist/mpi_communicator.h"
+#include "parallel/mpi_communicator.h"
 
 #include <algorithm>
 #include <chrono>

@@ -8,8 +8,8 @@
  * rank uses device local_rank()). Three backends, one contract:
  *   - SingleProcessCommunicator: world size 1, no launcher, no MPI call; every collective is
  *     the identity (a copy where send and receive differ).
- *   - MpiCommunicator (dist/mpi_communicator.h, --device cpu): host memory, OpenMPI.
- *   - NcclCommunicator (dist/nccl_communicator.h, --device cuda): device memory, NCCL; the
+ *   - MpiCommunicator (parallel/mpi_communicator.h, --device cpu): host memory, OpenMPI.
+ *   - NcclCommunicator (parallel/nccl_communicator.h, --device cuda): device memory, NCCL; the
  *     unique id is broadcast over a host communicator (MPI), the device is local_rank().
  * Every rank calls the same collectives in the same order with the same counts (a rank that
  * calls another collective, or none, leaves the others waiting: abort() is what a failing
@@ -168,7 +168,7 @@ std::unique_ptr<Communicator> make_job_communicator();
 /// True when this build has the MPI backend.
 bool mpi_backend_available();
 
-/// An NcclCommunicator (dist/nccl_communicator.h) over the job's host communicator `host`,
+/// An NcclCommunicator (parallel/nccl_communicator.h) over the job's host communicator `host`,
 /// which must outlive it: collective over the job's ranks, and it selects this rank's GPU.
 /// Throws gpt2::Error in a build without NCCL.
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host);

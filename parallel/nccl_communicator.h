@@ -29,7 +29,7 @@
 
 #include <memory>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 struct ncclComm;
 struct CUstream_st;

@@ -1,7 +1,7 @@
 // ShardPlan: buckets cover the flat buffer in order, every size a multiple of the world size;
 // the ranks' blocks cover [0, N) exactly once; a rank's local state is its blocks back to back;
 // only the last bucket is padded, by less than the world size.
-#include "dist/shard_plan.h"
+#include "parallel/shard_plan.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
  * @file nccl_communicator.cpp
  * @brief NcclCommunicator: one NCCL call per collective on the communicator's stream.
  */
-#include "dist/nccl_communicator.h"
+#include "parallel/nccl_communicator.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>

@@ -20,7 +20,7 @@
 
 #include <memory>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 namespace gpt2 {
 

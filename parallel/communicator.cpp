@@ -11,7 +11,7 @@
  * unrelated processes (SLURM_STEP_NUM_TASKS > 1 but no PMI): each would train alone on the
  * same --out, so that is refused.
  */
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -22,9 +22,9 @@
 
 #include "base/bf16.h"
 #include "base/error.h"
-#include "dist/nccl_communicator.h"
+#include "parallel/nccl_communicator.h"
 #ifdef GPT2_HAVE_MPI
-#include "dist/mpi_communicator.h"
+#include "parallel/mpi_communicator.h"
 #endif
 
 namespace gpt2 {

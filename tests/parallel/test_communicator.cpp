@@ -1,7 +1,7 @@
 // The single-process communicator, launch detection from the environment, and the MPI
 // communicator's collectives and abort in real processes (2 and 3 ranks under mpirun; skipped,
 // saying why, without mpirun or in a build without MPI).
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 #include <sys/wait.h>
 
