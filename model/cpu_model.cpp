@@ -320,14 +320,14 @@ float CpuModel::grad_norm() {
 }
 
 void CpuModel::adamw_range(size_t begin, size_t count, float* m, float* v,
-                           const cpu::AdamWHyper& hyper, int step, float grad_scale) {
+                           const AdamWHyper& hyper, int step, float grad_scale) {
   const ParameterLayout& layout = gpt2_->layout();
   const size_t end = begin + count;
   for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
     const size_t lo = std::max(begin, layout.offsets[tensor]);
     const size_t hi = std::min(end, layout.offsets[tensor] + layout.sizes[tensor]);
     if (lo >= hi) continue;
-    cpu::AdamWHyper tensor_hyper = hyper;
+    AdamWHyper tensor_hyper = hyper;
     if (!ParameterLayout::decays(tensor)) tensor_hyper.weight_decay = 0.0f;
     cpu::adamw_update(gpt2_->params() + lo, gpt2_->grads() + lo, m + (lo - begin),
                       v + (lo - begin), static_cast<int64_t>(hi - lo), tensor_hyper, step,
@@ -335,7 +335,7 @@ void CpuModel::adamw_range(size_t begin, size_t count, float* m, float* v,
   }
 }
 
-void CpuModel::adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_scale) {
+void CpuModel::adamw_step(const AdamWHyper& hyper, int step, float grad_scale) {
   check_training("adamw_step");
   GPT2_CHECK(step >= 1, "AdamW steps are 1-based (got ", step, ")");
   check_reduced("adamw_step");

@@ -60,7 +60,7 @@ class CpuModel final : public Model {
 
   void reduce_gradients() override;
   float grad_norm() override;
-  void adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_scale) override;
+  void adamw_step(const AdamWHyper& hyper, int step, float grad_scale) override;
 
   void get_optimizer_state(float* m, float* v) const override;
   void set_optimizer_state(const float* m, const float* v) override;
@@ -82,7 +82,7 @@ class CpuModel final : public Model {
   bool data_parallel() const { return comm_ != nullptr && comm_->world_size() > 1; }
   bool sharded() const { return data_parallel() && options_.zero_stage == 1; }
   /// AdamW on the flat elements [begin, begin + count) with moments m, v (count floats each).
-  void adamw_range(size_t begin, size_t count, float* m, float* v, const cpu::AdamWHyper& hyper,
+  void adamw_range(size_t begin, size_t count, float* m, float* v, const AdamWHyper& hyper,
                    int step, float grad_scale);
   /// The collective of bucket k on flat (ZeRO-0 all-reduce, ZeRO-1 reduce-scatter, all-gather),
   /// through staging_ when the bucket runs past N; the sums through bf16_bucket_ with

@@ -401,7 +401,7 @@ class CudaModel final : public CudaModelBase {
   void zero_grad() override;
   float forward_backward(const int* inputs, const int* targets, float loss_scale) override;
   void queue_forward_backward(const int* inputs, const int* targets, float loss_scale) override;
-  StepOutcome finish_step(const cpu::AdamWHyper& hyper, int step, float grad_clip,
+  StepOutcome finish_step(const AdamWHyper& hyper, int step, float grad_clip,
                           int micro_batches) override;
   float evaluate(const int* inputs, const int* targets) override;
   void start_generation(int batch, int max_len) override;
@@ -413,7 +413,7 @@ class CudaModel final : public CudaModelBase {
   void synchronize_parameters() override { complete_parameter_gather(); }
   void reduce_gradients() override;
   float grad_norm() override;
-  void adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_scale) override;
+  void adamw_step(const AdamWHyper& hyper, int step, float grad_scale) override;
 
   void get_optimizer_state(float* m, float* v) const override;
   void set_optimizer_state(const float* m, const float* v) override;
@@ -1290,7 +1290,7 @@ float CudaModel<T_>::grad_norm() {
 }
 
 template <typename T_>
-void CudaModel<T_>::adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_scale) {
+void CudaModel<T_>::adamw_step(const AdamWHyper& hyper, int step, float grad_scale) {
   check_training("adamw_step");
   GPT2_CHECK(step >= 1, "AdamW steps are 1-based (got ", step, ")");
   if (dp_) check_reduced("adamw_step");
@@ -1305,7 +1305,7 @@ void CudaModel<T_>::adamw_step(const cpu::AdamWHyper& hyper, int step, float gra
 }
 
 template <typename T_>
-Model::StepOutcome CudaModel<T_>::finish_step(const cpu::AdamWHyper& hyper, int step,
+Model::StepOutcome CudaModel<T_>::finish_step(const AdamWHyper& hyper, int step,
                                               float grad_clip, int micro_batches) {
   check_training("finish_step");
   GPT2_CHECK(step >= 1, "AdamW steps are 1-based (got ", step, ")");

@@ -24,6 +24,7 @@
 #include "base/error.h"
 #include "base/file_io.h"
 #include "base/json.h"
+#include "kernels/common/layernorm_eps.h"
 #include "model/parameters.h"
 #include "model/safetensors.h"
 
@@ -34,7 +35,6 @@ namespace fs = std::filesystem;
 
 constexpr const char* kTransformerPrefix = "transformer.";
 constexpr const char* kLmHead = "lm_head.weight";
-constexpr double kLayerNormEpsilon = 1e-5;  // kernels/cpu/layernorm.h and the GPU's
 constexpr int kGpt2EndOfText = 50256;
 
 // Where one Hugging Face tensor lives in the flat parameter buffer.
@@ -201,7 +201,7 @@ ModelConfig read_hf_config(const std::string& dir) {
   if (config.contains("layer_norm_epsilon")) {
     const Json& epsilon = config.at("layer_norm_epsilon");
     if (!epsilon.is_number() ||
-        std::fabs(epsilon.get<double>() - kLayerNormEpsilon) > 1e-6 * kLayerNormEpsilon)
+        std::fabs(epsilon.get<double>() - kLayerNormEps) > 1e-6 * kLayerNormEps)
       GPT2_FAIL(path, ": field 'layer_norm_epsilon' is ", dump_json(epsilon),
                 ": the model here normalizes with epsilon 1e-05");
   }
@@ -385,7 +385,7 @@ void write_hf_model(const std::string& dir, const ModelConfig& config, const flo
   json["embd_pdrop"] = 0.1;
   json["eos_token_id"] = special_token;
   json["initializer_range"] = 0.02;
-  json["layer_norm_epsilon"] = kLayerNormEpsilon;
+  json["layer_norm_epsilon"] = kLayerNormEps;
   json["model_type"] = "gpt2";
   json["n_ctx"] = config.max_seq_len;
   json["n_embd"] = config.channels;

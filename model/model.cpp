@@ -59,14 +59,14 @@ const char* to_string(GradReduce reduce) {
   return "unknown";
 }
 
-Model::StepOutcome Model::finish_step(const cpu::AdamWHyper& hyper, int step, float grad_clip,
+Model::StepOutcome Model::finish_step(const AdamWHyper& hyper, int step, float grad_clip,
                                       int micro_batches) {
   const double local_loss_sum = queued_loss_sum_;
   queued_loss_sum_ = 0.0;
   return finish_step_on_host(hyper, step, grad_clip, micro_batches, local_loss_sum);
 }
 
-Model::StepOutcome Model::finish_step_on_host(const cpu::AdamWHyper& hyper, int step,
+Model::StepOutcome Model::finish_step_on_host(const AdamWHyper& hyper, int step,
                                               float grad_clip, int micro_batches,
                                               double local_loss_sum) {
   GPT2_CHECK(micro_batches >= 1, micro_batches, " micro-batches");

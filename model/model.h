@@ -32,7 +32,7 @@
 #include "parallel/communicator.h"
 #include "parallel/shard_plan.h"
 #include "kernels/common/attention_kind.h"
-#include "kernels/cpu/adamw.h"
+#include "kernels/common/adamw_hyper.h"
 #include "model/config.h"
 #include "model/memory_plan.h"
 
@@ -196,7 +196,7 @@ class Model {
   /// AdamW on every tensor (weight decay on the 2-D weights only); grads scaled by grad_scale
   /// first (clipping). step is 1-based. ZeRO-1: collective (this rank's shard, then the
   /// all-gather of the parameters).
-  virtual void adamw_step(const cpu::AdamWHyper& hyper, int step, float grad_scale) = 0;
+  virtual void adamw_step(const AdamWHyper& hyper, int step, float grad_scale) = 0;
 
   // --- A training step with one host round trip ------------------------------------------------
   //   zero_grad();
@@ -221,7 +221,7 @@ class Model {
   /// micro_batches) with micro_batches the step's count over every rank; norm = grad_norm();
   /// when both are finite, adamw_step(hyper, step, s), s = grad_clip / norm when
   /// grad_clip > 0 and norm > grad_clip, else 1. Collective with several ranks.
-  virtual StepOutcome finish_step(const cpu::AdamWHyper& hyper, int step, float grad_clip,
+  virtual StepOutcome finish_step(const AdamWHyper& hyper, int step, float grad_clip,
                                   int micro_batches);
 
   /// The whole AdamW m and v (ParameterLayout::total floats each). ZeRO-1: collective; the
@@ -252,7 +252,7 @@ class Model {
   /// The loss sum of the default queue_forward_backward since the last finish_step.
   double queued_loss_sum_ = 0.0;
   /// finish_step after the loss sum is known: the rule above on the host, given this rank's sum.
-  StepOutcome finish_step_on_host(const cpu::AdamWHyper& hyper, int step, float grad_clip,
+  StepOutcome finish_step_on_host(const AdamWHyper& hyper, int step, float grad_clip,
                                   int micro_batches, double local_loss_sum);
 };
 

@@ -720,7 +720,7 @@ int run_training(const TrainConfig& config, Communicator& comm) {
       model->queue_forward_backward(batch.local_inputs(), batch.local_targets(), loss_scale);
     }
     model->reduce_gradients();
-    cpu::AdamWHyper hyper;
+    AdamWHyper hyper;
     hyper.lr = config.lr_schedule.at(step - 1);
     hyper.weight_decay = config.weight_decay;
     // A non-finite loss or norm is never applied (model.h); stop ends the run below, after the

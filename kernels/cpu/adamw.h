@@ -12,15 +12,9 @@
 
 #include <cstdint>
 
-namespace gpt2::cpu {
+#include "kernels/common/adamw_hyper.h"
 
-struct AdamWHyper {
-  float lr = 0.0f;
-  float beta1 = 0.9f;
-  float beta2 = 0.95f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;
-};
+namespace gpt2::cpu {
 
 void adamw_update(float* params, const float* grads, float* m, float* v, int64_t N,
                   const AdamWHyper& hyper, int t, float grad_scale);

@@ -1,6 +1,7 @@
 /**
  * @file layernorm.h
- * @brief LayerNorm over the channel dimension (CPU reference), eps = 1e-5.
+ * @brief LayerNorm over the channel dimension (CPU reference), eps = kLayerNormEps (1e-5,
+ *        kernels/common/layernorm_eps.h).
  *
  * Forward:  mean = E[x], rstd = 1/sqrt(Var[x] + eps) (biased variance),
  *           out = (x - mean) * rstd * weight + bias
@@ -13,9 +14,9 @@
  */
 #pragma once
 
-namespace gpt2::cpu {
+#include "kernels/common/layernorm_eps.h"
 
-constexpr double kLayerNormEps = 1e-5;
+namespace gpt2::cpu {
 
 template <typename Real>
 void layernorm_forward(Real* out, Real* mean, Real* rstd, const Real* inp, const Real* weight,

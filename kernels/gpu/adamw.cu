@@ -98,7 +98,7 @@ void check_master(const float* master) {
   }
 }
 
-AdamWStep make_step(const cpu::AdamWHyper& hyper, int t, float grad_scale) {
+AdamWStep make_step(const AdamWHyper& hyper, int t, float grad_scale) {
   GPT2_CHECK(t >= 1, "AdamW step t = ", t, " (1-based)");
   AdamWStep step{};
   step.lr = hyper.lr;
@@ -151,7 +151,7 @@ AdamWSegmentTable upload_adamw_segments(void* device, const std::vector<AdamWSeg
 
 template <typename T_, typename G_>
 void adamw_update_segments(T_* params, float* master, const G_* grads, float* m, float* v,
-                           const AdamWSegmentTable& table, const cpu::AdamWHyper& hyper, int t,
+                           const AdamWSegmentTable& table, const AdamWHyper& hyper, int t,
                            float grad_scale, cudaStream_t stream,
                            const AdamWDeviceControl* control) {
   check_master<T_>(master);
@@ -167,7 +167,7 @@ void adamw_update_segments(T_* params, float* master, const G_* grads, float* m,
 
 template <typename T_, typename G_>
 void adamw_update(T_* params, float* master, const G_* grads, float* m, float* v, int64_t N,
-                  const cpu::AdamWHyper& hyper, int t, float grad_scale, cudaStream_t stream) {
+                  const AdamWHyper& hyper, int t, float grad_scale, cudaStream_t stream) {
   GPT2_CHECK(N >= 0, "N = ", N);
   check_master<T_>(master);
   const AdamWStep step = make_step(hyper, t, grad_scale);
@@ -179,10 +179,10 @@ void adamw_update(T_* params, float* master, const G_* grads, float* m, float* v
 
 #define GPT2_INSTANTIATE_ADAMW(T_, G_)                                                          \
   template void adamw_update<T_, G_>(T_*, float*, const G_*, float*, float*, int64_t,           \
-                                     const cpu::AdamWHyper&, int, float, cudaStream_t);        \
+                                     const AdamWHyper&, int, float, cudaStream_t);        \
   template void adamw_update_segments<T_, G_>(T_*, float*, const G_*, float*, float*,           \
                                               const AdamWSegmentTable&,                         \
-                                              const cpu::AdamWHyper&, int, float, cudaStream_t, \
+                                              const AdamWHyper&, int, float, cudaStream_t, \
                                               const AdamWDeviceControl*);
 GPT2_INSTANTIATE_ADAMW(float, float)
 GPT2_INSTANTIATE_ADAMW(__nv_bfloat16, __nv_bfloat16)

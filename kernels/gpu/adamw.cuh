@@ -33,7 +33,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "kernels/cpu/adamw.h"
+#include "kernels/common/adamw_hyper.h"
 
 namespace gpt2::gpu {
 
@@ -67,12 +67,12 @@ AdamWSegmentTable upload_adamw_segments(void* device, const std::vector<AdamWSeg
 
 template <typename T_, typename G_ = T_>
 void adamw_update_segments(T_* params, float* master, const G_* grads, float* m, float* v,
-                           const AdamWSegmentTable& table, const cpu::AdamWHyper& hyper, int t,
+                           const AdamWSegmentTable& table, const AdamWHyper& hyper, int t,
                            float grad_scale, cudaStream_t stream,
                            const AdamWDeviceControl* control = nullptr);
 
 template <typename T_, typename G_ = T_>
 void adamw_update(T_* params, float* master, const G_* grads, float* m, float* v, int64_t N,
-                  const cpu::AdamWHyper& hyper, int t, float grad_scale, cudaStream_t stream);
+                  const AdamWHyper& hyper, int t, float grad_scale, cudaStream_t stream);
 
 }  // namespace gpt2::gpu

@@ -13,7 +13,7 @@
 #include <initializer_list>
 
 #include "base/error.h"
-#include "kernels/cpu/layernorm.h"
+#include "kernels/common/layernorm_eps.h"
 #include "kernels/gpu/common.cuh"
 #include "kernels/gpu/residual.cuh"
 
@@ -26,7 +26,7 @@ constexpr int kRowThreads = 32 * kWarpsPerBlock;
 /// 8 rows per warp. (16-row chunks, 2 per warp, ran 2x slower on an H100 with a warp-by-warp
 /// sum in shared memory: 8 barriers and bank-conflicted adds per chunk.)
 constexpr int kBackwardRowsPerChunk = 64;
-constexpr float kEps = static_cast<float>(cpu::kLayerNormEps);
+constexpr float kEps = static_cast<float>(kLayerNormEps);
 
 // ---------------------------------------------------------------------------------------------
 // Kernels

@@ -29,8 +29,8 @@ namespace {
 constexpr int kSteps = 5;
 constexpr int64_t kSizes[] = {1, 1003, 70001};
 
-cpu::AdamWHyper test_hyper() {
-  cpu::AdamWHyper hyper;
+AdamWHyper test_hyper() {
+  AdamWHyper hyper;
   hyper.lr = 1e-2f;
   hyper.beta1 = 0.9f;
   hyper.beta2 = 0.95f;
@@ -56,7 +56,7 @@ std::vector<double> m_allowed(const std::vector<float>& m_size, int t) {
 
 TEST(GpuAdamW, Fp32MatchesCpuOverSteps) {
   GPT2_REQUIRE_GPU();
-  const cpu::AdamWHyper hyper = test_hyper();
+  const AdamWHyper hyper = test_hyper();
   const float grad_scale = 0.7f;
   for (int64_t N : kSizes) {
     std::vector<float> params = random_normal(N, 1001), m(N, 0.0f), v(N, 0.0f), m_size(N, 0.0f);
@@ -83,7 +83,7 @@ TEST(GpuAdamW, Fp32MatchesCpuOverSteps) {
 
 TEST(GpuAdamW, Bf16MasterWeightsTrackCpuAndRoundToNearestEven) {
   GPT2_REQUIRE_GPU();
-  const cpu::AdamWHyper hyper = test_hyper();
+  const AdamWHyper hyper = test_hyper();
   const float grad_scale = 1.3f;
   for (int64_t N : kSizes) {
     std::vector<float> master = random_normal(N, 2001), m(N, 0.0f), v(N, 0.0f), m_size(N, 0.0f);
@@ -125,7 +125,7 @@ TEST(GpuAdamW, Bf16MasterWeightsTrackCpuAndRoundToNearestEven) {
 // segment stay as they were. bf16 parameters with fp32 gradients (ZeRO-1) and fp32 alike.
 template <typename T_>
 void check_segments_match_per_segment_updates() {
-  const cpu::AdamWHyper hyper = test_hyper();
+  const AdamWHyper hyper = test_hyper();
   const float grad_scale = 0.9f;
   constexpr bool kBf16 = std::is_same_v<T_, bf16>;
   std::vector<AdamWSegment> segments = {
@@ -152,7 +152,7 @@ void check_segments_match_per_segment_updates() {
     adamw_update_segments<T_, float>(p_one.get(), master, grads.get(), m_one.get(), v_one.get(),
                                      table, hyper, t, grad_scale, nullptr);
     for (const AdamWSegment& segment : segments) {
-      cpu::AdamWHyper segment_hyper = hyper;
+      AdamWHyper segment_hyper = hyper;
       if (!segment.decays) segment_hyper.weight_decay = 0.0f;
       const int64_t st = segment.state_offset;
       adamw_update<T_, float>(p_each.get() + segment.param_offset,
@@ -191,7 +191,7 @@ TEST(GpuAdamWPreconditions, MasterWeightsMatchTheStorageType) {
   // prove it was the check (a failed launch would throw a different gpt2::Error).
   float f[4] = {};
   bf16 h[4] = {};
-  const cpu::AdamWHyper hyper = test_hyper();
+  const AdamWHyper hyper = test_hyper();
   try {
     adamw_update(f, f, f, f, f, 4, hyper, 1, 1.0f, nullptr);
     ADD_FAILURE() << "fp32 parameters with a master copy were accepted";

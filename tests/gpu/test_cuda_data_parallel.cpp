@@ -244,7 +244,7 @@ Trained train(Communicator* comm, int world, int rank, int B, const RunSpec& spe
   std::vector<float> params(n);
   init_parameters(params.data(), options.config, 11);
   model->set_parameters(params.data());
-  cpu::AdamWHyper hyper;
+  AdamWHyper hyper;
   hyper.lr = 1e-3f;
   hyper.weight_decay = 0.1f;
   const int V = options.config.vocab_size;
@@ -362,7 +362,7 @@ TEST(CudaDataParallel, ForwardOnlyCallsWaitForTheOverlappedGather) {
   model->expect_last_micro_batch();
   model->queue_forward_backward(tokens.data(), tokens.data(), 1.0f);
   model->reduce_gradients();
-  model->finish_step(cpu::AdamWHyper{}, 1, 1.0f, 1);
+  model->finish_step(AdamWHyper{}, 1, 1.0f, 1);
   EXPECT_THROW(model->evaluate(tokens.data(), tokens.data()), Error);
   EXPECT_THROW(model->start_generation(1, kT), Error);
   model->synchronize_parameters();
@@ -387,11 +387,11 @@ TEST(CudaDataParallel, CallsOutOfOrderAreRefused) {
   model->expect_last_micro_batch();
   model->forward_backward(tokens.data(), tokens.data(), 1.0f);
   EXPECT_THROW(model->grad_norm(), Error);
-  EXPECT_THROW(model->adamw_step(cpu::AdamWHyper{}, 1, 1.0f), Error);
+  EXPECT_THROW(model->adamw_step(AdamWHyper{}, 1, 1.0f), Error);
   EXPECT_THROW(model->forward_backward(tokens.data(), tokens.data(), 1.0f), Error);
   model->reduce_gradients();
   EXPECT_TRUE(std::isfinite(model->grad_norm()));
-  model->adamw_step(cpu::AdamWHyper{}, 1, 1.0f);
+  model->adamw_step(AdamWHyper{}, 1, 1.0f);
   const std::optional<Model::CommunicationTime> timing = model->last_step_communication();
   ASSERT_TRUE(timing.has_value());
   EXPECT_GT(timing->collective_ms, 0.0);

@@ -260,7 +260,7 @@ TEST(CudaGeneration, LeavesTheTrainingStepAloneAndTrainingEndsTheSession) {
   b->start_generation(B, T);
   b->prefill(inputs.data(), 30, logits.data());
   for (int i = 0; i < 5; ++i) b->decode_step(inputs.data() + i * B, logits.data());
-  cpu::AdamWHyper hyper;
+  AdamWHyper hyper;
   a->adamw_step(hyper, 1, 1.0f);
   b->adamw_step(hyper, 1, 1.0f);
   std::vector<float> pa(params.size()), pb(params.size());
@@ -310,7 +310,7 @@ TEST(CudaGeneration, InferenceOnlyModelMatchesATrainingModel) {
     inference->zero_grad();
     EXPECT_THROW(inference->forward_backward(prompts.data(), prompts.data(), 1.0f), Error);
     EXPECT_THROW(inference->grad_norm(), Error);
-    EXPECT_THROW(inference->adamw_step(cpu::AdamWHyper{}, 1, 1.0f), Error);
+    EXPECT_THROW(inference->adamw_step(AdamWHyper{}, 1, 1.0f), Error);
   }
 }
 

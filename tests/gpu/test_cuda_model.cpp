@@ -203,7 +203,7 @@ TEST(CudaModel, TwentyStepsLowerTheLossAndCurvesAgree) {
     gpu->set_parameters(params.data());
     std::vector<int> inputs(B * T), targets(B * T);
     std::vector<float> curve;
-    cpu::AdamWHyper hyper;
+    AdamWHyper hyper;
     hyper.lr = 1e-3f;
     hyper.weight_decay = 0.1f;
     for (int step = 1; step <= kSteps; ++step) {
@@ -243,7 +243,7 @@ TEST(CudaModel, HopperDeterministicTrainingRepeatsBitForBit) {
                          FlashKernelChoice::kHopper, /*deterministic_attention=*/true};
     auto gpu = make_gpu_model(options);
     gpu->set_parameters(params.data());
-    cpu::AdamWHyper hyper;
+    AdamWHyper hyper;
     hyper.lr = 1e-3f;
     std::vector<float> curve;
     for (int step = 1; step <= kSteps; ++step) {
@@ -296,7 +296,7 @@ TEST(CudaModel, RecomputedFcTrainsBitForBitLikeKeptActivations) {
       auto gpu = make_gpu_model(options);
       plan_bytes[recompute] = gpu->memory_plan().total();
       gpu->set_parameters(params.data());
-      cpu::AdamWHyper hyper;
+      AdamWHyper hyper;
       hyper.lr = 1e-3f;
       for (int step = 1; step <= kSteps; ++step) {
         const std::vector<int> inputs = random_ints(B * T, config.vocab_size, 300 + step);
@@ -342,7 +342,7 @@ TEST(CudaModel, GraphedDeviceStepTrainsBitForBitLikeEagerHostStep) {
         options.cuda_graphs = device_step == 1;
         auto gpu = make_gpu_model(options);
         gpu->set_parameters(params.data());
-        cpu::AdamWHyper hyper;
+        AdamWHyper hyper;
         hyper.lr = 1e-3f;
         for (int step = 1; step <= kSteps; ++step) {
           gpu->zero_grad();

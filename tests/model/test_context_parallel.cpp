@@ -110,7 +110,7 @@ Trained train(Communicator& comm, int N, int B, int steps, int micro, int zero) 
   model->set_parameters(params.data());
   const ContextShard shard = context_shard(kT, N, group->rank());
   const int V = options.config.vocab_size;
-  cpu::AdamWHyper hyper;
+  AdamWHyper hyper;
   hyper.lr = 1e-3f;
   Trained result;
   for (int step = 1; step <= steps; ++step) {

@@ -64,8 +64,8 @@ struct Trained {
   std::vector<float> params, m, v, norms;
 };
 
-cpu::AdamWHyper hyper() {
-  cpu::AdamWHyper h;
+AdamWHyper hyper() {
+  AdamWHyper h;
   h.lr = 1e-3f;
   h.weight_decay = 0.1f;
   return h;

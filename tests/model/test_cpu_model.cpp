@@ -307,7 +307,7 @@ TEST(CpuModel, InitialLossIsLnVAndAdamWLearnsARepeatedBatch) {
   // GPT-2 init: logits ~ N(0, 0.02^2 C), so the loss is ln V plus about var/2 = 0.013.
   EXPECT_NEAR(initial, std::log(double(options.config.vocab_size)), 0.05);
 
-  cpu::AdamWHyper hyper;
+  AdamWHyper hyper;
   hyper.lr = 1e-3f;
   hyper.weight_decay = 0.1f;
   float loss = initial;
@@ -356,7 +356,7 @@ TEST(CpuModel, WeightDecayOnlyOnTwoDimensionalWeights) {
   model->set_parameters(before.data());
   model->zero_grad();
   // With zero gradients and zero moments the Adam term is 0/(0+eps) = 0; only decay moves.
-  cpu::AdamWHyper hyper;
+  AdamWHyper hyper;
   hyper.lr = 0.1f;
   hyper.weight_decay = 0.5f;
   model->adamw_step(hyper, 1, 1.0f);
@@ -379,7 +379,7 @@ TEST(CpuModel, OptimizerStateRoundTrips) {
   const size_t BT = size_t(options.batch_size) * options.seq_len;
   const std::vector<int> inputs = random_tokens(BT, options.config.vocab_size, 15);
   const std::vector<int> targets = random_tokens(BT, options.config.vocab_size, 16);
-  cpu::AdamWHyper hyper;
+  AdamWHyper hyper;
   hyper.lr = 1e-3f;
   hyper.weight_decay = 0.1f;
   for (int step = 1; step <= 2; ++step) {

@@ -284,7 +284,7 @@ TEST(CpuGeneration, LeavesTrainingStateAloneAndTrainingEndsTheSession) {
   std::unique_ptr<Model> a = make_cpu_model(options), b = make_cpu_model(options);
   a->set_parameters(params.data());
   b->set_parameters(params.data());
-  cpu::AdamWHyper hyper;
+  AdamWHyper hyper;
   const float loss_a = a->forward_backward(inputs.data(), targets.data(), 1.0f);
   const float loss_b = b->forward_backward(inputs.data(), targets.data(), 1.0f);
   const CpuGpt2<float>& gb = static_cast<CpuModel&>(*b).gpt2();
@@ -352,7 +352,7 @@ TEST(CpuGeneration, InferenceOnlyModelGeneratesTheSameWithoutTrainingMemory) {
   inference->zero_grad();  // nothing to zero: allowed
   EXPECT_THROW(inference->forward_backward(tokens.data(), tokens.data(), 1.0f), Error);
   EXPECT_THROW(inference->grad_norm(), Error);
-  EXPECT_THROW(inference->adamw_step(cpu::AdamWHyper{}, 1, 1.0f), Error);
+  EXPECT_THROW(inference->adamw_step(AdamWHyper{}, 1, 1.0f), Error);
   std::vector<float> m(ParameterLayout::for_config(options.config).total), v(m.size());
   EXPECT_THROW(inference->get_optimizer_state(m.data(), v.data()), Error);
   EXPECT_THROW(inference->set_optimizer_state(m.data(), v.data()), Error);

@@ -152,7 +152,7 @@ class ScriptedModel final : public Model {
   float evaluate(const int*, const int*) override { fail(); }
   void reduce_gradients() override { fail(); }
   float grad_norm() override { fail(); }
-  void adamw_step(const cpu::AdamWHyper&, int, float) override { fail(); }
+  void adamw_step(const AdamWHyper&, int, float) override { fail(); }
   void get_optimizer_state(float*, float*) const override { fail(); }
   void set_optimizer_state(const float*, const float*) override { fail(); }
   const MemoryPlan& memory_plan() const override { return plan_; }
