@@ -21,25 +21,16 @@
 
 #include "base/error.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_common.h"
 
 namespace gpt2::cpu {
 namespace {
 
-// Below this much work (B*NH*T*T*HS) a parallel region costs more than it saves (much more
-// when the cores are shared), so small calls run on the calling thread.
-constexpr int64_t kMinParallelWork = int64_t{1} << 18;
-
-// scale * (q . k) over HS channels, in Real, in channel order (as attention_naive.cpp).
-template <typename Real>
-inline Real attention_score(const Real* q, const Real* k, int HS, Real scale) {
-  Real dot = 0;
-  for (int i = 0; i < HS; ++i) dot += q[i] * k[i];
-  return dot * scale;
-}
+using detail::attention_score;
+using detail::kMinParallelWork;
 
 void check_shapes(int B, int T, int C, int NH, FlashBlocks blocks) {
-  GPT2_CHECK(B > 0 && T > 0 && NH > 0 && C > 0 && C % NH == 0, "B=", B, " T=", T, " C=", C,
-             " NH=", NH);
+  detail::check_attention_shape(B, T, C, NH);
   GPT2_CHECK(blocks.block_q > 0 && blocks.block_k > 0, "block_q=", blocks.block_q,
              " block_k=", blocks.block_k);
 }

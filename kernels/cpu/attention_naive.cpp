@@ -22,21 +22,13 @@
 
 #include "base/error.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_common.h"
 
 namespace gpt2::cpu {
 namespace {
 
-// Below this much work (B*NH*T*T*HS) a parallel region costs more than it saves (much more
-// when the cores are shared), so small calls run on the calling thread.
-constexpr int64_t kMinParallelWork = int64_t{1} << 18;
-
-// scale * (q . k) over HS channels, in Real, in channel order (shared with the flash file).
-template <typename Real>
-inline Real attention_score(const Real* q, const Real* k, int HS, Real scale) {
-  Real dot = 0;
-  for (int i = 0; i < HS; ++i) dot += q[i] * k[i];
-  return dot * scale;
-}
+using detail::attention_score;
+using detail::kMinParallelWork;
 
 // One query row: o = sum_j p_j v_j with p = softmax_j(scale q.k_j) over the n keys
 // k_j = k + j*kv_stride, v_j = v + j*kv_stride; max, exponentials and sums in double. Writes
@@ -71,8 +63,7 @@ inline void attention_row_forward(Real* o, Real* prob_row, const Real* q, const 
 template <typename Real>
 void attention_naive_forward(Real* out, Real* probs, const Real* qkv, int B, int T, int C,
                              int NH) {
-  GPT2_CHECK(B > 0 && T > 0 && NH > 0 && C > 0 && C % NH == 0, "B=", B, " T=", T, " C=", C,
-             " NH=", NH);
+  detail::check_attention_shape(B, T, C, NH);
   const int HS = C / NH;
   const int64_t C3 = 3 * static_cast<int64_t>(C);
   const Real scale = static_cast<Real>(1.0 / std::sqrt(static_cast<double>(HS)));
@@ -100,8 +91,7 @@ void attention_naive_forward(Real* out, Real* probs, const Real* qkv, int B, int
 template <typename Real>
 void attention_naive_backward(Real* dqkv, const Real* dout, const Real* qkv, const Real* probs,
                               int B, int T, int C, int NH) {
-  GPT2_CHECK(B > 0 && T > 0 && NH > 0 && C > 0 && C % NH == 0, "B=", B, " T=", T, " C=", C,
-             " NH=", NH);
+  detail::check_attention_shape(B, T, C, NH);
   const int HS = C / NH;
   const int64_t C3 = 3 * static_cast<int64_t>(C);
   const double scale = static_cast<Real>(1.0 / std::sqrt(static_cast<double>(HS)));
@@ -163,8 +153,7 @@ void attention_naive_backward(Real* dqkv, const Real* dout, const Real* qkv, con
 template <typename Real>
 void attention_kv_cache_write(Real* k_cache, Real* v_cache, const Real* qkv, int B, int T, int C,
                               int NH, int pos, int capacity) {
-  GPT2_CHECK(B > 0 && T > 0 && NH > 0 && C > 0 && C % NH == 0, "B=", B, " T=", T, " C=", C,
-             " NH=", NH);
+  detail::check_attention_shape(B, T, C, NH);
   GPT2_CHECK(pos >= 0 && pos + T <= capacity, "positions [", pos, ", ", pos + T,
              ") in a cache of ", capacity);
   const int HS = C / NH;

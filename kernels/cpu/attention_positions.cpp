@@ -16,23 +16,29 @@
 
 #include "base/error.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_common.h"
 
 namespace gpt2::cpu {
 namespace {
 
-void check_positions(const int* q_pos, int B, int Tq, int Tk, int C, int NH) {
-  GPT2_CHECK(B > 0 && Tq > 0 && Tk > 0 && NH > 0 && C > 0 && C % NH == 0, "B=", B, " Tq=", Tq,
-             " Tk=", Tk, " C=", C, " NH=", NH);
-  for (int i = 0; i < Tq; ++i)
-    GPT2_CHECK(q_pos[i] >= 0 && q_pos[i] < Tk, "query position ", q_pos[i], " of ", Tk);
-}
+using detail::attention_score;
 
+// The head size, the score scale and a key/value row's stride, after checking the shapes and
+// that every query position is inside the sequence.
 template <typename Real>
-Real score(const Real* q, const Real* k, int HS, Real scale) {
-  Real dot = 0;
-  for (int c = 0; c < HS; ++c) dot += q[c] * k[c];
-  return dot * scale;
-}
+struct PositionsShape {
+  PositionsShape(const int* q_pos, int B, int Tq, int Tk, int C, int NH)
+      : HS(C / NH), scale(static_cast<Real>(1.0 / std::sqrt(static_cast<double>(C / NH)))),
+        kv_stride(2 * static_cast<int64_t>(C)) {
+    detail::check_attention_shape(B, Tq, C, NH);
+    GPT2_CHECK(Tk > 0, "Tk=", Tk);
+    for (int i = 0; i < Tq; ++i)
+      GPT2_CHECK(q_pos[i] >= 0 && q_pos[i] < Tk, "query position ", q_pos[i], " of ", Tk);
+  }
+  int HS;
+  Real scale;
+  int64_t kv_stride;
+};
 
 }  // namespace
 
@@ -40,10 +46,9 @@ template <typename Real>
 void attention_positions_forward(Real* out, Real* lse, const Real* q, int q_stride,
                                  const Real* kv, const int* q_pos, int B, int Tq, int Tk, int C,
                                  int NH) {
-  check_positions(q_pos, B, Tq, Tk, C, NH);
-  const int HS = C / NH;
-  const Real scale = static_cast<Real>(1.0 / std::sqrt(static_cast<double>(HS)));
-  const int64_t C2 = 2 * static_cast<int64_t>(C);
+  const PositionsShape<Real> shape(q_pos, B, Tq, Tk, C, NH);
+  const int HS = shape.HS;
+  const int64_t C2 = shape.kv_stride;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
@@ -54,7 +59,7 @@ void attention_positions_forward(Real* out, Real* lse, const Real* q, int q_stri
         const int last = q_pos[i];
         double max_s = -INFINITY;
         for (int j = 0; j <= last; ++j) {
-          s[j] = static_cast<double>(score(qi, kv_b + j * C2 + h * HS, HS, scale));
+          s[j] = static_cast<double>(attention_score(qi, kv_b + j * C2 + h * HS, HS, shape.scale));
           max_s = std::max(max_s, s[j]);
         }
         double sum = 0.0;
@@ -78,10 +83,9 @@ void attention_positions_backward(Real* dq, int dq_stride, Real* dkv, const Real
                                   const Real* q, int q_stride, const Real* kv, const Real* out,
                                   const Real* lse, const int* q_pos, int B, int Tq, int Tk,
                                   int C, int NH) {
-  check_positions(q_pos, B, Tq, Tk, C, NH);
-  const int HS = C / NH;
-  const Real scale = static_cast<Real>(1.0 / std::sqrt(static_cast<double>(HS)));
-  const int64_t C2 = 2 * static_cast<int64_t>(C);
+  const PositionsShape<Real> shape(q_pos, B, Tq, Tk, C, NH);
+  const int HS = shape.HS;
+  const int64_t C2 = shape.kv_stride;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
@@ -101,13 +105,14 @@ void attention_positions_backward(Real* dq, int dq_stride, Real* dkv, const Real
         for (int j = 0; j <= q_pos[i]; ++j) {
           const Real* kj = kv_b + j * C2 + h * HS;
           const Real* vj = kv_b + j * C2 + C + h * HS;
-          const double p = std::exp(static_cast<double>(score(qi, kj, HS, scale)) - lse_i);
+          const double p =
+              std::exp(static_cast<double>(attention_score(qi, kj, HS, shape.scale)) - lse_i);
           double dp = 0.0;
           for (int c = 0; c < HS; ++c) {
             dv[static_cast<size_t>(j) * HS + c] += p * doi[c];
             dp += static_cast<double>(doi[c]) * vj[c];
           }
-          const double ds = p * (dp - D) * static_cast<double>(scale);
+          const double ds = p * (dp - D) * static_cast<double>(shape.scale);
           for (int c = 0; c < HS; ++c) {
             dqi[c] += ds * kj[c];
             dk[static_cast<size_t>(j) * HS + c] += ds * qi[c];
