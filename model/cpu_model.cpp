@@ -11,7 +11,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <sstream>
 
 #include "base/bf16.h"
 #include "base/error.h"
@@ -102,24 +101,6 @@ void check_memory_fits(const MemoryPlan& plan, size_t available_bytes, const cha
             format_bytes(available_bytes), ") are free (", source, "); the largest buffer, ",
             largest->name, ", needs ", largest->bytes, " bytes (", format_bytes(largest->bytes),
             ")");
-}
-
-size_t available_host_memory_bytes() {
-  std::string meminfo;
-  try {
-    meminfo = read_file_text("/proc/meminfo");
-  } catch (const Error&) {
-    return 0;
-  }
-  std::istringstream lines(meminfo);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind("MemAvailable:", 0) != 0) continue;
-    std::istringstream fields(line.substr(13));
-    unsigned long long kib = 0;
-    if (fields >> kib) return static_cast<size_t>(kib) * 1024;
-  }
-  return 0;
 }
 
 CpuModel::CpuModel(const ModelOptions& options)

@@ -35,9 +35,6 @@ MemoryPlan plan_cpu_model_memory(const ModelOptions& options);
 /// it needs and the bytes available. available_bytes == 0 means unknown: no check.
 void check_memory_fits(const MemoryPlan& plan, size_t available_bytes, const char* source);
 
-/// MemAvailable of /proc/meminfo in bytes; 0 when it cannot be read.
-size_t available_host_memory_bytes();
-
 class CpuModel final : public Model {
  public:
   explicit CpuModel(const ModelOptions& options);

@@ -63,16 +63,27 @@ std::string MemoryPlan::to_string(const std::string& title) const {
   return out;
 }
 
-size_t resident_memory_bytes() {
-  std::string status;
+namespace {
+
+// The kB value of the line "field: N kB" of a /proc file, in bytes; 0 when there is none.
+size_t proc_kib_field(const char* path, const std::string& field) {
+  std::string text;
   try {
-    status = read_file_text("/proc/self/status");
+    text = read_file_text(path);
   } catch (const Error&) {
     return 0;
   }
-  const size_t at = status.find("VmRSS:");
+  const std::string key = "\n" + field + ":";
+  const size_t at = ("\n" + text).find(key);
   if (at == std::string::npos) return 0;
-  return static_cast<size_t>(std::strtoull(status.c_str() + at + 6, nullptr, 10)) * 1024;
+  return static_cast<size_t>(std::strtoull(text.c_str() + at + field.size() + 1, nullptr, 10)) *
+         1024;
 }
+
+}  // namespace
+
+size_t resident_memory_bytes() { return proc_kib_field("/proc/self/status", "VmRSS"); }
+
+size_t available_host_memory_bytes() { return proc_kib_field("/proc/meminfo", "MemAvailable"); }
 
 }  // namespace gpt2

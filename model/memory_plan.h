@@ -36,6 +36,9 @@ struct MemoryPlan {
 
 /// This process's resident memory now (VmRSS of /proc/self/status); 0 when unknown.
 size_t resident_memory_bytes();
+/// The host's memory available to a new allocation (MemAvailable of /proc/meminfo); 0 when
+/// unknown.
+size_t available_host_memory_bytes();
 
 /// "1.50 GiB", "12.0 MiB", "512 B".
 std::string format_bytes(size_t bytes);
