@@ -32,9 +32,12 @@
 #include "base/error.h"
 #include "base/file_io.h"
 #include "special_files.h"
+#include "test_fixtures.h"
 
 namespace gpt2 {
 namespace {
+
+using testing::error_message;
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -77,17 +80,6 @@ class FileIoTest : public ::testing::Test {
 };
 
 // Runs `body` and returns the gpt2::Error message it throws (fails the test if none).
-template <typename Body>
-std::string error_message(Body&& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a gpt2::Error";
-  return "";
-}
-
 TEST_F(FileIoTest, CommitCreatesTheFileAndLeavesNoTemporary) {
   const std::string bytes("hello\0world", 11);  // an embedded NUL must survive
   {

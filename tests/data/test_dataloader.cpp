@@ -28,9 +28,12 @@
 #include "base/rng.h"
 #include "data/dataloader.h"
 #include "data/shard.h"
+#include "test_fixtures.h"
 
 namespace gpt2 {
 namespace {
+
+using testing::error_message;
 
 using ::testing::HasSubstr;
 
@@ -55,17 +58,6 @@ struct Batch {
   std::vector<int> targets;
   bool operator==(const Batch& o) const { return inputs == o.inputs && targets == o.targets; }
 };
-
-template <typename Body>
-std::string error_message(Body&& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a gpt2::Error";
-  return "";
-}
 
 bool same_position(const LoaderPosition& a, const LoaderPosition& b) {
   return a.epoch == b.epoch && a.shard_cursor == b.shard_cursor &&

@@ -23,9 +23,12 @@
 #include "base/error.h"
 #include "base/file_io.h"
 #include "data/shard.h"
+#include "test_fixtures.h"
 
 namespace gpt2 {
 namespace {
+
+using testing::error_message;
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
@@ -71,17 +74,6 @@ class ShardTest : public ::testing::Test {
 
   std::string dir_;
 };
-
-template <typename Body>
-std::string error_message(Body&& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a gpt2::Error";
-  return "";
-}
 
 // Both the cheap header check and the full read must reject a bad file the same way.
 std::string header_and_read_error(const std::string& file) {

@@ -29,9 +29,12 @@
 #include "model/cuda_model.h"
 #include "model/parameters.h"
 #include "model/thread_communicator.h"
+#include "test_fixtures.h"
 
 namespace gpt2 {
 namespace {
+
+using testing::random_tokens;
 
 constexpr int kT = 24;
 
@@ -192,13 +195,6 @@ TEST(LayerMajorLayout, ConvertsToAndFromLlmcOrder) {
 
 // ---------------------------------------------------------------------------------------------
 // Training through NCCL
-
-std::vector<int> random_tokens(size_t n, int V, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int> tokens(n);
-  for (int& t : tokens) t = static_cast<int>(rng.uniform_int(static_cast<uint64_t>(V)));
-  return tokens;
-}
 
 // Rows r, r + world, ... of a (world*B, T) batch, as the loader deals them to rank r.
 std::vector<int> rank_rows(const std::vector<int>& global, int world, int rank, int B) {

@@ -30,20 +30,12 @@
 #include "base/rng.h"
 #include "model/checkpoint.h"
 #include "model/parameters.h"
+#include "test_fixtures.h"
 
 namespace gpt2 {
 namespace {
 
-ModelConfig tiny_config() {
-  ModelConfig c;
-  c.max_seq_len = 8;
-  c.vocab_size = 37;
-  c.padded_vocab_size = 40;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.channels = 8;
-  return c;
-}
+using testing::tiny_config;
 
 uint32_t bits_of(float x) {
   uint32_t b;

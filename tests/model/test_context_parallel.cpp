@@ -20,9 +20,12 @@
 #include "model/model.h"
 #include "model/parameters.h"
 #include "thread_communicator.h"
+#include "test_fixtures.h"
 
 namespace gpt2 {
 namespace {
+
+using testing::random_tokens;
 
 using testing::run_ranks;
 
@@ -81,13 +84,6 @@ ModelOptions small_options(int batch_size) {
   options.batch_size = batch_size;
   options.seq_len = kT;
   return options;
-}
-
-std::vector<int> random_tokens(size_t n, int V, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int> tokens(n);
-  for (int& t : tokens) t = static_cast<int>(rng.uniform_int(static_cast<uint64_t>(V)));
-  return tokens;
 }
 
 struct Trained {

@@ -28,20 +28,14 @@
 #include "model/cpu_model.h"
 #include "model/model.h"
 #include "model/parameters.h"
+#include "test_fixtures.h"
 
 namespace gpt2 {
 namespace {
 
-ModelConfig tiny_config() {
-  ModelConfig c;
-  c.max_seq_len = 8;
-  c.vocab_size = 37;
-  c.padded_vocab_size = 40;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.channels = 8;
-  return c;
-}
+using testing::tiny_config;
+
+using testing::random_tokens;
 
 // A config with more heads and an odd T, still fast on 2 cores.
 ModelConfig small_config() {
@@ -72,13 +66,6 @@ void fill_random(Real* params, const ModelConfig& config, uint64_t seed, double 
       p[i] = static_cast<Real>(ln_weight ? 1.0 + 0.1 * z : bias ? 0.1 * z : weight_std * z);
     }
   }
-}
-
-std::vector<int> random_tokens(size_t n, int V, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int> tokens(n);
-  for (int& t : tokens) t = static_cast<int>(rng.uniform_int(V));
-  return tokens;
 }
 
 double max_abs(const float* p, size_t n) {

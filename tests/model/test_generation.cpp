@@ -32,9 +32,12 @@
 #include "model/model.h"
 #include "model/parameters.h"
 #include "tests/kernels/kernel_test_utils.h"
+#include "test_fixtures.h"
 
 namespace gpt2 {
 namespace {
+
+using testing::random_tokens;
 
 ModelConfig small_config() {
   ModelConfig c;
@@ -76,13 +79,6 @@ std::vector<float> wide_random_parameters(const ModelConfig& config, uint64_t se
     }
   }
   return params;
-}
-
-std::vector<int> random_tokens(size_t n, int V, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int> tokens(n);
-  for (int& t : tokens) t = static_cast<int>(rng.uniform_int(V));
-  return tokens;
 }
 
 // max |a - b| over n values, and max |b|.
