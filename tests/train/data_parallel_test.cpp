@@ -415,7 +415,7 @@ TEST(DataParallel, AJobOfOneRankIsThePlainRun) {
   fs::remove_all(dir);
 }
 
-// With a GPU the job would train through NCCL (tests/gpu/test_cuda_data_parallel.cpp and
+// With a GPU the job would train through NCCL (tests/gpu/cuda_data_parallel_test.cpp and
 // tools/multi_gpu_check.sh cover that); without one, both ranks stop with the device's reason.
 TEST(DataParallel, CudaWithSeveralRanksWithoutAGpuFailsClearly) {
   GPT2_REQUIRE_MPIRUN(launcher);

@@ -1,4 +1,4 @@
-// gpt2-test-mpi-collectives: run under mpirun by tests/parallel/test_communicator.cpp. Every rank
+// gpt2-test-mpi-collectives: run under mpirun by tests/parallel/communicator_test.cpp. Every rank
 // checks every collective of the job's communicator (make_job_communicator: MPI under mpirun)
 // against values it computes alone, and prints one line "rank R of W: ok" or the failures;
 // the exit code is 0 when every check of this rank held.

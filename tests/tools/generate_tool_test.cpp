@@ -1,5 +1,5 @@
 /**
- * @file test_generate_tool.cpp
+ * @file generate_tool_test.cpp
  * @brief gpt2-generate end to end: runs the binary (GPT2_GENERATE_BINARY) on a small model
  *        file (L=1, C=32, V=50257, maxT=32, random weights) written by the test.
  *

@@ -1,5 +1,5 @@
 /**
- * @file test_config.cpp
+ * @file config_test.cpp
  * @brief Tests for model/config.h and the sizes of model/parameters.h.
  *
  * Expected parameter counts come from the layout formula

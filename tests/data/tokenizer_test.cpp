@@ -1,5 +1,5 @@
 /**
- * @file test_tokenizer.cpp
+ * @file tokenizer_test.cpp
  * @brief Gpt2Tokenizer against gpt-3-encoder's Encoder.js, plus round trips and error paths.
  *
  * tests/fixtures/tokenizer_cases.txt holds Encoder.js's ids for ~400 inputs (see the README

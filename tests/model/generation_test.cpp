@@ -1,5 +1,5 @@
 /**
- * @file test_generation.cpp
+ * @file generation_test.cpp
  * @brief The CPU model's generation session (model.h, cpu_model.h): the key/value cache
  *        against the full forward.
  *

@@ -1,5 +1,5 @@
 /**
- * @file test_bench_cli.cpp
+ * @file bench_cli_test.cpp
  * @brief The benchmarks' command lines: gpt2-sweep and gpt2-attention-bench refuse bad values
  * with exit code 2 and a message naming the option, before running anything (the attention
  * bench before touching a GPU, so these run on machines without one): a bad value, an option

@@ -1,5 +1,5 @@
 /**
- * @file test_tokenize_tool.cpp
+ * @file tokenize_tool_test.cpp
  * @brief gpt2-tokenize end to end: runs the binary (GPT2_TOKENIZE_BINARY) on temporary files.
  *
  * Checks that the shards decode back to the inputs with an end-of-text token before each

@@ -1,5 +1,5 @@
 /**
- * @file test_command_line.cpp
+ * @file command_line_test.cpp
  * @brief Tests for base/command_line.h: an option without its value is a usage error naming the
  *        option (never the next option taken as the value), a flag given a value too, and
  *        cxxopts' own errors come back in the project's words (straight quotes, --name).

@@ -1,5 +1,5 @@
 /**
- * @file test_safetensors.cpp
+ * @file safetensors_test.cpp
  * @brief model/safetensors.h: files assembled byte by byte here (safetensors_test_util.h) parse
  *        and read as fp32 (F32, F16 with subnormals, inf and NaN, BF16); written files are
  *        taken apart byte by byte here; every malformed file is refused naming the file and the

@@ -1,5 +1,5 @@
 /**
- * @file test_file_io.cpp
+ * @file file_io_test.cpp
  * @brief Tests for base/file_io.h: atomic writes, whole-file reads, globbing, mkdir -p.
  *
  * Each test works in its own fresh folder (mkdtemp under ::testing::TempDir()), removed at the

@@ -1,5 +1,5 @@
 /**
- * @file test_cpu_model.cpp
+ * @file cpu_model_test.cpp
  * @brief Tests for model/cpu_model.h: gradients, attention kinds, accumulation contracts,
  *        training behaviour and the memory plan of the CPU backend.
  *
@@ -12,7 +12,7 @@
  *   backward workspace buffer repeats bit for bit.
  * - Model interface: initial loss ~ ln V, AdamW learns a repeated batch, decay only where
  *   ParameterLayout::decays, optimizer state round trips, the memory plan is exact and
- *   enforced. (Generation with the key/value cache: test_generation.cpp.)
+ *   enforced. (Generation with the key/value cache: generation_test.cpp.)
  */
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 /**
- * @file test_dataloader.cpp
+ * @file dataloader_test.cpp
  * @brief Tests for data/dataloader.h: windows, order, shuffling, ranks, resume, errors.
  *
  * Most shards here are "labelled": token i of shard s is s * kStride + i, so every row of a

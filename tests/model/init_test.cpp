@@ -1,5 +1,5 @@
 /**
- * @file test_init.cpp
+ * @file init_test.cpp
  * @brief Tests for init_parameters (model/parameters.h): GPT-2 statistics and determinism.
  *
  * A small config (V=1000 padded to 1024, C=128, L=4) gives 10^4..10^6 draws per tensor, so

@@ -1,5 +1,5 @@
 /**
- * @file test_shard.cpp
+ * @file shard_test.cpp
  * @brief Tests for data/shard.h: llm.c compatibility in both directions and every bad file.
  *
  * Compatibility is proven without trusting write_shard: llmc_shard_bytes() builds a file the

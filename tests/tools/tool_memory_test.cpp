@@ -1,5 +1,5 @@
 /**
- * @file test_tool_memory.cpp
+ * @file tool_memory_test.cpp
  * @brief The CUDA libraries are loaded when a GPU path needs them, not at start: every tool's
  *        --help stays small (it took about 220 MB when cuBLAS was linked to load at start), and
  *        a --device cpu run never maps cuBLAS (the dynamic loader's own log, LD_DEBUG=libs, says

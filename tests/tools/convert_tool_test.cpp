@@ -1,5 +1,5 @@
 /**
- * @file test_convert_tool.cpp
+ * @file convert_tool_test.cpp
  * @brief gpt2-convert end to end: runs the binary (GPT2_CONVERT_BINARY) on temporary files.
  *
  * llm.c file -> Hugging Face directory -> llm.c file through the command line is bit-identical,

@@ -1,5 +1,5 @@
 /**
- * @file test_hf_checkpoint.cpp
+ * @file hf_checkpoint_test.cpp
  * @brief model/hf_checkpoint.h: Hugging Face GPT-2 directories to and from the parameter layout.
  *
  * - llm.c file -> HF directory -> llm.c file is bit-identical (fp32) at d2's and d12's layer
@@ -428,7 +428,7 @@ TEST_F(HfCheckpointTest, BadConfigFieldsAreRefusedNamingTheField) {
 // config.json's sizes are checked against the tensors present before they size any table or
 // buffer: more layers than the file holds is refused naming config.json and n_layer, a width
 // or a context the embeddings do not have names the tensor and the config's fields. (At 1e8 or
-// 2^31 - 1 layers the per-layer tables alone took many GB: tests/tools/test_convert_tool.cpp
+// 2^31 - 1 layers the per-layer tables alone took many GB: tests/tools/convert_tool_test.cpp
 // runs those under an address-space limit.)
 TEST_F(HfCheckpointTest, ConfigSizesBeyondTheTensorsAreRefusedBeforeAllocating) {
   const std::string weights = assemble_safetensors(hand_tensors(kTiny, "transformer.", "F32"));

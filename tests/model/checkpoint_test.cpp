@@ -1,5 +1,5 @@
 /**
- * @file test_checkpoint.cpp
+ * @file checkpoint_test.cpp
  * @brief Tests for model/checkpoint.h: llm.c model files and the training-state file.
  *
  * Round trips: fp32 is bit-exact (random bit patterns, NaN payloads included); bf16 equals a
