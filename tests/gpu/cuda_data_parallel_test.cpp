@@ -38,16 +38,7 @@ using testing::random_tokens;
 
 constexpr int kT = 24;
 
-ModelConfig small_config() {
-  ModelConfig config;
-  config.max_seq_len = 32;
-  config.vocab_size = 250;
-  config.padded_vocab_size = 256;
-  config.num_layers = 3;
-  config.num_heads = 2;
-  config.channels = 128;
-  return config;
-}
+ModelConfig small_config() { return testing::model_config(32, 250, 256, 3, 2, 128); }
 
 // ---------------------------------------------------------------------------------------------
 // Bookkeeping (host only)

@@ -75,12 +75,7 @@ constexpr int kT = 13;  // not divisible by 4 or 6
 
 ModelOptions small_options(int batch_size) {
   ModelOptions options;
-  options.config.max_seq_len = 16;
-  options.config.vocab_size = 300;
-  options.config.padded_vocab_size = 320;
-  options.config.num_layers = 2;
-  options.config.num_heads = 2;
-  options.config.channels = 16;
+  options.config = testing::model_config(16, 300, 320, 2, 2, 16);
   options.batch_size = batch_size;
   options.seq_len = kT;
   return options;

@@ -35,12 +35,7 @@ constexpr int kT = 16;
 
 ModelOptions small_options(int batch_size) {
   ModelOptions options;
-  options.config.max_seq_len = 32;
-  options.config.vocab_size = 500;
-  options.config.padded_vocab_size = 512;
-  options.config.num_layers = 2;
-  options.config.num_heads = 2;
-  options.config.channels = 64;
+  options.config = testing::model_config(32, 500, 512, 2, 2, 64);
   options.batch_size = batch_size;
   options.seq_len = kT;
   return options;

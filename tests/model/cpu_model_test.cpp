@@ -38,16 +38,7 @@ using testing::tiny_config;
 using testing::random_tokens;
 
 // A config with more heads and an odd T, still fast on 2 cores.
-ModelConfig small_config() {
-  ModelConfig c;
-  c.max_seq_len = 32;
-  c.vocab_size = 50;
-  c.padded_vocab_size = 64;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.channels = 32;
-  return c;
-}
+ModelConfig small_config() { return testing::model_config(32, 50, 64, 2, 4, 32); }
 
 // Random parameters of moderate size (wider than GPT-2's init): LayerNorm weights around 1,
 // biases around 0, weights ~ N(0, weight_std). Padding rows of wte are random too: the loss

@@ -39,28 +39,10 @@ namespace {
 
 using testing::random_tokens;
 
-ModelConfig small_config() {
-  ModelConfig c;
-  c.max_seq_len = 48;
-  c.vocab_size = 300;
-  c.padded_vocab_size = 384;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.channels = 32;
-  return c;
-}
+ModelConfig small_config() { return testing::model_config(48, 300, 384, 2, 4, 32); }
 
 // d2-like: GPT-2's head size 64, two layers; a small vocabulary keeps it fast.
-ModelConfig d2_like_config() {
-  ModelConfig c;
-  c.max_seq_len = 80;
-  c.vocab_size = 512;
-  c.padded_vocab_size = 512;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.channels = 128;
-  return c;
-}
+ModelConfig d2_like_config() { return testing::model_config(80, 512, 512, 2, 2, 128); }
 
 // Parameters wider than GPT-2's init (weights ~ N(0, 0.2)) so that attention is far from
 // uniform and the logits spread.
