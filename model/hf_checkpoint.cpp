@@ -24,12 +24,21 @@
 #include "base/error.h"
 #include "base/file_io.h"
 #include "base/json.h"
+#include "data/paths.h"
 #include "kernels/common/layernorm_eps.h"
 #include "model/parameters.h"
 #include "model/safetensors.h"
 
 namespace gpt2 {
 namespace {
+
+// json, indented as transformers writes it, atomically at path.
+void write_json(const std::string& path, const Json& json) {
+  const std::string text = json.dump(2) + "\n";
+  AtomicFileWriter writer(path);
+  writer.write(text.data(), text.size());
+  writer.commit();
+}
 
 namespace fs = std::filesystem;
 
@@ -406,10 +415,43 @@ void write_hf_model(const std::string& dir, const ModelConfig& config, const flo
   json["torch_dtype"] = "float32";
   json["use_cache"] = true;
   json["vocab_size"] = config.vocab_size;
-  const std::string text = json.dump(2) + "\n";
-  AtomicFileWriter writer(join(dir, kHfConfigFile));
-  writer.write(text.data(), text.size());
-  writer.commit();
+  write_json(join(dir, kHfConfigFile), json);
+}
+
+std::vector<std::string> write_hf_generation_files(const std::string& dir,
+                                                   const ModelConfig& config) {
+  make_directories(dir);
+  const int end_of_text = std::min(kGpt2EndOfText, config.vocab_size - 1);
+  Json generation = Json::object();
+  generation["bos_token_id"] = end_of_text;
+  generation["eos_token_id"] = end_of_text;
+  write_json(join(dir, "generation_config.json"), generation);
+  std::vector<std::string> written = {"generation_config.json"};
+  if (config.vocab_size != kGpt2EndOfText + 1) return written;  // not GPT-2's vocabulary
+
+  const auto copy = [&](const char* from, const char* to) {
+    const std::vector<char> bytes = read_file_bytes(join(tokenizer_dir(), from));
+    AtomicFileWriter writer(join(dir, to));
+    writer.write(bytes.data(), bytes.size());
+    writer.commit();
+    written.push_back(to);
+  };
+  copy("encoder.json", "vocab.json");
+  copy("vocab.bpe", "merges.txt");
+  const std::string token = "<|endoftext|>";
+  Json special = Json::object();
+  special["bos_token"] = token;
+  special["eos_token"] = token;
+  special["unk_token"] = token;
+  write_json(join(dir, "special_tokens_map.json"), special);
+  written.push_back("special_tokens_map.json");
+  Json tokenizer = special;
+  tokenizer["add_prefix_space"] = false;
+  tokenizer["model_max_length"] = config.max_seq_len;
+  tokenizer["tokenizer_class"] = "GPT2Tokenizer";
+  write_json(join(dir, "tokenizer_config.json"), tokenizer);
+  written.push_back("tokenizer_config.json");
+  return written;
 }
 
 }  // namespace gpt2

@@ -63,4 +63,12 @@ HfModel read_hf_model(const std::string& dir);
 /// Writes dir/model.safetensors and dir/config.json (creating dir).
 void write_hf_model(const std::string& dir, const ModelConfig& config, const float* params);
 
+/// The files beside the weights that transformers' text-generation pipeline needs to load dir
+/// alone: generation_config.json (its end-of-text token, as config.json's), and for GPT-2's own
+/// vocabulary (V = 50257) the tokenizer: vocab.json and merges.txt (byte for byte the
+/// project's data/tokenizer/encoder.json and vocab.bpe, which are GPT-2's), tokenizer_config.json
+/// and special_tokens_map.json. Returns the names written.
+std::vector<std::string> write_hf_generation_files(const std::string& dir,
+                                                   const ModelConfig& config);
+
 }  // namespace gpt2

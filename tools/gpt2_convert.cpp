@@ -219,9 +219,14 @@ void run(const ConvertOptions& opts) {
   }
   if (opts.hf_input.empty()) {
     write_hf_model(opts.output, model.config, model.params.data());
-    std::printf("gpt2-convert: %s (llm.c, %s) -> %s (Hugging Face: %s, %s)\n",
-                opts.input.c_str(), model.config.describe().c_str(), opts.output.c_str(),
-                kHfConfigFile, kHfWeightsFile);
+    std::string files = str_cat(kHfConfigFile, ", ", kHfWeightsFile);
+    for (const std::string& name : write_hf_generation_files(opts.output, model.config))
+      files += ", " + name;
+    std::printf("gpt2-convert: %s (llm.c, %s) -> %s (Hugging Face: %s)\n", opts.input.c_str(),
+                model.config.describe().c_str(), opts.output.c_str(), files.c_str());
+    if (model.config.vocab_size != 50257)
+      std::printf("gpt2-convert: no tokenizer files: the model's vocabulary (%d) is not "
+                  "GPT-2's (50257)\n", model.config.vocab_size);
   } else {
     write_model_checkpoint(opts.output, model.config, model.params.data(), opts.version);
     std::printf("gpt2-convert: %s (Hugging Face, %s) -> %s (llm.c version %d, %s)\n",

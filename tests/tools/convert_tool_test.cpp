@@ -28,6 +28,7 @@
 
 #include "base/file_io.h"
 #include "base/json.h"
+#include "data/paths.h"
 #include "model/checkpoint.h"
 #include "model/cpu_model.h"
 #include "model/hf_checkpoint.h"
@@ -106,6 +107,38 @@ std::vector<std::vector<float>> logits_of(const RunResult& result) {
   std::vector<std::vector<float>> rows;
   for (const Json& row : json.at("logits")) rows.push_back(row.get<std::vector<float>>());
   return rows;
+}
+
+// A directory transformers' text-generation pipeline loads alone: GPT-2's tokenizer files (the
+// project's own, byte for byte), their settings and the generation config; a model of another
+// vocabulary gets the generation config only, and the tool says why.
+TEST_F(ConvertToolTest, TheHfDirectoryHoldsTheTokenizerAndTheGenerationConfig) {
+  const RunResult to_hf = run_convert({"--input", bin_, "--output", path("hf")});
+  ASSERT_EQ(to_hf.exit_code, 0) << to_hf.output;
+  EXPECT_TRUE(bytes_of(path("hf/vocab.json")) == bytes_of(tokenizer_dir() + "/encoder.json"));
+  EXPECT_TRUE(bytes_of(path("hf/merges.txt")) == bytes_of(tokenizer_dir() + "/vocab.bpe"));
+  const Json tokenizer = Json::parse(read_file_text(path("hf/tokenizer_config.json")));
+  EXPECT_EQ(tokenizer.at("tokenizer_class"), "GPT2Tokenizer");
+  EXPECT_EQ(tokenizer.at("eos_token"), "<|endoftext|>");
+  EXPECT_EQ(tokenizer.at("model_max_length"), config_.max_seq_len);
+  const Json special = Json::parse(read_file_text(path("hf/special_tokens_map.json")));
+  EXPECT_EQ(special.at("bos_token"), "<|endoftext|>");
+  const Json generation = Json::parse(read_file_text(path("hf/generation_config.json")));
+  EXPECT_EQ(generation.at("eos_token_id"), 50256);
+  EXPECT_EQ(generation.at("bos_token_id"), 50256);
+  EXPECT_NE(to_hf.output.find("vocab.json, merges.txt"), std::string::npos) << to_hf.output;
+
+  ModelConfig small = config_;
+  small.vocab_size = 300;
+  small.padded_vocab_size = 320;
+  std::vector<float> params(ParameterLayout::for_config(small).total);
+  init_parameters(params.data(), small, 3);
+  write_model_checkpoint(path("small.bin"), small, params.data());
+  const RunResult small_hf = run_convert({"--input", path("small.bin"), "--output", path("hf3")});
+  ASSERT_EQ(small_hf.exit_code, 0) << small_hf.output;
+  EXPECT_TRUE(fs::exists(path("hf3/generation_config.json")));
+  EXPECT_FALSE(fs::exists(path("hf3/vocab.json")));
+  EXPECT_NE(small_hf.output.find("no tokenizer files"), std::string::npos) << small_hf.output;
 }
 
 TEST_F(ConvertToolTest, PrintLogitsOfAFileAndOfItsConversionAgreeWithTheCpuModel) {
