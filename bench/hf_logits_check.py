@@ -17,7 +17,11 @@ vocabulary entry, and fails above --tolerance, 1e-4 by default):
                             a directory, loaded by from_pretrained, against
                             `gpt2-convert --input FILE --print-logits`;
   hf-dir                    with --hf-dir DIR (e.g. a downloaded gpt2): that directory, read both
-                            ways.
+                            ways;
+  pipeline                  the round-trip directory (written by gpt2-convert) loaded alone by
+                            transformers' pipeline("text-generation"), its tokenizer included:
+                            the tokenizer's ids of the prompt are GPT-2's, and greedy generation
+                            of a few tokens runs.
 The tokens default to "The quick brown fox jumps over the lazy dog." in GPT-2's ids.
 --save-dir DIR writes each check's two logit tables as DIR/<check>.json.
 
@@ -121,6 +125,19 @@ def main():
         subprocess.run([args.convert] + step, check=True, capture_output=True)
     compare("roundtrip", theirs(load(os.path.join(work, "rt")), args.tokens),
             theirs(load(f32), args.tokens), args, failures)
+
+    try:
+        from transformers import pipeline
+        generator = pipeline("text-generation", model=os.path.join(work, "rt"), device="cpu")
+        ids = generator.tokenizer("The quick brown fox")["input_ids"]
+        text = generator("The quick brown fox", max_new_tokens=4, do_sample=False)
+        ok = ids == [464, 2068, 7586, 21831] and text and "generated_text" in text[0]
+        print(f"pipeline: tokenizer ids {ids}, generated {text[0]['generated_text']!r}")
+        if not ok:
+            failures.append("pipeline")
+    except Exception as error:  # a directory the pipeline cannot load alone
+        print(f"pipeline: FAILED: {error}")
+        failures.append("pipeline")
 
     if args.bin:
         directory = os.path.join(work, "bin")
