@@ -21,7 +21,8 @@ test: build
 
 train: build
 	$(BUILD_DIR)/gpt2-train --device cpu --model d2 --batch-size 8 --seq-len 64 --steps 60 \
-	  --lr 1e-3 --warmup-steps 5 --val-every 20 --val-steps 4 --sample-every 0 --out out/make-train
+	  --lr 1e-3 --warmup-steps 5 --val-every 20 --val-steps 4 --sample-every 0 --out out/make-train \
+	  --overwrite
 
 clean:
 	rm -rf $(BUILD_DIR)

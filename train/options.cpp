@@ -53,7 +53,10 @@ cxxopts::Options make_options() {
       ("sample-every", "sample text every N steps (0 disables)", s()->default_value("0"))
       ("sample-tokens", "tokens per sample", s()->default_value("64"))
       ("out", "directory for metrics.jsonl, summary.json and checkpoints", s()->default_value("out"))
-      ("checkpoint-every", "checkpoint every N steps and at the last step (0 disables)", s()->default_value("0"))
+      ("checkpoint-every", "checkpoint every N steps and at the last step (0: only the final "
+       "pair, see --save-final)", s()->default_value("0"))
+      ("save-final", "1 saves the model and training state at the end of the run and when a "
+       "signal stops it, whatever --checkpoint-every says; 0 does not", s()->default_value("1"))
       ("keep-checkpoints", "keep the newest N checkpoint pairs in --out (0 keeps all)",
        s()->default_value(std::to_string(kDefaultKeepCheckpoints)))
       ("resume", "continue the run that last used --out from its latest checkpoint pair that "
@@ -256,6 +259,10 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   cli.out_dir = text("out");
   if (cli.out_dir.empty()) GPT2_USAGE_FAIL("--out is empty");
   cli.checkpoint_every = parse_count("checkpoint-every", text("checkpoint-every"));
+  const std::string save_final = text("save-final");
+  if (save_final != "0" && save_final != "1")
+    GPT2_USAGE_FAIL("--save-final must be 0 or 1 (got '", save_final, "')");
+  cli.save_final = save_final == "1";
   cli.keep_checkpoints = parse_count("keep-checkpoints", text("keep-checkpoints"));
   cli.resume = given("resume");
   cli.overwrite = given("overwrite");
@@ -502,6 +509,7 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
   config.sample_tokens = cli.sample_tokens;
   config.out_dir = cli.out_dir;
   config.checkpoint_every = cli.checkpoint_every;
+  config.save_final = cli.save_final;
   config.keep_checkpoints = cli.keep_checkpoints;
   config.resume = cli.resume;
   config.overwrite = cli.overwrite;

@@ -78,6 +78,7 @@ struct CommandLine {
   int sample_tokens = 64;
   std::string out_dir = "out";
   int checkpoint_every = 0;
+  bool save_final = true;  // --save-final
   int keep_checkpoints = kDefaultKeepCheckpoints;
   bool resume = false;
   bool overwrite = false;  // a new run may replace an earlier run's checkpoints in --out
@@ -140,7 +141,8 @@ struct TrainConfig {
   int sample_every = 0;  // 0 disables
   int sample_tokens = 0;
   std::string out_dir;
-  int checkpoint_every = 0;  // 0 disables (including the final checkpoint)
+  int checkpoint_every = 0;  // 0: no periodic checkpoints
+  bool save_final = true;    // the final pair (end of the run, or a signal's stop) regardless
   int keep_checkpoints = 0;  // newest pairs kept; 0 keeps all
   bool resume = false;
   bool overwrite = false;

@@ -104,7 +104,8 @@ MemoryPlan run_memory_plan(const TrainConfig& config, const ModelOptions& option
   const size_t param_bytes = ParameterLayout::for_config(config.model_config).total * sizeof(float);
   // A resume point's parameters, m and v are resident already (above); the buffers of later
   // checkpoints reuse that memory once the model holds them.
-  const int copies = resuming ? 0 : config.checkpoint_every > 0 ? 3 : 1;
+  const bool saves = config.checkpoint_every > 0 || config.save_final;
+  const int copies = resuming ? 0 : saves ? 3 : 1;
   if (copies > 0) {
     plan.add("host", str_cat("staging: ", copies, copies == 1 ? " copy" : " copies",
                              " of the parameters (", copies == 1 ? "initialization" : "checkpoints",
@@ -822,25 +823,29 @@ int run_training(const TrainConfig& config, Communicator& comm) {
                 "update skipped (--on-nonfinite skip-step): the run diverged and stops here. ",
                 "Lower --lr");
     }
+    // Periodic pairs, and the final one (the run's end, or a signal's stop below) unless
+    // --save-final 0 with no periodic ones: a run leaves its weights behind.
     const bool checkpointing = config.checkpoint_every > 0;
-    const bool checkpoint_step =
-        checkpointing && (step % config.checkpoint_every == 0 || last_step);
-    if (checkpoint_step) write_checkpoint(config, *model, step, train_loader, sample_rng, standing, comm);
+    const bool saving_final = checkpointing || config.save_final;
+    const bool checkpoint_step = (checkpointing && step % config.checkpoint_every == 0) ||
+                                 (saving_final && last_step);
+    if (checkpoint_step)
+      write_checkpoint(config, *model, step, train_loader, sample_rng, standing, comm);
 
     const int signal_number = data_parallel ? agreed_signal : StopSignals::received();
     if (signal_number != 0) {
-      if (checkpointing && !checkpoint_step)
+      if (saving_final && !checkpoint_step)
         write_checkpoint(config, *model, step, train_loader, sample_rng, standing, comm);
       if (last_step && root) report_summary(config, *model, plan, totals, standing);
-      if (checkpointing) {
+      if (saving_final) {
         std::printf("stopped by %s after step %d of %d: saved %s and %s; --resume continues "
                     "from there\n",
                     signal_name(signal_number), step, config.steps,
                     model_checkpoint_path(config.out_dir, step).c_str(),
                     training_state_path(config.out_dir, step).c_str());
       } else {
-        std::printf("stopped by %s after step %d of %d: no checkpoint saved (--checkpoint-every "
-                    "is 0)\n",
+        std::printf("stopped by %s after step %d of %d: no checkpoint saved (--save-final 0 "
+                    "and --checkpoint-every 0)\n",
                     signal_name(signal_number), step, config.steps);
       }
       std::fflush(stdout);

@@ -84,19 +84,29 @@ TEST(Signals, SigtermMidRunLeavesACheckpointThatResumesBitForBit) {
   fs::remove_all(dir);
 }
 
-TEST(Signals, SigintWithoutCheckpointingSaysNothingWasSaved) {
-  const std::string out = scratch_dir();
-  BackgroundProcess run(trainer_argv(run_args(out, 100000)));
-  ASSERT_TRUE(run.wait_for(" 2/100000 |")) << run.output();
-  ASSERT_EQ(kill(run.pid(), SIGINT), 0);
-  EXPECT_EQ(run.finish(), 128 + SIGINT) << run.output();
-  const int stopped = stopped_after(run.output(), "SIGINT");
-  ASSERT_GE(stopped, 2) << run.output();
-  EXPECT_NE(run.output().find("no checkpoint saved (--checkpoint-every is 0)"), std::string::npos)
-      << run.output();
-  EXPECT_EQ(read_metrics(metrics_path(out)).size(), static_cast<size_t>(stopped));
-  EXPECT_FALSE(fs::exists(model_checkpoint_path(out, stopped)));
-  fs::remove_all(out);
+// Without periodic checkpoints a stopped run still leaves its final pair (--save-final, on by
+// default), and says where; with --save-final 0 it says that nothing was saved.
+TEST(Signals, SigintSavesTheFinalPairUnlessToldNot) {
+  for (const bool save_final : {true, false}) {
+    SCOPED_TRACE(save_final ? "--save-final 1" : "--save-final 0");
+    const std::string out = scratch_dir();
+    std::vector<std::string> args = run_args(out, 100000);
+    args.insert(args.end(), {"--save-final", save_final ? "1" : "0"});
+    BackgroundProcess run(trainer_argv(args));
+    ASSERT_TRUE(run.wait_for(" 2/100000 |")) << run.output();
+    ASSERT_EQ(kill(run.pid(), SIGINT), 0);
+    EXPECT_EQ(run.finish(), 128 + SIGINT) << run.output();
+    const int stopped = stopped_after(run.output(), "SIGINT");
+    ASSERT_GE(stopped, 2) << run.output();
+    EXPECT_EQ(read_metrics(metrics_path(out)).size(), static_cast<size_t>(stopped));
+    EXPECT_EQ(fs::exists(model_checkpoint_path(out, stopped)), save_final);
+    EXPECT_EQ(fs::exists(training_state_path(out, stopped)), save_final);
+    const std::string said =
+        save_final ? "saved " + model_checkpoint_path(out, stopped)
+                   : std::string("no checkpoint saved (--save-final 0 and --checkpoint-every 0)");
+    EXPECT_NE(run.output().find(said), std::string::npos) << run.output();
+    fs::remove_all(out);
+  }
 }
 
 TEST(SignalsDeathTest, ASecondSignalExitsAtOnce) {

@@ -12,11 +12,13 @@
 #include "base/file_io.h"
 #include "base/json.h"
 #include "data/shard.h"
+#include "train/run_files.h"
 #include "train_test_util.h"
 
 namespace gpt2 {
 namespace {
 
+namespace fs = std::filesystem;
 using testing::embedded_train_data;
 using testing::embedded_val_data;
 using testing::read_metrics;
@@ -65,6 +67,26 @@ TEST(TrainingRun, LossDecreasesAndNaiveMatchesFlash) {
   for (int i = 0; i < kSteps; ++i)
     EXPECT_NEAR(runs[0][i], runs[1][i], 1e-4 * std::fabs(runs[0][i])) << "step " << i + 1;
   std::filesystem::remove_all(dir);
+}
+
+// A run without periodic checkpoints leaves its weights: the final pair, and the line that names
+// it; gpt2-generate can load that model file.
+TEST(TrainingRun, TheFinalModelIsSavedByDefault) {
+  const std::string out = scratch_dir();
+  const auto result = run_trainer(with(tiny_run(out, 2), {"--val-every", "0"}));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_TRUE(fs::exists(model_checkpoint_path(out, 2))) << result.output;
+  EXPECT_TRUE(fs::exists(training_state_path(out, 2))) << result.output;
+  EXPECT_NE(result.output.find(model_checkpoint_path(out, 2)), std::string::npos)
+      << result.output;
+  EXPECT_FALSE(fs::exists(model_checkpoint_path(out, 1)));  // no periodic ones
+  const std::string off = scratch_dir();
+  const auto none =
+      run_trainer(with(tiny_run(off, 2), {"--val-every", "0", "--save-final", "0"}));
+  ASSERT_EQ(none.exit_code, 0) << none.output;
+  EXPECT_FALSE(fs::exists(model_checkpoint_path(off, 2)));
+  fs::remove_all(out);
+  fs::remove_all(off);
 }
 
 TEST(TrainingRun, MetricsAndSummaryFiles) {
