@@ -40,7 +40,15 @@ long peak_memory_bytes(const std::string& binary, const std::vector<std::string>
   return usage.ru_maxrss * 1024;  // Linux reports KiB
 }
 
+#ifdef GPT2_CUBLAS_LINKED_AT_START
+#define GPT2_REQUIRE_LAZY_CUBLAS() \
+  GTEST_SKIP() << "this build links cuBLAS at start (GPT2_LAZY_CUBLAS=OFF)"
+#else
+#define GPT2_REQUIRE_LAZY_CUBLAS() (void)0
+#endif
+
 TEST(ToolMemory, HelpOfEveryToolStaysSmall) {
+  GPT2_REQUIRE_LAZY_CUBLAS();
   constexpr long kLimit = 64L << 20;
   for (const std::string binary :
        {GPT2_TRAIN_BINARY, GPT2_TOKENIZE_BINARY, GPT2_CONVERT_BINARY, GPT2_GENERATE_BINARY,
@@ -53,6 +61,7 @@ TEST(ToolMemory, HelpOfEveryToolStaysSmall) {
 }
 
 TEST(ToolMemory, ACpuRunNeverLoadsCublas) {
+  GPT2_REQUIRE_LAZY_CUBLAS();
   const std::string out = ::testing::TempDir() + "/gpt2_tool_memory_" + std::to_string(getpid());
   const testing::CommandResult run = testing::run_command(
       "LD_DEBUG=libs " + testing::shell_quote(GPT2_TRAIN_BINARY) +
