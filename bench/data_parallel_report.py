@@ -12,6 +12,9 @@ Reads RUNS/runs.tsv and each run's metrics.jsonl and summary.json, then reports:
   scale   tokens/s of 2 GPUs over twice one GPU's, collective and exposed time per step and the
           per-rank peak memory, for the defaults and each variant;
   long    the long-context runs, with the same efficiency;
+  context context parallelism: a group of 2 GPUs sharing each sequence against one GPU at the
+          same T (tokens/s over twice the mean of the 1-GPU runs; must be >= 90%), and the
+          longest context the group trained, with its memory per rank;
   memcheck  the sanitizer's verdict on the 2-GPU tests (must be clean) and on a deliberate
           error (must be caught), from their exit codes.
 Writes --markdown and --csv; exits 1 when a check fails or a run has no summary.
@@ -244,6 +247,32 @@ def main():
                       f"| {r['peak_mem_gib_per_rank']:.2f} | {r['final_loss']:.4f} |")
         md.append("")
 
+    # --- context parallel ---------------------------------------------------------------------
+    context_runs = [r for r in done if r["group"] in ("context", "context-long")]
+    if context_runs:
+        md.append("## Context parallelism: d12, B=1, one sequence shared by a group of GPUs\n")
+        md.append("| run | T | GPUs | group | tokens/s | vs 2x one GPU | step ms | comm ms "
+                  "| peak GiB per rank | final loss |")
+        md.append("|---|---|---|---|---|---|---|---|---|---|")
+        singles = [r["summary"]["tokens_per_s"] for r in context_runs
+                   if r["group"] == "context" and int(r["world"]) == 1]
+        single_tps = sum(singles) / len(singles) if singles else float("nan")
+        for run in context_runs:
+            world = int(run["world"])
+            grouped = run["group"] == "context" and world > 1
+            r, tps, efficiency, step_ms = efficiency_row(run, single_tps)
+            r["context"] = run.get("context", "1")
+            shown = f"{100 * efficiency:.1f}%" if grouped else "-"
+            md.append(f"| {run['name']} | {run['seq_len']} | {world} | {r['context']} "
+                      f"| {tps:.0f} | {shown} | {step_ms:.1f} | {r['comm_ms']} "
+                      f"| {r['peak_mem_gib_per_rank']:.2f} | {r['final_loss']:.4f} |")
+            if grouped and efficiency < 0.90:
+                failures.append(f"{run['name']}: {100 * efficiency:.1f}% of twice one GPU's "
+                                f"tokens/s, below the 90% target")
+        md.append("\nvs 2x one GPU: tokens/s over twice the mean of the 1-GPU runs at that T in "
+                  "this table (the group shares one sequence, so twice one GPU is its ideal).")
+        md.append("")
+
     def exit_code(name):
         try:
             with open(os.path.join(args.runs, name)) as f:
@@ -254,7 +283,8 @@ def main():
     clean, canary = exit_code("memcheck.rc"), exit_code("memcheck_canary.rc")
     if clean is not None:
         md.append("## compute-sanitizer memcheck\n")
-        md.append(f"- the 2-GPU tests (CudaDataParallel.TwoGpusGive*, NcclCommunicator.TwoGpus*): "
+        md.append(f"- the 2-GPU tests (CudaDataParallel.TwoGpusGive*, NcclCommunicator.TwoGpus*, "
+                  f"CudaContextParallel.*): "
                   f"{'clean' if clean == 0 else f'FAILED (exit {clean})'}")
         if clean != 0:
             failures.append(f"memcheck of the 2-GPU tests failed (exit {clean}): a real error, "

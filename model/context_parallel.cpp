@@ -28,8 +28,13 @@ ContextShard context_shard(int seq_len, int size, int rank) {
   shard.rank = rank;
   shard.size = size;
   shard.seq_len = seq_len;
+  // Boundaries on multiples of kContextChunkGranule when every chunk can hold that many.
+  const int64_t granule =
+      seq_len >= int64_t{2} * size * kContextChunkGranule ? kContextChunkGranule : 1;
   const auto chunk_begin = [&](int chunk) {
-    return static_cast<int>(static_cast<int64_t>(chunk) * seq_len / (2 * size));
+    if (chunk == 2 * size) return seq_len;
+    const int64_t begin = static_cast<int64_t>(chunk) * seq_len / (2 * size);
+    return static_cast<int>(begin / granule * granule);
   };
   for (int r = 0; r < size; ++r) {
     int length = 0;

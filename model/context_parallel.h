@@ -4,7 +4,9 @@
  *        its positions; attention meets the keys and values of the whole group.
  *
  * Layout. A sequence of T positions is cut into 2N chunks, chunk j = [j T / (2N),
- * (j+1) T / (2N)) (near-equal; T >= 2N), and rank r of the group's N holds chunks r and
+ * (j+1) T / (2N)) (near-equal; T >= 2N), each boundary rounded down to a multiple of
+ * kContextChunkGranule (128) when T >= 2N * 128, so that a rank's rows start on the GPU
+ * attention kernels' tiles; and rank r of the group's N holds chunks r and
  * 2N-1-r, in that order: every rank gets as many early (cheap) as late (dear) causal rows, the
  * balance Megatron-LM's context parallelism uses. Everything but attention is per position, so
  * a rank runs the model on its rows alone (the position embedding at their positions).
@@ -25,6 +27,9 @@
 #include "parallel/communicator.h"
 
 namespace gpt2 {
+
+/// Chunk boundaries fall on multiples of this many positions when the chunks are that long.
+constexpr int kContextChunkGranule = 128;
 
 /// Rank `rank` of a group of `size` sharing sequences of `seq_len` positions.
 struct ContextShard {

@@ -64,7 +64,10 @@
 #include "kernels/gpu/layernorm.cuh"
 #include "kernels/gpu/matmul.cuh"
 #include "kernels/gpu/residual.cuh"
+#include "kernels/gpu/row_copy.cuh"
 #include "kernels/gpu/step_scalars.cuh"
+#include "model/context_parallel.h"
+#include "model/cuda_context_attention.h"
 #include "model/cuda_data_parallel.h"
 #include "model/parameters.h"
 
@@ -81,6 +84,9 @@ enum GpuBuffer : int {
   kResidual2, kResidual3, kLnf, kLnfMean, kLnfRstd, kLogits, kLosses,
   kAtty, kAttSaved, kAttWorkspace, kDecodePartials,
   kProj, kDLnf, kDResidual,
+  // Context parallelism only (ContextBuffers' order), then wpe's rows at this rank's positions.
+  kContextQkv, kContextOut, kContextDout, kContextDqkv, kContextLse, kContextSend,
+  kContextReceive, kContextPositions, kWpeRows, kDWpeRows,
   kMatmulScratch, kLayernormScratch, kEncoderScratch, kNormPartials, kNormResult, kStepScalars,
   kInputs, kTargets,
   kNumGpuBuffers
@@ -148,12 +154,12 @@ std::vector<gpu::AdamWSegment> adamw_segments(const DataParallelShape& dp,
 size_t layer_gradient_workspace_bytes(const ModelOptions& options) {
   if (!options.training) return 0;
   const size_t x = options.precision == Precision::kBf16 ? 2 : 4;
-  return static_cast<size_t>(options.batch_size) * options.seq_len * 10 *
+  return static_cast<size_t>(options.batch_size) * options.local_seq_len() * 10 *
          options.config.channels * x;
 }
 
 int classifier_chunk_rows(const ModelOptions& options) {
-  const int64_t BT = static_cast<int64_t>(options.batch_size) * options.seq_len;
+  const int64_t BT = static_cast<int64_t>(options.batch_size) * options.local_seq_len();
   int64_t rows = options.classifier_chunk_rows;
   if (rows <= 0) {
     // The largest power of two of rows within the budget (GEMM-friendly, and it divides the
@@ -174,11 +180,12 @@ int classifier_chunk_rows(const ModelOptions& options) {
 
 namespace {
 
-/// The attention of a model at its full (B, T); the kernel is chosen here, once.
-gpu::AttentionConfig attention_config(const ModelOptions& options) {
+/// The attention of a model at its full (B, T) (context parallel: this rank's rows; whole:
+/// the sequences'); the kernel is chosen here, once.
+gpu::AttentionConfig attention_config(const ModelOptions& options, bool whole = false) {
   gpu::AttentionConfig config;
   config.B = options.batch_size;
-  config.T = options.seq_len;
+  config.T = whole ? options.seq_len : options.local_seq_len();
   config.C = options.config.channels;
   config.NH = options.config.num_heads;
   config.bf16 = options.precision == Precision::kBf16;
@@ -190,7 +197,7 @@ gpu::AttentionConfig attention_config(const ModelOptions& options) {
 
 std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   const ModelConfig& cfg = options.config;
-  const size_t B = options.batch_size, T = options.seq_len, C = cfg.channels;
+  const size_t B = options.batch_size, T = options.local_seq_len(), C = cfg.channels;
   const size_t L = cfg.num_layers, Vp = cfg.padded_vocab_size;
   const size_t BT = B * T;
   const bool bf16_storage = options.precision == Precision::kBf16;
@@ -198,7 +205,7 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   const size_t f = 4;
   const gpu::AttentionConfig attention = attention_config(options);
   const size_t num_params = ParameterLayout::for_config(cfg).total;
-  const int Bi = options.batch_size, Ti = options.seq_len, Ci = cfg.channels;
+  const int Bi = options.batch_size, Ti = static_cast<int>(T), Ci = cfg.channels;
   const size_t max_oc = std::max<size_t>(4 * C, 3 * C);
   const size_t matmul_scratch =
       static_cast<size_t>(gpu::matmul_backward_scratch_floats(Bi, Ti, static_cast<int>(max_oc)));
@@ -263,8 +270,22 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   set(kAtty, "attention", "attention output (L,B,T,C)", L * BT * C * x);
   set(kAttSaved, "attention", gpu::attention_saved_name(attention),
       L * gpu::attention_saved_bytes(attention));
-  set(kAttWorkspace, "attention", gpu::attention_workspace_name(attention),
-      gpu::attention_workspace_bytes(attention));
+  // Context parallel: the kernels run over the whole sequences (model/cuda_context_attention.h).
+  const bool context = options.context_size() > 1;
+  const gpu::AttentionConfig kernel_shape = context ? attention_config(options, true) : attention;
+  set(kAttWorkspace, "attention", gpu::attention_workspace_name(kernel_shape),
+      gpu::attention_workspace_bytes(kernel_shape));
+  if (context) {
+    const ContextShard shard = context_shard(options.seq_len, options.context_size(),
+                                             options.context_comm->rank());
+    const std::vector<ContextBufferSpec> specs =
+        context_attention_buffer_specs(shard, Bi, Ci, cfg.num_heads, x);
+    for (int i = 0; i < kNumContextBuffers; ++i)
+      set(static_cast<GpuBuffer>(kContextQkv + i), specs[i].group, specs[i].name,
+          specs[i].bytes);
+    set(kWpeRows, "activations", "wpe at this rank's positions (T_loc,C)", T * C * x);
+    set(kDWpeRows, "workspace", "its gradient (T_loc,C)", options.training ? T * C * x : 0);
+  }
   // Generation's key/value caches live in ln1 and ln2 (see start_generation); only the split-K
   // partials of decode attention need room of their own: (B,NH,ceil(T/128),HS+2) fp32, about
   // 1/64 of one (B,T,C) activation.
@@ -322,6 +343,20 @@ void validate_cuda_options(const ModelOptions& options) {
   if (static_cast<int64_t>(options.batch_size) * config.num_heads > 65535)
     GPT2_USAGE_FAIL("B*NH = ", static_cast<int64_t>(options.batch_size) * config.num_heads,
                     " exceeds the CUDA grid limit of 65535");
+  const int context = options.context_size();
+  if (context > 1) {
+    if (options.attention != AttentionKind::kFlash)
+      GPT2_USAGE_FAIL("context parallelism needs --attn flash: naive attention exists to "
+                      "materialize each sequence's whole T x T scores, which no rank holds");
+    if (options.seq_len < 2 * context * kContextChunkGranule)
+      GPT2_USAGE_FAIL("--context-parallel ", context, " on the GPU needs --seq-len >= ",
+                      2 * context * kContextChunkGranule, " (2N chunks of ",
+                      kContextChunkGranule, " positions, the attention kernels' tiles; got ",
+                      options.seq_len, ")");
+    if (options.context_comm->memory_space() != MemorySpace::kDevice)
+      GPT2_FAIL("the CUDA model's context group needs a device communicator (NCCL), not ",
+                options.context_comm->backend());
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -451,7 +486,14 @@ class CudaModel final : public CudaModelBase {
   /// The encoder, layer 0's ln1, the L blocks (each ending with its residual add fused with
   /// the next ln1, the last one's with lnf) over the uploaded (B,T) tokens, attention by the
   /// model's kernel; every layer's activations kept (backward and prefill read them).
-  void forward_blocks(int B, int T);
+  /// shared: the rows are this rank's of the context group's sequences (context_): wpe at
+  /// their positions, attention over the group; else whole sequences from position 0.
+  void forward_blocks(int B, int T, bool shared);
+  /// The count a micro-batch's mean loss divides by: B*T, or the whole sequences' B * seq_len
+  /// for a context-parallel rank (its share of the mean).
+  int64_t loss_count(int B, int T) const {
+    return static_cast<int64_t>(B) * (context_ ? options_.seq_len : T);
+  }
   /// Layer l's slices of the per-layer buffers in a forward over BT = B*T rows.
   BlockActivations<T_> block_activations(int l, size_t BT) const;
   /// Block l over (B,T) rows whose ln1 (a.ln1, a.ln1_mean, a.ln1_rstd) is already computed:
@@ -543,6 +585,8 @@ class CudaModel final : public CudaModelBase {
   int gen_B_ = 0, gen_max_len_ = 0, gen_length_ = -1;
   // Data parallel over a device communicator (nullptr: the plain single-GPU path).
   std::unique_ptr<CudaDataParallel<T_>> dp_;
+  // Context parallel: attention over the group's sequences (nullptr: whole sequences here).
+  std::unique_ptr<CudaContextAttention<T_>> context_;
   gpu::AdamWSegmentTable adamw_table_;  // this rank's AdamW segments, on the device
   bool grads_reduced_ = false;
 };
@@ -560,7 +604,7 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
   GPT2_CHECK((options.precision == Precision::kBf16) == kIsBf16);
   ctx_ = std::make_unique<gpu::Context>();
   allocate_all(gpu_buffer_specs(options));
-  const size_t BT = static_cast<size_t>(options.batch_size) * options.seq_len;
+  const size_t BT = static_cast<size_t>(options.batch_size) * options.local_seq_len();
   GPT2_CUDA_CHECK(cudaMallocHost(&pinned_tokens_, 2 * BT * sizeof(int)));
   GPT2_CUDA_CHECK(cudaMallocHost(&pinned_scalars_, sizeof(gpu::StepScalars)));
   GPT2_CUDA_CHECK(cudaEventCreateWithFlags(&tokens_copied_, cudaEventDisableTiming));
@@ -594,6 +638,21 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
     // The padding past N of the parameters is gathered, never read; zero it once.
     GPT2_CUDA_CHECK(cudaMemsetAsync(buffers_[kParams], 0, plan_.items[kParams].bytes,
                                     ctx_->stream()));
+  }
+  if (options.context_size() > 1) {
+    ContextBuffers context;
+    context.qkv = buffers_[kContextQkv];
+    context.out = buffers_[kContextOut];
+    context.dout = buffers_[kContextDout];
+    context.dqkv = buffers_[kContextDqkv];
+    context.lse = buf<float>(kContextLse);
+    context.send = buffers_[kContextSend];
+    context.receive = buffers_[kContextReceive];
+    context.positions = buf<int>(kContextPositions);
+    context_ = std::make_unique<CudaContextAttention<T_>>(
+        *options.context_comm,
+        context_shard(options.seq_len, options.context_size(), options.context_comm->rank()),
+        attention_config(options, true), context, buffers_[kAttWorkspace], *ctx_);
   }
   for (GpuBuffer id : {kGrads, kAdamM, kAdamV})
     if (buffers_[id] != nullptr)  // absent in an inference-only model
@@ -842,7 +901,7 @@ void CudaModel<T_>::upload_tokens(const int* inputs, const int* targets, int B, 
 
 template <typename T_>
 void CudaModel<T_>::forward(int B, int T) {
-  forward_blocks(B, T);  // ends with lnf, fused with the last residual add
+  forward_blocks(B, T, context_ != nullptr);  // ends with lnf, fused with the last residual add
 }
 
 template <typename T_>
@@ -864,7 +923,8 @@ template <typename T_>
 void CudaModel<T_>::classifier_forward_backward(float loss_scale) {
   const int64_t BT = static_cast<int64_t>(cur_B_) * cur_T_;
   const int C = config_.channels, V = config_.vocab_size, Vp = config_.padded_vocab_size;
-  const float dloss = static_cast<float>(static_cast<double>(loss_scale) / double(BT));
+  const float dloss =
+      static_cast<float>(static_cast<double>(loss_scale) / double(loss_count(cur_B_, cur_T_)));
   T_* logits = act(kLogits);  // (rows, Vp): the logits, then their gradient in place
   for (int64_t first = 0; first < BT; first += classifier_chunk_rows_) {
     const int rows = static_cast<int>(std::min<int64_t>(classifier_chunk_rows_, BT - first));
@@ -881,7 +941,7 @@ void CudaModel<T_>::classifier_forward_backward(float loss_scale) {
 }
 
 template <typename T_>
-void CudaModel<T_>::forward_blocks(int B, int T) {
+void CudaModel<T_>::forward_blocks(int B, int T, bool shared) {
   const gpu::Context& ctx = *ctx_;
   const size_t BT = static_cast<size_t>(B) * T;
   const gpu::AttentionConfig attention = attention_at(B, T);
@@ -892,7 +952,16 @@ void CudaModel<T_>::forward_blocks(int B, int T) {
     if (dp_) dp_->wait_parameters(point);
   };
   wait_parameters(0);
-  gpu::encoder_forward(act(kEncoded), buf<int>(kInputs), param(kWte), param(kWpe), B, T,
+  const T_* wpe = param(kWpe);
+  if (shared) {  // wpe's rows at this rank's positions
+    const int64_t C = config_.channels;
+    gpu::copy_rows(act(kWpeRows), wpe,
+                   RowCopy{1, T, C, {T, C, 0, nullptr}, {config_.max_seq_len, C, 0,
+                                                         context_->positions()}},
+                   ctx.stream());
+    wpe = act(kWpeRows);
+  }
+  gpu::encoder_forward(act(kEncoded), buf<int>(kInputs), param(kWte), wpe, B, T,
                        config_.channels, ctx.stream());
   const FollowingLayerNorm<T_> first = ln1_of(0, block_activations(0, BT));
   gpu::layernorm_forward(first.out, first.mean, first.rstd, act(kEncoded), first.weight,
@@ -903,8 +972,14 @@ void CudaModel<T_>::forward_blocks(int B, int T) {
     wait_parameters(l + 1);
     const FollowingLayerNorm<T_> next =
         l + 1 < L ? ln1_of(l + 1, block_activations(l + 1, BT)) : lnf;
-    block_forward(l, block_activations(l, BT), B, T, [&] {
-      gpu::attention_forward(attention, attention_tensors(attention, l), ctx);
+    const BlockActivations<T_> a = block_activations(l, BT);
+    block_forward(l, a, B, T, [&] {
+      const gpu::AttentionTensors tensors = attention_tensors(attention, l);
+      if (shared) {
+        context_->forward(a.qkv, a.atty, static_cast<float*>(tensors.saved));
+      } else {
+        gpu::attention_forward(attention, tensors, ctx);
+      }
     }, next);
   }
 }
@@ -1013,9 +1088,13 @@ void CudaModel<T_>::backward(float loss_scale) {
     gpu::matmul_backward(datty, dw.attprojw, dw.attprojb, dresidual, atty, w.attprojw, B, T, C, C,
                          matmul_scratch, ctx);
     gpu::AttentionTensors tensors = attention_tensors(attention, l);
-    tensors.dout = datty;
-    tensors.dqkv = dqkv;
-    gpu::attention_backward(attention, tensors, ctx);
+    if (context_) {
+      context_->backward(dqkv, datty, a.qkv, atty, static_cast<const float*>(tensors.saved));
+    } else {
+      tensors.dout = datty;
+      tensors.dqkv = dqkv;
+      gpu::attention_backward(attention, tensors, ctx);
+    }
     gpu::matmul_backward(dln1, dw.qkvw, dw.qkvb, dqkv, ln1, w.qkvw, B, T, C, 3 * C,
                          matmul_scratch, ctx);
     gpu::layernorm_backward(dresidual, dw.ln1w, dw.ln1b, dln1, residual, w.ln1w,
@@ -1023,8 +1102,19 @@ void CudaModel<T_>::backward(float loss_scale) {
                             ln_scratch, stream);
     if (dp_) dp_->backward_point(L - l);  // layer l done
   }
-  gpu::encoder_backward(grad(kWte), grad(kWpe), dresidual, buf<int>(kInputs), B, T, C,
-                        config_.padded_vocab_size, buffers_[kEncoderScratch], stream);
+  if (context_) {
+    // wpe's gradient at this rank's rows, then added into its positions' rows.
+    GPT2_CUDA_CHECK(cudaMemsetAsync(act(kDWpeRows), 0, static_cast<size_t>(T) * Cs * sizeof(T_),
+                                    stream));
+    gpu::encoder_backward(grad(kWte), act(kDWpeRows), dresidual, buf<int>(kInputs), B, T, C,
+                          config_.padded_vocab_size, buffers_[kEncoderScratch], stream);
+    RowCopy add{1, T, C, {config_.max_seq_len, C, 0, context_->positions()}, {T, C, 0, nullptr}};
+    add.add = true;
+    gpu::copy_rows(grad(kWpe), static_cast<const T_*>(act(kDWpeRows)), add, stream);
+  } else {
+    gpu::encoder_backward(grad(kWte), grad(kWpe), dresidual, buf<int>(kInputs), B, T, C,
+                          config_.padded_vocab_size, buffers_[kEncoderScratch], stream);
+  }
   if (dp_) dp_->backward_point(L + 1);  // wte and wpe done
 }
 
@@ -1053,19 +1143,19 @@ void CudaModel<T_>::queue_forward_backward(const int* inputs, const int* targets
     GPT2_FAIL("forward_backward after the step's gradients began their reduction (the last "
               "micro-batch came before it): call zero_grad to start the next step");
   gen_length_ = -1;  // ends a generation session (model.h)
-  upload_tokens(inputs, targets, options_.batch_size, options_.seq_len);
+  upload_tokens(inputs, targets, options_.batch_size, attention_.T);  // this rank's rows
   enqueue_forward_backward(loss_scale);
 }
 
 template <typename T_>
 void CudaModel<T_>::launch_forward_backward(float loss_scale, bool gather, bool armed) {
-  const int B = options_.batch_size, T = options_.seq_len;
+  const int B = options_.batch_size, T = attention_.T;
   if (gather) dp_->launch_parameter_gather();  // the forward waits for it layer by layer
   forward(B, T);
   backward(loss_scale);
   if (armed) dp_->finish_reduction();  // joins the collectives' stream back (graph capture)
   gpu::mean_loss_accumulate(step_scalars(kTrainingScalars), buf<float>(kLosses),
-                            static_cast<int64_t>(B) * T, ctx_->stream());
+                            static_cast<int64_t>(B) * T, ctx_->stream(), loss_count(B, T));
 }
 
 template <typename T_>
@@ -1136,7 +1226,7 @@ template <typename T_>
 float CudaModel<T_>::evaluate(const int* inputs, const int* targets) {
   GPT2_CHECK(targets != nullptr);
   check_parameters_whole("evaluate");
-  const int B = options_.batch_size, T = options_.seq_len;
+  const int B = options_.batch_size, T = attention_.T;  // this rank's rows
   gen_length_ = -1;  // ends a generation session (model.h)
   upload_tokens(inputs, targets, B, T);
   forward(B, T);
@@ -1144,7 +1234,7 @@ float CudaModel<T_>::evaluate(const int* inputs, const int* targets) {
   GPT2_CUDA_CHECK(cudaMemsetAsync(step_scalars(kEvaluationScalars), 0, sizeof(gpu::StepScalars),
                                   ctx_->stream()));
   gpu::mean_loss_accumulate(step_scalars(kEvaluationScalars), buf<float>(kLosses),
-                            static_cast<int64_t>(B) * T, ctx_->stream());
+                            static_cast<int64_t>(B) * T, ctx_->stream(), loss_count(B, T));
   const float loss = read_step_scalars(kEvaluationScalars).last_mean_loss;
   sample_memory();
   return loss;
@@ -1154,8 +1244,8 @@ template <typename T_>
 void CudaModel<T_>::start_generation(int batch, int max_len) {
   GPT2_CHECK(batch >= 1 && batch <= options_.batch_size, "generation batch ", batch,
              " with buffers for B=", options_.batch_size);
-  GPT2_CHECK(max_len >= 1 && max_len <= options_.seq_len, "generation max_len ", max_len,
-             " with buffers for T=", options_.seq_len);
+  GPT2_CHECK(max_len >= 1 && max_len <= attention_.T, "generation max_len ", max_len,
+             " with buffers for T=", attention_.T);
   check_parameters_whole("start_generation");
   gen_B_ = batch;
   gen_max_len_ = max_len;
@@ -1188,7 +1278,7 @@ void CudaModel<T_>::prefill(const int* prompts, int length, float* logits) {
   const size_t BT = static_cast<size_t>(B) * length, Cs = C;
   upload_tokens(prompts, nullptr, B, length);  // checks the ids first
   gen_length_ = -1;  // no valid session should this throw half way
-  forward_blocks(B, length);
+  forward_blocks(B, length, /*shared=*/false);  // generation stays local, from position 0
   // Every layer's qkv (L,B,length,3C) is still there: its keys and values into the caches.
   for (int l = 0; l < L; ++l)
     gpu::attention_kv_cache_write(key_cache(l), value_cache(l), act(kQkv) + l * BT * 3 * Cs, B,

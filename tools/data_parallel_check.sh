@@ -15,6 +15,10 @@
 #             (ZeRO-1, bf16 sums, no overlap, graphs) twice, interleaved, and 2 with overlap;
 #             with SCALE_VARIANTS=1 also fp32 sums and ZeRO-0;
 #      long   d12 at T=65536, B=1 per GPU, 1 GPU and 2;
+#      context  (only when ONLY names it) context parallelism: d12 at CONTEXT_T (131072), B=1,
+#             one GPU against a group of 2 sharing each sequence (--context-parallel 2),
+#             interleaved twice; then the group alone at CONTEXT_LONG_T (524288; 0: skip) with
+#             --recompute fc;
 #      memcheck  compute-sanitizer memcheck of the 2-GPU tests, and of a deliberate error (the
 #             disabled SanitizerCanary test), which the same command must report;
 #   4. bench/data_parallel_report.py checks the agreement and writes the tables.
@@ -28,7 +32,9 @@
 # RESULTS (bench/results: the report's .md and .csv), ONLY (the parts to run, of world1 tune
 # agree scale long memcheck, or multi for the last four; default: all but tune); the tune
 # part's grid: TUNE_MODELS ("d12"), TUNE_CTAS ("8 32", each with every --overlap-comm) and
-# TUNE_BUCKETS ("4194304 1048576"); RUN_TIMEOUT (600): seconds before a run (a hung
+# TUNE_BUCKETS ("4194304 1048576"); the context part's CONTEXT_T, CONTEXT_LONG_T,
+# CONTEXT_STEPS (10) and CONTEXT_LONG_STEPS (4); REPORT (data_parallel: the results' file name,
+# RESULTS/REPORT.md and .csv); RUN_TIMEOUT (600): seconds before a run (a hung
 # collective, say) is killed and reported FAILED; GPT2_COMMIT: the commit the report names, when
 # the tree's git metadata is not its own (a copy of a working tree).
 set -euo pipefail
@@ -43,6 +49,11 @@ TUNE_CTAS=${TUNE_CTAS:-8 32}
 TUNE_BUCKETS=${TUNE_BUCKETS:-4194304 1048576}
 TUNE_MODELS=${TUNE_MODELS:-d12}
 RUN_TIMEOUT=${RUN_TIMEOUT:-600}
+CONTEXT_T=${CONTEXT_T:-131072}
+CONTEXT_LONG_T=${CONTEXT_LONG_T:-524288}
+CONTEXT_STEPS=${CONTEXT_STEPS:-10}
+CONTEXT_LONG_STEPS=${CONTEXT_LONG_STEPS:-4}
+REPORT=${REPORT:-data_parallel}
 export NCCL_NVLS_ENABLE=0
 
 section() { printf '\n==== %s ====\n' "$*"; }
@@ -68,7 +79,7 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 mkdir -p "$OUT_DIR"
 MANIFEST="$OUT_DIR/runs.tsv"
 printf 'name\tgroup\tmodel\tseq_len\tbatch_per_gpu\tworld\tcomm\tzero\toverlap\tprecision\t'\
-'grad_reduce\tbucket\tctas\tgraph\tgpu\n' >"$MANIFEST"
+'grad_reduce\tbucket\tctas\tgraph\tgpu\tcontext\n' >"$MANIFEST"
 
 # [CTAS=n] [GPU=i] run NAME GROUP WORLD MODEL T B PRECISION STEPS [gpt2-train options...]
 # CTAS sets NCCL_MAX_CTAS for the run (else the communicator's default); GPU makes only that
@@ -76,7 +87,7 @@ printf 'name\tgroup\tmodel\tseq_len\tbatch_per_gpu\tworld\tcomm\tzero\toverlap\t
 run() {
   local name=$1 group=$2 world=$3 model=$4 T=$5 B=$6 precision=$7 steps=$8
   shift 8
-  local comm=plain zero=- overlap=- reduce=- bucket=default graph=on
+  local comm=plain zero=- overlap=- reduce=- bucket=default graph=on context=1
   local args=("$@")
   for ((i = 0; i < ${#args[@]}; i++)); do
     case "${args[$i]}" in
@@ -86,6 +97,7 @@ run() {
       --grad-reduce) reduce=${args[$((i + 1))]} ;;
       --grad-bucket) bucket=${args[$((i + 1))]} ;;
       --cuda-graph) graph=${args[$((i + 1))]} ;;
+      --context-parallel) context=${args[$((i + 1))]} ;;
     esac
   done
   if [ "$world" -gt 1 ]; then comm=nccl; fi
@@ -113,9 +125,9 @@ run() {
     echo "FAILED (log $OUT_DIR/$name.log)"
     tail -n 5 "$OUT_DIR/$name.log"
   fi
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$group" \
-    "$model" "$T" "$B" "$world" "$comm" "$zero" "$overlap" "$precision" "$reduce" "$bucket" \
-    "${CTAS:-default}" "$graph" "${GPU:-all}" >>"$MANIFEST"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" \
+    "$group" "$model" "$T" "$B" "$world" "$comm" "$zero" "$overlap" "$precision" "$reduce" \
+    "$bucket" "${CTAS:-default}" "$graph" "${GPU:-all}" "$context" >>"$MANIFEST"
 }
 
 if wants world1; then
@@ -192,6 +204,20 @@ if wants long && multi_gpu_ready; then
   run long-2gpu long 2 d12 65536 1 bf16 10
 fi
 
+if wants context && multi_gpu_ready; then
+  section "context parallel: d12, T=$CONTEXT_T, B=1, one GPU and a group of 2"
+  for pass in 1 2; do
+    run "context-1gpu-$pass" context 1 d12 "$CONTEXT_T" 1 bf16 "$CONTEXT_STEPS"
+    run "context-cp2-$pass" context 2 d12 "$CONTEXT_T" 1 bf16 "$CONTEXT_STEPS" \
+      --context-parallel 2
+  done
+  if [ "$CONTEXT_LONG_T" -gt 0 ]; then
+    section "context parallel: d12, T=$CONTEXT_LONG_T, B=1, a group of 2, --recompute fc"
+    run "context-long-cp2" context-long 2 d12 "$CONTEXT_LONG_T" 1 bf16 "$CONTEXT_LONG_STEPS" \
+      --context-parallel 2 --recompute fc
+  fi
+fi
+
 if wants memcheck && multi_gpu_ready; then
   section "compute-sanitizer memcheck: the 2-GPU tests, then a deliberate error"
   # --report-api-errors no: NCCL probes its kernels with cudaFuncGetAttributes, and the probes
@@ -202,7 +228,8 @@ if wants memcheck && multi_gpu_ready; then
             --print-limit 20)
   set +e
   "${memcheck[@]}" "$BUILD_DIR/tests/test_gpu" \
-    --gtest_filter='CudaDataParallel.TwoGpusGive*:NcclCommunicator.TwoGpus*' --gtest_brief=1 \
+    --gtest_filter='CudaDataParallel.TwoGpusGive*:NcclCommunicator.TwoGpus*:CudaContextParallel.*' \
+    --gtest_brief=1 \
     >"$OUT_DIR/memcheck.log" 2>&1
   echo $? >"$OUT_DIR/memcheck.rc"
   "${memcheck[@]}" "$BUILD_DIR/tests/test_gpu" --gtest_also_run_disabled_tests \
@@ -216,5 +243,5 @@ if wants memcheck && multi_gpu_ready; then
 fi
 
 section "report"
-python3 bench/data_parallel_report.py --runs "$OUT_DIR" --markdown "$RESULTS/data_parallel.md" \
-  --csv "$RESULTS/data_parallel.csv"
+python3 bench/data_parallel_report.py --runs "$OUT_DIR" --markdown "$RESULTS/$REPORT.md" \
+  --csv "$RESULTS/$REPORT.csv"

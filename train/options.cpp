@@ -14,6 +14,7 @@
 #include "data/paths.h"
 #include "parallel/nccl_communicator.h"
 #include "model/checkpoint.h"
+#include "model/context_parallel.h"
 #include "model/hf_checkpoint.h"
 #include "train/run_files.h"
 
@@ -404,9 +405,6 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
   if (config.world_size % config.context_parallel != 0)
     GPT2_USAGE_FAIL("--context-parallel ", config.context_parallel, " does not divide the job's ",
                     config.world_size, " rank(s): the ranks form groups of that many");
-  if (config.context_parallel > 1 && on_cuda)
-    GPT2_USAGE_FAIL("--context-parallel runs on --device cpu for now (the GPU's attention "
-                    "across ranks is not built yet)");
   if (config.context_parallel > 1 && cli.attention != AttentionKind::kFlash)
     GPT2_USAGE_FAIL("--context-parallel needs --attn flash: naive attention exists to "
                     "materialize each sequence's whole T x T scores, which no rank holds");
@@ -477,6 +475,12 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
     GPT2_USAGE_FAIL("--context-parallel ", config.context_parallel, " cuts each sequence into ",
                     2 * config.context_parallel, " chunks: --seq-len must be at least ",
                     2 * config.context_parallel, " (got ", config.seq_len, ")");
+  if (config.context_parallel > 1 && on_cuda &&
+      config.seq_len < 2 * config.context_parallel * kContextChunkGranule)
+    GPT2_USAGE_FAIL("--context-parallel ", config.context_parallel, " on the GPU needs --seq-len ",
+                    ">= ", 2 * config.context_parallel * kContextChunkGranule, " (2N chunks of ",
+                    kContextChunkGranule, " positions, the attention kernels' tiles; got ",
+                    config.seq_len, ")");
   // A context group shares its sequences: the replicas are the groups.
   const int64_t tokens_per_micro_step =
       int64_t{config.batch_size} * config.seq_len * config.data_parallel_size();

@@ -589,11 +589,16 @@ int run_training(const TrainConfig& config, Communicator& comm) {
   }
 
   const size_t batch_tokens = size_t(config.batch_size) * size_t(config.seq_len);
-  // Context parallelism: the groups of consecutive ranks that share their sequences.
+  // --device cuda with several ranks (or --comm nccl): the model's collectives go through NCCL,
+  // its id handed out over the job's communicator; this also picks the rank's GPU.
+  std::unique_ptr<Communicator> nccl;
+  if (config.nccl) nccl = make_nccl_communicator(comm);
+  // Context parallelism: the groups of consecutive ranks that share their sequences (of the
+  // NCCL communicator on the GPU).
   std::unique_ptr<Communicator> context_group;
   std::optional<ContextShard> shard;
   if (config.context_parallel > 1) {
-    context_group = comm.split(config.data_parallel_rank(), config.rank);
+    context_group = (nccl ? *nccl : comm).split(config.data_parallel_rank(), config.rank);
     shard = context_shard(config.seq_len, config.context_parallel, context_group->rank());
   }
   RankBatch batch(config.batch_size, config.seq_len, shard);
@@ -620,10 +625,6 @@ int run_training(const TrainConfig& config, Communicator& comm) {
 
   // The plan is printed before anything is allocated: when it does not fit, the backend's
   // constructor refuses (naming the buffer) right after it, with the plan on the screen.
-  // --device cuda with several ranks (or --comm nccl): the model's collectives go through NCCL,
-  // its id handed out over the job's communicator; this also picks the rank's GPU.
-  std::unique_ptr<Communicator> nccl;
-  if (config.nccl) nccl = make_nccl_communicator(comm);
   const ModelOptions options = model_options(config, nccl ? *nccl : comm, context_group.get());
   const MemoryPlan plan = run_memory_plan(config, options, resuming);
   std::printf("%s\n", plan.to_string(data_parallel ? "memory plan (before allocation, per rank)"

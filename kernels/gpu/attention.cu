@@ -39,7 +39,7 @@ void forward_typed(const AttentionConfig& c, const AttentionTensors& t, const Co
     case AttentionKernel::kFlashHopper:
       if constexpr (std::is_same_v<T_, bf16>) {
         attention_hopper_forward(out, static_cast<float*>(t.saved), qkv, c.B, c.T, c.C, c.NH,
-                                 c.forward_shape, ctx.stream());
+                                 c.forward_shape, ctx.stream(), c.rows);
         return;
       }
       break;
@@ -71,7 +71,7 @@ void backward_typed(const AttentionConfig& c, const AttentionTensors& t, const C
         attention_hopper_backward(dqkv, dout, qkv, static_cast<const bf16*>(t.out),
                                   static_cast<const float*>(t.saved), c.B, c.T, c.C, c.NH,
                                   t.workspace, c.deterministic, c.backward_max_blocks,
-                                  ctx.stream());
+                                  ctx.stream(), c.rows);
         return;
       }
       break;
@@ -178,8 +178,23 @@ std::string attention_workspace_name(const AttentionConfig& c) {
   return "attention scratch";
 }
 
+void check_query_rows(const QueryRows& rows, int T) {
+  GPT2_CHECK(rows.count >= 0 && rows.count <= 2, "query rows in ", rows.count, " ranges");
+  int previous_end = 0;
+  for (int r = 0; r < rows.count; ++r) {
+    GPT2_CHECK(rows.begin[r] >= previous_end && rows.begin[r] < rows.end[r] && rows.end[r] <= T,
+               "query rows [", rows.begin[r], ", ", rows.end[r], ") out of order or outside T=", T);
+    GPT2_CHECK(rows.begin[r] % kQueryRowsGranule == 0 &&
+                   (rows.end[r] % kQueryRowsGranule == 0 || rows.end[r] == T),
+               "query rows [", rows.begin[r], ", ", rows.end[r], ") not on multiples of ",
+               kQueryRowsGranule);
+    previous_end = rows.end[r];
+  }
+}
+
 void attention_forward(const AttentionConfig& config, const AttentionTensors& tensors,
                        const Context& ctx) {
+  check_query_rows(config.rows, config.T);
   if (config.bf16) {
     forward_typed<bf16>(config, tensors, ctx);
   } else {
@@ -189,6 +204,7 @@ void attention_forward(const AttentionConfig& config, const AttentionTensors& te
 
 void attention_backward(const AttentionConfig& config, const AttentionTensors& tensors,
                         const Context& ctx) {
+  check_query_rows(config.rows, config.T);
   if (config.bf16) {
     backward_typed<bf16>(config, tensors, ctx);
   } else {

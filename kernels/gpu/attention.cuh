@@ -62,6 +62,20 @@ enum class HopperForwardShape {
 
 const char* to_string(HopperForwardShape shape);  // "auto" | "fwd128" | "fwd64" | "fwd64w1"
 
+/// The query rows one call computes: up to two ranges [begin, end) of positions, in order
+/// (context parallelism: a rank's two chunks of the whole sequence, model/context_parallel.h);
+/// count 0: all T. Each begin is a multiple of kQueryRowsGranule, each end one too or T. Rows
+/// outside the ranges: out, lse and dQ unspecified; the backward needs dout = 0 on them, and
+/// its dK and dV are then the gradients through the computed rows alone. The Hopper kernels
+/// skip the other rows' work; the portable ones compute every row (the same values in the
+/// ranges).
+struct QueryRows {
+  int count = 0;
+  int begin[2] = {0, 0};
+  int end[2] = {0, 0};
+};
+constexpr int kQueryRowsGranule = 128;
+
 /// One attention call's shape and options. B and T may change between calls (sampling runs
 /// shorter sequences) as long as the workspace was sized for the largest.
 struct AttentionConfig {
@@ -73,7 +87,11 @@ struct AttentionConfig {
   // that small shapes give every block many work items.
   int backward_max_blocks = 0;
   HopperForwardShape forward_shape = HopperForwardShape::kAuto;
+  QueryRows rows;  // all of them unless set
 };
+
+/// Throws gpt2::Error unless `rows` keeps QueryRows' rules for a sequence of T.
+void check_query_rows(const QueryRows& rows, int T);
 
 /// The tensors of one call (storage type per config.bf16). Forward reads qkv and writes out and
 /// saved; backward reads qkv, out, saved and dout and writes dqkv. saved holds what backward

@@ -27,9 +27,10 @@ namespace gpt2::gpu {
 bool attention_hopper_compiled();
 
 /// shape: the forward's block shape; kAuto picks attention_hopper_forward_shape(T, head size).
+/// rows: the query rows computed (attention.cuh's QueryRows; count 0: all).
 void attention_hopper_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B,
                               int T, int C, int NH, HopperForwardShape shape,
-                              cudaStream_t stream);
+                              cudaStream_t stream, const QueryRows& rows = {});
 
 /// The forward's block shape for a T and head size when the caller leaves it to the kernel.
 HopperForwardShape attention_hopper_forward_shape(int T, int head_size);
@@ -37,7 +38,8 @@ HopperForwardShape attention_hopper_forward_shape(int T, int head_size);
 void attention_hopper_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout,
                                const __nv_bfloat16* qkv, const __nv_bfloat16* out,
                                const float* lse, int B, int T, int C, int NH, void* workspace,
-                               bool deterministic, int max_blocks, cudaStream_t stream);
+                               bool deterministic, int max_blocks, cudaStream_t stream,
+                               const QueryRows& rows = {});
 
 size_t attention_hopper_workspace_bytes(int B, int T, int C, int NH);
 

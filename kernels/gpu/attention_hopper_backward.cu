@@ -38,6 +38,8 @@
  *     where the items in flight hold ~30 key blocks of a head, that cost 4% of the kernel.)
  *     dK (times the scale) and dV are written from registers.
  *  3. dQ * scale converted to bf16 into dqkv's query columns.
+ * With QueryRows (attention.cuh) the items' query tiles are the ranges' only, and key blocks past
+ * the last computed row are no items: their dK and dV rows are not written.
  * The dQ accumulator is a sequence of 64 x HS tiles, each 64 x 64 block in the order the
  * accumulator fragments are held (float2 [reg pair][thread]), so staging writes are
  * conflict-free and one bulk copy moves a whole block; launch 3 undoes the permutation.
@@ -110,7 +112,12 @@ struct HopperBackwardParams {
   bf16* dqkv;
   int T, C, NH, BH;
   int num_m_tiles;
-  int num_items;    // key blocks * BH
+  // The query tiles computed (QueryRows, attention.cuh): [tile_begin[r], tile_end[r]), r < 2,
+  // in order (one range: the second empty at the first's end); key blocks past the last
+  // computed row are not items.
+  int tile_begin[2], tile_end[2];
+  int n_blocks;     // key blocks with a computed query at or after them
+  int num_items;    // n_blocks * BH
   int group_heads;  // heads scheduled together
   int deterministic;
   float scale;       // 1/sqrt(HS)
@@ -208,7 +215,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   struct Item {
     int n_block, bh, b, h, n0, m_begin;
   };
-  const int n_blocks = (p.T + Traits::kBlockN - 1) / Traits::kBlockN;
+  const int n_blocks = p.n_blocks;
   auto item_of = [&](int w) {
     Item item;
     const HeadGroupItem unit = head_group_item(w, n_blocks, p.group_heads, p.BH);
@@ -220,7 +227,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     item.m_begin = item.n0 / kBlockM;  // first query tile with a query >= n0
     return item;
   };
-  const int m_end = p.num_m_tiles;
+  const int m_end = p.tile_end[1];
+  // The first computed query tile at or after m (m_end: none).
+  auto next_tile = [&](int m) {
+    if (m < p.tile_begin[0]) return p.tile_begin[0];
+    if (m >= p.tile_end[0] && m < p.tile_begin[1]) return p.tile_begin[1];
+    return m;
+  };
 
   if (threadIdx.x == 0) {
     hopper::mbarrier_init(kv_full, 1);
@@ -263,7 +276,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         const int w = atomicAdd(p.work_counter, 1);
         const bool done = w >= p.num_items;
         const Item item = item_of(done ? 0 : w);
-        if (!done) load_query_tile(item, item.m_begin);
+        const int first = next_tile(item.m_begin);  // < m_end: every item has a query tile
+        if (!done) load_query_tile(item, first);
         if (count > 0) hopper::mbarrier_wait(kv_empty, (count - 1) & 1);
         item_slot[count % 2] = done ? -1 : w;
         if (done) {
@@ -273,7 +287,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         hopper::mbarrier_arrive_expect_tx(kv_full, 2 * KVTile::kBytes);
         k_tile.load(&kv_map, kv_full, p.C + item.h * kHeadDim, item.n0, item.b);
         v_tile.load(&kv_map, kv_full, 2 * p.C + item.h * kHeadDim, item.n0, item.b);
-        for (int m = item.m_begin + 1; m < m_end; ++m) load_query_tile(item, m);
+        for (int m = next_tile(first + 1); m < m_end; m = next_tile(m + 1))
+          load_query_tile(item, m);
       }
     } else if (threadIdx.x == 32) {
       // dQ writer: moves each staged block into the fp32 accumulator with one bulk copy (a
@@ -356,7 +371,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < kGradRegs; ++i) dk_acc[i] = dv_acc[i] = 0.f;
 
-    for (int m = item.m_begin; m < m_end; ++m, ++step) {
+    for (int m = next_tile(item.m_begin); m < m_end; m = next_tile(m + 1), ++step) {
       const int s = step % kStages;
       const int m0 = m * kBlockM;
       hopper::mbarrier_wait(full(s), (step / kStages) & 1);
@@ -458,7 +473,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       hopper::fence_operands(dk_acc);
       hopper::fence_operands(dv_acc);
       hopper::mbarrier_arrive(empty(s));  // Q, dO and the stats of this stage are consumed
-      if (m + 1 == m_end) hopper::mbarrier_arrive(kv_empty);  // K and V are free too
+      if (next_tile(m + 1) == m_end) hopper::mbarrier_arrive(kv_empty);  // K and V are free
 
       // Stage the block (fragment order: float2 j of this thread at [j * 128 + tid]).
       if (step > 0) hopper::mbarrier_wait(dq_empty(c), (step - 1) & 1);
@@ -593,7 +608,8 @@ __global__ void hopper_backward_write_dq_kernel(bf16* dqkv, const float* dq_accu
 template <typename Traits>
 void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                             const float* lse, int B, int T, int C, int NH, void* workspace,
-                            bool deterministic, int max_blocks, cudaStream_t stream) {
+                            bool deterministic, int max_blocks, const QueryRows& rows,
+                            cudaStream_t stream) {
   constexpr int kHeadDim = Traits::kHeadDim;
   const HopperBackwardWorkspace ws(workspace, B, T, C, NH);
   GPT2_CHECK(ws.block_m == Traits::kBlockM, "backward workspace laid out for another tile");
@@ -621,7 +637,14 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
   const CUtensorMap dout_map =
       make_tensor_map_bf16_3d(dout, dout_dims, 1ull * C * 2, 1ull * C * 2 * T, 64, Traits::kBlockM);
   const float scale = static_cast<float>(1.0 / std::sqrt(double(kHeadDim)));
-  const int n_blocks = (T + Traits::kBlockN - 1) / Traits::kBlockN;
+  // The query tiles of the rows (whole tiles: the ranges start on kQueryRowsGranule and end on
+  // it or at T), and the key blocks up to the last computed row.
+  static_assert(kQueryRowsGranule % Traits::kBlockM == 0 &&
+                kQueryRowsGranule % Traits::kBlockN == 0);
+  const QueryRows all{1, {0, 0}, {T, 0}};
+  const QueryRows& r = rows.count == 0 ? all : rows;
+  auto tiles = [](int row) { return (row + Traits::kBlockM - 1) / Traits::kBlockM; };
+  const int n_blocks = (r.end[r.count - 1] + Traits::kBlockN - 1) / Traits::kBlockN;
   const int64_t items = static_cast<int64_t>(n_blocks) * BH;
   GPT2_CHECK(items < (int64_t{1} << 31), "too many attention work items: ", items);
   HopperBackwardParams params{};
@@ -636,6 +659,11 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
   params.NH = NH;
   params.BH = BH;
   params.num_m_tiles = ws.num_m_tiles;
+  params.tile_begin[0] = r.begin[0] / Traits::kBlockM;
+  params.tile_end[0] = tiles(r.end[0]);
+  params.tile_begin[1] = r.count == 2 ? r.begin[1] / Traits::kBlockM : params.tile_end[0];
+  params.tile_end[1] = r.count == 2 ? tiles(r.end[1]) : params.tile_end[0];
+  params.n_blocks = n_blocks;
   params.num_items = static_cast<int>(items);
   params.deterministic = deterministic ? 1 : 0;
   params.scale = scale;
@@ -677,16 +705,17 @@ size_t attention_hopper_workspace_bytes(int B, int T, int C, int NH) {
 
 void attention_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                                const float* lse, int B, int T, int C, int NH, void* workspace,
-                               bool deterministic, int max_blocks, cudaStream_t stream) {
+                               bool deterministic, int max_blocks, cudaStream_t stream,
+                               const QueryRows& rows) {
   const int head_size = flash::checked_head_size(B, T, C, NH);
   if (head_size == 64) {
     launch_hopper_backward<HopperBackwardTraits<64>>(dqkv, dout, qkv, out, lse, B, T, C, NH,
                                                      workspace, deterministic, max_blocks,
-                                                     stream);
+                                                     rows, stream);
   } else {
     launch_hopper_backward<HopperBackwardTraits<128>>(dqkv, dout, qkv, out, lse, B, T, C, NH,
                                                       workspace, deterministic, max_blocks,
-                                                     stream);
+                                                      rows, stream);
   }
 }
 

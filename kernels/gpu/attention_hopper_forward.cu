@@ -23,6 +23,7 @@
  * one warpgroup issuing the copies, so three blocks share an SM at head size 64 (two at 128).
  * The launcher picks by T and head size unless told (attention_hopper_forward_shape).
  * Only the first (diagonal) key tile needs masking (keys after the query or at/after T).
+ * With QueryRows (attention.cuh) the blocks cover the ranges' rows only.
  * Nothing of size T x T exists; the only global writes are out and lse.
  */
 #include "kernels/gpu/attention_hopper.cuh"
@@ -45,7 +46,10 @@ struct HopperForwardParams {
   bf16* out;
   float* lse;
   int T, C, NH, BH;
-  int num_m_blocks;
+  int num_m_blocks;  // query blocks per head, over both row ranges
+  // The query rows (QueryRows, attention.cuh): blocks 0 .. first_blocks - 1 cover rows from
+  // begin0, the rest rows from begin1.
+  int first_blocks, begin0, begin1;
   int group_heads;   // heads scheduled together (see the file comment)
   float scale_log2;  // softmax scale * log2(e)
 };
@@ -120,7 +124,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   const int bh = item.bh;
   const int b = bh / p.NH;
   const int h = bh % p.NH;
-  const int m0 = m_block * Traits::kBlockM;
+  const int m0 = m_block < p.first_blocks
+                     ? p.begin0 + m_block * Traits::kBlockM
+                     : p.begin1 + (m_block - p.first_blocks) * Traits::kBlockM;
   const int n_blocks = (min(p.T, m0 + Traits::kBlockM) + kBlockN - 1) / kBlockN;
 
   if (threadIdx.x == 0) {
@@ -364,19 +370,29 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 
 template <typename Traits>
 void launch_hopper_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
-                           cudaStream_t stream) {
+                           const QueryRows& rows, cudaStream_t stream) {
   // qkv as (dim0 = 3C columns, dim1 = T rows, dim2 = B); boxes of 64 columns x the tile's rows.
   const uint64_t dims[3] = {3ull * C, static_cast<uint64_t>(T), static_cast<uint64_t>(B)};
   const CUtensorMap q_map =
       make_tensor_map_bf16_3d(qkv, dims, 3ull * C * 2, 3ull * C * 2 * T, 64, Traits::kBlockM);
   const CUtensorMap kv_map =
       make_tensor_map_bf16_3d(qkv, dims, 3ull * C * 2, 3ull * C * 2 * T, 64, Traits::kBlockN);
+  // Ranges start on kQueryRowsGranule, a multiple of kBlockN: each block's diagonal key tile
+  // is still its last, as with all rows.
+  static_assert(kQueryRowsGranule % Traits::kBlockN == 0);
+  auto blocks_of = [](int begin, int end) {
+    return (end - begin + Traits::kBlockM - 1) / Traits::kBlockM;
+  };
+  const QueryRows all{1, {0, 0}, {T, 0}};
+  const QueryRows& r = rows.count == 0 ? all : rows;
+  const int first_blocks = blocks_of(r.begin[0], r.end[0]);
+  const int num_m_blocks = first_blocks + (r.count == 2 ? blocks_of(r.begin[1], r.end[1]) : 0);
+  const int BH = B * NH;
   // Head groups of about two waves of blocks. Measured on an H100 (2026-11-25, T = 1K-16K):
   // groups of one, two or four waves within noise of each other; all heads in one group (the
   // plain longest-first order) 17% slower at 1K (two full reads of K and V from DRAM).
-  const int num_m_blocks = (T + Traits::kBlockM - 1) / Traits::kBlockM;
-  const int BH = B * NH;
-  HopperForwardParams params{out, lse, T, C, NH, BH, num_m_blocks,
+  HopperForwardParams params{out, lse, T, C, NH, BH, num_m_blocks, first_blocks, r.begin[0],
+                             r.begin[1],
                              schedule_group_heads(
                                  num_m_blocks, BH,
                                  2 * Traits::kBlocksPerSm * hopper::current_device_sms()),
@@ -413,11 +429,12 @@ HopperForwardShape attention_hopper_forward_shape(int T, int head_size) {
 }
 
 void attention_hopper_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
-                              HopperForwardShape shape, cudaStream_t stream) {
+                              HopperForwardShape shape, cudaStream_t stream,
+                              const QueryRows& rows) {
   const int head_size = flash::checked_head_size(B, T, C, NH);
   if (shape == HopperForwardShape::kAuto) shape = attention_hopper_forward_shape(T, head_size);
   auto launch = [&](auto traits) {
-    launch_hopper_forward<decltype(traits)>(out, lse, qkv, B, T, C, NH, stream);
+    launch_hopper_forward<decltype(traits)>(out, lse, qkv, B, T, C, NH, rows, stream);
   };
   switch (shape) {
     case HopperForwardShape::kRows128:

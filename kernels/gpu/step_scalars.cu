@@ -13,13 +13,13 @@ namespace {
 constexpr int kThreads = 1024;
 
 __global__ void mean_loss_accumulate_kernel(StepScalars* scalars, const float* losses,
-                                            int64_t n) {
+                                            int64_t n, int64_t count) {
   __shared__ double scratch[32];
   double sum = 0.0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += static_cast<double>(losses[i]);
   sum = block_reduce_sum(sum, scratch);
   if (threadIdx.x == 0) {
-    const float mean = static_cast<float>(sum / static_cast<double>(n));
+    const float mean = static_cast<float>(sum / static_cast<double>(count));
     scalars->last_mean_loss = mean;
     scalars->loss_sum += static_cast<double>(mean);
   }
@@ -49,10 +49,11 @@ __global__ void sum_rank_scalars_kernel(StepScalars* scalars, const double* gath
 }  // namespace
 
 void mean_loss_accumulate(StepScalars* scalars, const float* losses, int64_t n,
-                          cudaStream_t stream) {
-  GPT2_CHECK(n >= 1, "mean of ", n, " losses");
+                          cudaStream_t stream, int64_t count) {
+  if (count == 0) count = n;
+  GPT2_CHECK(n >= 1 && count >= n, "mean of ", n, " losses over ", count);
   GPT2_CHECK(scalars != nullptr && losses != nullptr);
-  mean_loss_accumulate_kernel<<<1, kThreads, 0, stream>>>(scalars, losses, n);
+  mean_loss_accumulate_kernel<<<1, kThreads, 0, stream>>>(scalars, losses, n, count);
   GPT2_CUDA_CHECK_LAUNCH();
 }
 

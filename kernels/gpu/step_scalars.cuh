@@ -4,8 +4,9 @@
  *        gradient norm, clipping, AdamW) needs one host round trip, at its end. CPU twin: the
  *        host arithmetic of Model::finish_step (model/model.cpp); the two give the same bits.
  *
- * mean_loss_accumulate(scalars, losses, n): mean = float(S / n), S the sum of losses[0..n) in
- *   double, added in one fixed tree order (one block), so bitwise deterministic on any GPU;
+ * mean_loss_accumulate(scalars, losses, n[, count]): mean = float(S / count), count = n
+ *   unless given (context parallelism: a rank's share of the sequences' mean), S the sum of
+ *   losses[0..n) in double, added in one fixed tree order (one block), so bitwise deterministic on any GPU;
  *   scalars->last_mean_loss = mean (=), scalars->loss_sum += double(mean).
  * clip_decision(scalars, micro_batches, grad_clip): from scalars->norm_squared (written by
  *   global_norm_squared) and scalars->loss_sum:
@@ -42,7 +43,7 @@ struct StepScalars {
 };
 
 void mean_loss_accumulate(StepScalars* scalars, const float* losses, int64_t n,
-                          cudaStream_t stream);
+                          cudaStream_t stream, int64_t count = 0);
 
 void clip_decision(StepScalars* scalars, int micro_batches, float grad_clip, cudaStream_t stream);
 void sum_rank_scalars(StepScalars* scalars, const double* gathered, int world, bool sum_norm,

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -76,6 +77,7 @@ struct HopperKnobs {
   bool deterministic = true;
   int backward_max_blocks = 0;
   HopperForwardShape forward_shape = HopperForwardShape::kAuto;
+  QueryRows rows;  // all rows unless set
 };
 
 // One forward + backward through the attention dispatch with the given kernel; every output
@@ -96,6 +98,7 @@ AttentionResult run_attention(AttentionKernel kernel, const std::vector<float>& 
   config.deterministic = knobs.deterministic;
   config.backward_max_blocks = knobs.backward_max_blocks;
   config.forward_shape = knobs.forward_shape;
+  config.rows = knobs.rows;
   DeviceBuffer<T_> d_qkv(3 * n_out), d_dout(n_out), d_out(n_out), d_dqkv(3 * n_out);
   DeviceBuffer<unsigned char> saved(static_cast<int64_t>(attention_saved_bytes(config)));
   DeviceBuffer<unsigned char> workspace(static_cast<int64_t>(attention_workspace_bytes(config)));
@@ -223,6 +226,140 @@ INSTANTIATE_TEST_SUITE_P(
       return str_cat("B", s.B, "_T", s.T, "_NH", s.NH, "_HS", s.HS, "_x",
                      static_cast<int>(s.input_scale));
     });
+
+// QueryRows (context parallelism's rows of a whole sequence): with dout zero off the rows, the
+// rows' out, lse and dQ, and dK, dV up to the last row, are those of full causal attention with
+// that dout, against fp64 and the same-precision naive kernel (the FA2 rule, rows only). Ranges
+// at an offset, two ranges with a gap, one ending at a ragged T; the portable kernels (which
+// compute every row) hold the same contract.
+struct RowsCase {
+  AttentionShape shape;
+  QueryRows rows;
+};
+
+// Values of a (B, T, width) tensor (or (B*NH, T) with width 1 and outer B*NH) at rows t for
+// which keep(t), within columns [col, col + cols) of each row.
+std::vector<double> pick_rows(const std::vector<double>& v, int outer, int T, int width, int col,
+                              int cols, const std::function<bool(int)>& keep) {
+  std::vector<double> picked;
+  for (int o = 0; o < outer; ++o)
+    for (int t = 0; t < T; ++t)
+      if (keep(t))
+        for (int c = col; c < col + cols; ++c)
+          picked.push_back(v[(static_cast<size_t>(o) * T + t) * width + c]);
+  return picked;
+}
+
+std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+template <typename T_>
+void check_query_rows_case(AttentionKernel kernel, const RowsCase& c, uint64_t seed,
+                           HopperForwardShape shape = HopperForwardShape::kAuto) {
+  const AttentionShape& s = c.shape;
+  const int C = s.NH * s.HS;
+  const int64_t n_out = static_cast<int64_t>(s.B) * s.T * C;
+  const auto in_rows = [&](int t) {
+    for (int r = 0; r < c.rows.count; ++r)
+      if (t >= c.rows.begin[r] && t < c.rows.end[r]) return true;
+    return false;
+  };
+  const int last = c.rows.end[c.rows.count - 1];
+  const auto before_last = [&](int t) { return t < last; };
+  const std::vector<float> qkv = round_through<T_>(random_normal(3 * n_out, seed, s.input_scale));
+  std::vector<float> dout = round_through<T_>(random_normal(n_out, seed + 1));
+  for (int b = 0; b < s.B; ++b)
+    for (int t = 0; t < s.T; ++t)
+      if (!in_rows(t))
+        std::fill_n(dout.begin() + (static_cast<int64_t>(b) * s.T + t) * C, C, 0.0f);
+  const Reference ref = reference_attention(qkv, dout, s);
+  Context ctx;
+  HopperKnobs knobs;
+  knobs.rows = c.rows;
+  knobs.forward_shape = shape;
+  const AttentionResult got = run_attention<T_>(kernel, qkv, dout, s, ctx, knobs);
+  const AttentionResult naive = run_attention<T_>(AttentionKernel::kNaive, qkv, dout, s, ctx);
+  struct Part {
+    const char* name;
+    std::vector<double> got, naive, ref;
+  };
+  auto part = [&](const char* name, int outer, int width, int col, int cols,
+                  const std::function<bool(int)>& keep, const std::vector<float>& g,
+                  const std::vector<float>& n, const std::vector<double>& r) {
+    return Part{name, pick_rows(widen(g), outer, s.T, width, col, cols, keep),
+                n.empty() ? std::vector<double>() : pick_rows(widen(n), outer, s.T, width, col,
+                                                              cols, keep),
+                pick_rows(r, outer, s.T, width, col, cols, keep)};
+  };
+  const std::vector<Part> parts = {
+      part("out", s.B, C, 0, C, in_rows, got.out, naive.out, ref.out),
+      part("lse", s.B * s.NH, 1, 0, 1, in_rows, got.lse, {}, ref.lse),
+      part("dq", s.B, 3 * C, 0, C, in_rows, got.dqkv, naive.dqkv, ref.dqkv),
+      part("dkv", s.B, 3 * C, C, 2 * C, before_last, got.dqkv, naive.dqkv, ref.dqkv)};
+  const bool is_bf16 = std::is_same_v<T_, bf16>;
+  for (const Part& p : parts) {
+    bool finite = true;
+    const std::vector<float> got_f(p.got.begin(), p.got.end());
+    const double error = relative_l2(got_f, p.ref, &finite);
+    EXPECT_TRUE(finite) << p.name << " has non-finite values";
+    double naive_error = 0.0;
+    if (!p.naive.empty()) {
+      const std::vector<float> naive_f(p.naive.begin(), p.naive.end());
+      naive_error = relative_l2(naive_f, p.ref, &finite);
+    }
+    std::printf("[ attention] rows %-4s %-14s %-30s %-3s rel-L2 vs fp64 %.2e naive %.2e\n",
+                Storage<T_>::kName, to_string(kernel), describe(s).c_str(), p.name, error,
+                naive_error);
+    if (p.naive.empty()) {
+      EXPECT_LE(error, is_bf16 ? 1e-3 : 1e-6) << p.name << " " << describe(s);
+    } else {
+      EXPECT_LE(error, 2 * naive_error + (is_bf16 ? 1e-4 : 2e-6)) << p.name << " " << describe(s);
+      EXPECT_LE(error, is_bf16 ? 2e-2 : 2e-5) << p.name << " " << describe(s);
+    }
+  }
+}
+
+const std::vector<RowsCase>& rows_cases() {
+  static const std::vector<RowsCase> cases = {
+      {{2, 700, 3, 64, 1.0}, {2, {128, 384}, {256, 700}}},
+      {{1, 1000, 3, 64, 1.0}, {1, {256, 0}, {640, 0}}},
+      {{2, 513, 3, 128, 1.0}, {2, {0, 256}, {128, 513}}},
+      {{1, 1024, 3, 128, 2.0}, {2, {256, 768}, {512, 896}}}};
+  return cases;
+}
+
+TEST(GpuAttentionRows, Bf16HopperComputesItsRowsOnly) {
+  GPT2_REQUIRE_GPU();
+  for (const RowsCase& c : rows_cases()) {
+    std::string why;
+    if (!kernel_runs_here<bf16>(AttentionKernel::kFlashHopper, c.shape.HS, &why))
+      GTEST_SKIP() << "flash-hopper does not run here: " << why;
+    for (const HopperForwardShape shape : {HopperForwardShape::kRows128,
+                                           HopperForwardShape::kRows64,
+                                           HopperForwardShape::kRows64NoProducer}) {
+      SCOPED_TRACE(to_string(shape));
+      check_query_rows_case<bf16>(AttentionKernel::kFlashHopper, c, 77 + c.shape.T, shape);
+    }
+  }
+}
+
+TEST(GpuAttentionRows, PortableKernelsKeepTheRowsContract) {
+  GPT2_REQUIRE_GPU();
+  for (const RowsCase& c : rows_cases()) {
+    check_query_rows_case<bf16>(AttentionKernel::kFlashPortable, c, 88 + c.shape.T);
+    check_query_rows_case<float>(AttentionKernel::kFlashPortable, c, 99 + c.shape.T);
+  }
+}
+
+TEST(GpuAttentionRows, RowsOffTheirGranuleAreRefused) {
+  AttentionConfig config;
+  config.T = 1000;
+  config.rows = {1, {64, 0}, {512, 0}};
+  EXPECT_THROW(check_query_rows(config.rows, config.T), Error);
+  config.rows = {2, {256, 128}, {512, 384}};  // out of order
+  EXPECT_THROW(check_query_rows(config.rows, config.T), Error);
+  config.rows = {1, {896, 0}, {1000, 0}};  // ends at T: fine
+  EXPECT_NO_THROW(check_query_rows(config.rows, config.T));
+}
 
 // The racing (non-deterministic) dQ order of the Hopper backward is as accurate.
 TEST(GpuAttentionHopper, NondeterministicModeMatchesFp64Reference) {

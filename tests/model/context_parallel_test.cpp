@@ -60,6 +60,32 @@ TEST(ContextShard, TwoChunksPerRankCoverEveryPositionOnce) {
   EXPECT_THROW(context_shard(5, 3, 0), UsageError);  // 6 chunks of 5 positions
 }
 
+// Long enough sequences are cut on multiples of kContextChunkGranule (the GPU kernels' tiles),
+// still covering every position once, each chunk within a granule of T / 2N.
+TEST(ContextShard, LongSequencesAreCutOnGranuleBoundaries) {
+  constexpr int G = kContextChunkGranule;
+  for (const int N : {2, 3}) {
+    for (const int T : {2 * N * G, 2 * N * G + 1, 1000 * N + 77, 131072}) {
+      std::multiset<int> seen;
+      for (int r = 0; r < N; ++r) {
+        const ContextShard shard = context_shard(T, N, r);
+        seen.insert(shard.positions.begin(), shard.positions.end());
+        for (size_t i = 0; i < shard.positions.size(); ++i) {
+          const bool starts_chunk = i == 0 || shard.positions[i] != shard.positions[i - 1] + 1;
+          if (starts_chunk) {
+            EXPECT_EQ(shard.positions[i] % G, 0) << "T " << T << " N " << N;
+          }
+        }
+        EXPECT_NEAR(shard.local_len(), 2.0 * T / (2 * N), 2.0 * G) << "T " << T << " N " << N;
+      }
+      EXPECT_EQ(seen.size(), static_cast<size_t>(T));
+      EXPECT_EQ(*seen.rbegin(), T - 1);
+    }
+  }
+  // Below 2N granules the chunks are cut anywhere (the CPU path trains any T >= 2N).
+  EXPECT_EQ(context_shard(2 * 2 * G - 1, 2, 1).positions.front(), (4 * G - 1) / 4);
+}
+
 TEST(ThreadCommunicatorSplit, GroupsAddOnlyTheirOwnRanks) {
   run_ranks(4, [](int rank, Communicator& comm) {
     const std::unique_ptr<Communicator> group = comm.split(rank % 2, rank);
