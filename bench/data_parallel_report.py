@@ -90,7 +90,9 @@ def main():
     commit = os.environ.get("GPT2_COMMIT") or subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or "?"
     today = datetime.date.today().isoformat()
-    md = [f"# Data-parallel training through NCCL\n",
+    only_context = bool(runs) and all(r["group"].startswith("context") for r in runs)
+    title = "Context" if only_context else "Data"
+    md = [f"# {title}-parallel training through NCCL\n",
           f"Device: {device} (x{max(int(r['world']) for r in runs) if runs else 1} where 2 "
           f"ranks ran), {today}, commit {commit}. gpt2-train, bf16 unless marked, "
           f"NCCL_NVLS_ENABLE=0. Throughput: mean tokens/s over the steps after warm-up; comm: "

@@ -33,7 +33,7 @@
 # agree scale long memcheck, or multi for the last four; default: all but tune); the tune
 # part's grid: TUNE_MODELS ("d12"), TUNE_CTAS ("8 32", each with every --overlap-comm) and
 # TUNE_BUCKETS ("4194304 1048576"); the context part's CONTEXT_T, CONTEXT_LONG_T,
-# CONTEXT_STEPS (10) and CONTEXT_LONG_STEPS (4); REPORT (data_parallel: the results' file name,
+# CONTEXT_STEPS (10) and CONTEXT_LONG_STEPS (6); REPORT (data_parallel: the results' file name,
 # RESULTS/REPORT.md and .csv); RUN_TIMEOUT (600): seconds before a run (a hung
 # collective, say) is killed and reported FAILED; GPT2_COMMIT: the commit the report names, when
 # the tree's git metadata is not its own (a copy of a working tree).
@@ -52,7 +52,7 @@ RUN_TIMEOUT=${RUN_TIMEOUT:-600}
 CONTEXT_T=${CONTEXT_T:-131072}
 CONTEXT_LONG_T=${CONTEXT_LONG_T:-524288}
 CONTEXT_STEPS=${CONTEXT_STEPS:-10}
-CONTEXT_LONG_STEPS=${CONTEXT_LONG_STEPS:-4}
+CONTEXT_LONG_STEPS=${CONTEXT_LONG_STEPS:-6}
 REPORT=${REPORT:-data_parallel}
 export NCCL_NVLS_ENABLE=0
 
@@ -118,7 +118,8 @@ run() {
   printf '%-34s ' "$name"
   if "${environment[@]}" "${launch[@]}" "$TRAIN" --device cuda --model "$model" --seq-len "$T" \
       --max-seq-len "$T" --batch-size "$B" --precision "$precision" --steps "$steps" \
-      --val-every 0 --sample-every 0 --checkpoint-every 0 --seed 1337 --out "$OUT_DIR/$name" \
+      --val-every 0 --sample-every 0 --checkpoint-every 0 --save-final 0 --seed 1337 \
+      --overwrite --out "$OUT_DIR/$name" \
       "$@" >"$OUT_DIR/$name.log" 2>&1; then
     grep -E "^  throughput" "$OUT_DIR/$name.log" | sed 's/^  throughput *//' || echo
   else
