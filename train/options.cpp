@@ -27,7 +27,8 @@ cxxopts::Options make_options() {
   auto s = [] { return cxxopts::value<std::string>(); };
   options.add_options()
       ("train-data", "training shards (glob); default: the embedded data", s())
-      ("val-data", "validation shards (glob); default: the embedded data", s())
+      ("val-data", "validation shards (glob); default: the embedded data's, or none (no "
+       "validation) when --train-data is given", s())
       ("model", "dN, gpt2[-medium|-large|-xl], an llm.c checkpoint path, or hf:DIR (a Hugging "
        "Face directory: config.json + model.safetensors) (default: d12 on cuda, d2 on cpu)", s())
       ("max-seq-len", "rows of the position embedding (default 1024; from the model for a "
@@ -48,7 +49,7 @@ cxxopts::Options make_options() {
       ("final-lr-frac", "final learning rate as a fraction of --lr, in [0, 1]", s()->default_value("0.1"))
       ("weight-decay", "AdamW weight decay (2-D weights only)", s()->default_value("0.1"))
       ("grad-clip", "clip the global gradient norm to this (0 disables)", s()->default_value("1.0"))
-      ("val-every", "validate every N steps and at the last step (0 disables)", s()->default_value("25"))
+      ("val-every", "validate every N steps and at the last step (0 disables; with --train-data it needs --val-data)", s()->default_value("25"))
       ("val-steps", "validation batches per evaluation", s()->default_value("10"))
       ("sample-every", "sample text every N steps (0 disables)", s()->default_value("0"))
       ("sample-tokens", "tokens per sample", s()->default_value("64"))
@@ -250,6 +251,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
       parse_float("grad-clip", text("grad-clip"), 0.0, kMaxFloat, "a non-negative number");
 
   cli.val_every = parse_count("val-every", text("val-every"));
+  cli.val_every_given = given("val-every");
   cli.val_steps = parse_count("val-steps", text("val-steps"));
   if (cli.val_every > 0 && cli.val_steps == 0)
     GPT2_USAGE_FAIL("--val-steps must be a positive integer when --val-every is ", cli.val_every,
@@ -494,7 +496,15 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
   config.grad_accum_steps = static_cast<int>(accum);
 
   config.train_pattern = cli.train_data.empty() ? default_train_pattern() : cli.train_data;
-  config.val_pattern = cli.val_data.empty() ? default_val_pattern() : cli.val_data;
+  // A user's training data is never validated on the embedded corpus: without --val-data such a
+  // run does not validate, and says so first thing.
+  const bool user_data_without_val = !cli.train_data.empty() && cli.val_data.empty();
+  if (user_data_without_val && cli.val_every_given && cli.val_every > 0)
+    GPT2_USAGE_FAIL("--val-every ", cli.val_every, " needs --val-data when --train-data is given "
+                    "(the embedded corpus is no validation set for your data); pass --val-data, "
+                    "or --val-every 0");
+  config.val_pattern = cli.val_data.empty() && cli.train_data.empty() ? default_val_pattern()
+                                                                      : cli.val_data;
   config.steps = cli.steps;
   config.lr_schedule.kind = cli.lr_schedule;
   config.lr_schedule.max_lr = cli.lr;
@@ -503,7 +513,11 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
   config.lr_schedule.final_lr_frac = cli.final_lr_frac;
   config.weight_decay = cli.weight_decay;
   config.grad_clip = cli.grad_clip;
-  config.val_every = cli.val_every;
+  config.val_every = user_data_without_val ? 0 : cli.val_every;
+  if (user_data_without_val && cli.val_every > 0)
+    config.validation_note = "validation: off: --train-data is given without --val-data (the "
+                             "embedded corpus is no validation set for your data); pass "
+                             "--val-data to validate";
   config.val_steps = cli.val_steps;
   config.sample_every = cli.sample_every;
   config.sample_tokens = cli.sample_tokens;
