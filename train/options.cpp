@@ -309,14 +309,35 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   return cli;
 }
 
+namespace {
+
+// A folder gpt2-train wrote (run.json) without Hugging Face weights: its config.json is the
+// run's record (run_record.h), not a model's configuration.
+bool is_run_folder(const std::string& dir) {
+  std::error_code ec;
+  return std::filesystem::is_directory(dir, ec) && file_exists(run_record_path(dir)) &&
+         !file_exists((std::filesystem::path(dir) / kHfWeightsFile).string());
+}
+
+}  // namespace
+
 ModelArgument resolve_model_argument(const std::string& name) {
   ModelArgument model;
   if (is_model_preset(name)) {
-    if (!hf_model_dir_of("./" + name).empty())
+    if (!hf_model_dir_of("./" + name).empty() && !is_run_folder("./" + name))
       GPT2_USAGE_FAIL("--model ", name, " is both a preset and a directory holding ",
                       kHfConfigFile, ": write hf:", name, " (or ./", name,
                       ") for the directory, or run from elsewhere for the preset");
     return model;
+  }
+  if (is_run_folder(name)) {
+    const std::vector<std::string> states = training_state_files(name);
+    const std::string newest =
+        states.empty() ? std::string("model_<step>.bin")
+                       : model_checkpoint_path(name, std::stoll(states.back().substr(6)));
+    GPT2_FAIL("--model ", name, " is a gpt2-train run folder (its ", kHfConfigFile,
+              " records the run; it is not a Hugging Face model directory): pass one of its "
+              "model files, e.g. ", newest);
   }
   // hf:DIR, or a directory holding config.json; throws (exit 1) for an hf: path that is not one.
   if (const std::string hf_dir = hf_model_dir_of(name); !hf_dir.empty()) {
