@@ -53,7 +53,7 @@ cxxopts::Options make_options() {
       ("val-steps", "validation batches per evaluation", s()->default_value("10"))
       ("sample-every", "sample text every N steps (0 disables)", s()->default_value("0"))
       ("sample-tokens", "tokens per sample", s()->default_value("64"))
-      ("out", "directory for metrics.jsonl, summary.json and checkpoints", s()->default_value("out"))
+      ("out", "directory for metrics.jsonl, loss.svg, config.json, summary.json and checkpoints", s()->default_value("out"))
       ("checkpoint-every", "checkpoint every N steps and at the last step (0: only the final "
        "pair, see --save-final)", s()->default_value("0"))
       ("save-final", "1 saves the model and training state at the end of the run and when a "
