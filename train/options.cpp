@@ -49,11 +49,13 @@ cxxopts::Options make_options() {
       ("final-lr-frac", "final learning rate as a fraction of --lr, in [0, 1]", s()->default_value("0.1"))
       ("weight-decay", "AdamW weight decay (2-D weights only)", s()->default_value("0.1"))
       ("grad-clip", "clip the global gradient norm to this (0 disables)", s()->default_value("1.0"))
-      ("val-every", "validate every N steps and at the last step (0 disables; with --train-data it needs --val-data)", s()->default_value("25"))
+      ("val-every", "validate every N steps and at the last step (0 disables; with --train-data "
+       "it needs --val-data)", s()->default_value("25"))
       ("val-steps", "validation batches per evaluation", s()->default_value("10"))
       ("sample-every", "sample text every N steps (0 disables)", s()->default_value("0"))
       ("sample-tokens", "tokens per sample", s()->default_value("64"))
-      ("out", "directory for metrics.jsonl, loss.svg, config.json, summary.json and checkpoints", s()->default_value("out"))
+      ("out", "directory for metrics.jsonl, loss.svg, config.json, summary.json and "
+       "checkpoints", s()->default_value("out"))
       ("checkpoint-every", "checkpoint every N steps and at the last step (0: only the final "
        "pair, see --save-final)", s()->default_value("0"))
       ("save-final", "1 saves the model and training state at the end of the run and when a "
