@@ -1,5 +1,6 @@
 // The record of a run: OUT/config.json holds every option as resolved (defaults filled in) and
-// the binary's version, and a resume rewrites it saying so; OUT/loss.svg draws the train loss
+// the binary's version, and a resume rewrites it saying so (and --model OUT is not taken for a
+// Hugging Face directory because of it); OUT/loss.svg draws the train loss
 // of every step and the validation losses from metrics.jsonl, in the plot style of gpt2-sweep,
 // after each validation and at the end (a resumed run's plot holds the steps before the
 // resume too).
@@ -96,6 +97,18 @@ TEST(RunRecord, ConfigJsonHoldsTheResolvedOptionsAndTheVersion) {
   EXPECT_EQ(config.at("keep_checkpoints"), 3);
   EXPECT_NE(run.output.find(path), std::string::npos) << "the run names the file:\n"
                                                       << run.output;
+  std::filesystem::remove_all(out);
+}
+
+// config.json in a run folder is not a Hugging Face config: --model OUT names the model file.
+TEST(RunRecord, ARunFolderAsModelNamesItsNewestModelFile) {
+  const std::string out = scratch_dir();
+  ASSERT_EQ(run_trainer(run_args(out, 2)).exit_code, 0);
+  const auto run = run_trainer({"--device", "cpu", "--model", out, "--steps", "1", "--out",
+                                out + "/next"});
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("is a gpt2-train run folder"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find(out + "/model_00000002.bin"), std::string::npos) << run.output;
   std::filesystem::remove_all(out);
 }
 
