@@ -7,10 +7,17 @@
  * B = max(1, --tokens-per-step / T), so tokens per step are constant until B reaches 1. From the
  * run's metrics.jsonl it takes the median step time over the steps after the first
  * --warmup-steps and reports tokens/s = B*T / median step time, next to the measured peak device
- * memory from summary.json. A run refused by the memory plan is marked OOM with the bytes the
- * plan needed; any other failure is marked FAILED (its log is kept). Never asserts.
+ * memory from summary.json. A run refused for memory ("out of GPU memory", or on the CPU "not
+ * enough CPU memory") is marked OOM with the bytes the plan needed: a sweep is expected to reach
+ * the device's limit. Any other failure is marked FAILED (its log is kept).
  * Writes OUT/sweep.csv, OUT/sweep.md (table with device and date) and OUT/sweep.svg (tokens/s
- * and peak memory vs T, both attention kinds), and prints the table.
+ * and peak memory vs T, one series per attention kind; base/svg_plot.h, with a message instead
+ * of axes when no point succeeded), and prints the table.
+ * --precision defaults to bf16 on --device cuda and fp32 on --device cpu (the CPU backend
+ * computes fp32 only; bf16 there is a usage error).
+ * Exit code: 0 when every point ran or was OOM; 1 when any point FAILED (after writing the
+ * table and the plot), or on an error of the sweep itself; 2 for a bad command line.
+ * --replot re-renders a sweep.csv and exits 0 whatever its rows say. Never asserts.
  */
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,6 +38,7 @@
 #include "base/json.h"
 #include "base/file_io.h"
 #include "base/error.h"
+#include "base/svg_plot.h"
 #include "model/config.h"
 #include "model/memory_plan.h"
 
@@ -45,7 +53,7 @@ struct SweepOptions {
   int tokens_per_step = 16384;
   int steps = 8;
   int warmup_steps = 3;
-  std::string precision = "bf16";
+  std::string precision;  // bf16 on cuda, fp32 on cpu unless given
   std::string device = "cuda";
   std::string out_dir = "out/sweep";
   std::string extra_args;
@@ -117,10 +125,16 @@ RunResult run_one(const SweepOptions& o, int T, const std::string& attn) {
   const int code = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
   const std::string log = file_exists(r.log_path) ? read_file_text(r.log_path) : "";
   if (code != 0) {
-    r.status = log.find("out of GPU memory") != std::string::npos ? "OOM" : "FAILED";
-    // The plan total is printed by the trainer before it refuses: "the plan needs N bytes".
-    const size_t at = log.find("the plan needs ");
-    if (at != std::string::npos) r.planned_mem_bytes = std::stod(log.substr(at + 15));
+    const bool out_of_memory = log.find("out of GPU memory") != std::string::npos ||
+                               log.find("not enough CPU memory") != std::string::npos;
+    r.status = out_of_memory ? "OOM" : "FAILED";
+    // The plan total is in the trainer's refusal: "the plan needs N bytes" (GPU), "the model
+    // needs N bytes" (CPU).
+    for (const std::string needs : {"the plan needs ", "the model needs "}) {
+      const size_t at = log.find(needs);
+      if (out_of_memory && at != std::string::npos && r.planned_mem_bytes == 0)
+        r.planned_mem_bytes = std::strtod(log.c_str() + at + needs.size(), nullptr);
+    }
     std::printf("%s (exit %d, log %s)\n", r.status.c_str(), code, r.log_path.c_str());
     return r;
   }
@@ -171,76 +185,41 @@ std::string cell(const RunResult* r, bool memory) {
   return buf;
 }
 
-// --------------------------------------------------------------------------------------------
-// SVG: two panels (tokens/s, peak GiB) against log2 T, one polyline per attention kind.
-
+// The figure (base/svg_plot.h): two panels, tokens/s and peak memory against log2 T, one series
+// per attention kind, "OOM" where a point ran out of memory.
 std::string svg_plot(const SweepOptions& o, const std::vector<RunResult>& results,
                      const std::string& title) {
-  const int panel_w = 400, panel_h = 300, top = 70;
-  const int lefts[2] = {80, 590};
-  const int width = lefts[1] + panel_w + 50, height = top + panel_h + 80;
-  const char* colors[2] = {"#d62728", "#1f77b4"};
-  const double t_min = std::log2(*std::min_element(o.seq_lens.begin(), o.seq_lens.end()));
-  const double t_max = std::log2(*std::max_element(o.seq_lens.begin(), o.seq_lens.end()));
-  std::ostringstream svg;
-  svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << height
-      << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' "
-         "fill='white'/>\n<text x='" << width / 2 << "' y='24' text-anchor='middle' "
-         "font-size='15'>" << title << "</text>\n";
-  for (int panel = 0; panel < 2; ++panel) {
-    const bool memory = panel == 1;
-    double y_max = 0;
-    for (const RunResult& r : results)
-      if (r.status == "ok")
-        y_max = std::max(y_max, memory ? r.peak_mem_bytes / 1073741824.0 : r.tokens_per_s);
-    if (y_max <= 0) y_max = 1;
-    const double mag = std::pow(10.0, std::floor(std::log10(y_max)));
-    y_max = std::ceil(y_max / mag) * mag;
-    const int left = lefts[panel];
-    auto x_of = [&](double t) {
-      return left + (t_max > t_min ? (std::log2(t) - t_min) / (t_max - t_min) : 0.5) * panel_w;
-    };
-    auto y_of = [&](double v) { return top + panel_h - v / y_max * panel_h; };
-    svg << "<rect x='" << left << "' y='" << top << "' width='" << panel_w << "' height='"
-        << panel_h << "' fill='none' stroke='#444'/>\n";
-    svg << "<text x='" << left + panel_w / 2 << "' y='" << top - 10
-        << "' text-anchor='middle'>" << (memory ? "peak device memory (GiB)" : "tokens / s")
-        << "</text>\n";
-    for (int i = 0; i <= 5; ++i) {
-      const double v = y_max * i / 5;
-      svg << "<line x1='" << left << "' x2='" << left + panel_w << "' y1='" << y_of(v)
-          << "' y2='" << y_of(v) << "' stroke='#ddd'/>\n<text x='" << left - 6 << "' y='"
-          << y_of(v) + 4 << "' text-anchor='end'>"
-          << (memory ? str_cat(static_cast<int>(std::lround(v))) : str_cat(std::lround(v / 1000), "K"))
-          << "</text>\n";
-    }
-    for (int T : o.seq_lens) {
-      svg << "<text x='" << x_of(T) << "' y='" << top + panel_h + 16 << "' text-anchor='middle'>"
-          << (T >= 1024 ? str_cat(T / 1024, "K") : str_cat(T)) << "</text>\n";
-    }
-    svg << "<text x='" << left + panel_w / 2 << "' y='" << top + panel_h + 34
-        << "' text-anchor='middle'>sequence length T</text>\n";
-    for (size_t a = 0; a < o.attns.size() && a < 2; ++a) {
-      std::string points;
+  static const char* const kColors[] = {"#d62728", "#1f77b4", "#2ca02c", "#9467bd"};
+  PlotFigure figure;
+  figure.title = title;
+  for (int panel_index = 0; panel_index < 2; ++panel_index) {
+    const bool memory = panel_index == 1;
+    PlotPanel panel;
+    panel.title = memory ? "peak memory (GiB)" : "tokens / s";
+    panel.x_label = "sequence length T";
+    panel.x_log2 = true;
+    for (int T : o.seq_lens)
+      panel.x_ticks.push_back({static_cast<double>(T), T >= 1024 && T % 1024 == 0
+                                                           ? str_cat(T / 1024, "K")
+                                                           : str_cat(T)});
+    panel.empty_message = "no point of the sweep succeeded: see sweep.md and the logs";
+    for (size_t a = 0; a < o.attns.size(); ++a) {
+      PlotSeries series;
+      series.name = o.attns[a];
+      series.color = kColors[a % (sizeof kColors / sizeof kColors[0])];
       for (const RunResult& r : results) {
-        if (r.attn != o.attns[a] || r.status != "ok") continue;
-        const double v = memory ? r.peak_mem_bytes / 1073741824.0 : r.tokens_per_s;
-        points += str_cat(x_of(r.seq_len), ",", y_of(v), " ");
-        svg << "<circle cx='" << x_of(r.seq_len) << "' cy='" << y_of(v) << "' r='3' fill='"
-            << colors[a] << "'/>\n";
+        if (r.attn != o.attns[a]) continue;
+        if (r.status == "ok")
+          series.points.push_back(
+              {static_cast<double>(r.seq_len),
+               memory ? r.peak_mem_bytes / 1073741824.0 : r.tokens_per_s});
+        if (r.status == "OOM") panel.notes.push_back({static_cast<double>(r.seq_len), "OOM", a});
       }
-      for (const RunResult& r : results)
-        if (r.attn == o.attns[a] && r.status == "OOM")
-          svg << "<text x='" << x_of(r.seq_len) << "' y='" << top + 14 + 14 * a
-              << "' text-anchor='middle' fill='" << colors[a] << "'>OOM</text>\n";
-      svg << "<polyline fill='none' stroke-width='2' stroke='" << colors[a] << "' points='"
-          << points << "'/>\n";
-      svg << "<text x='" << left + 10 + 90 * static_cast<int>(a) << "' y='" << top + panel_h + 56
-          << "' fill='" << colors[a] << "'>&#9632; " << o.attns[a] << "</text>\n";
+      panel.series.push_back(std::move(series));
     }
+    figure.panels.push_back(std::move(panel));
   }
-  svg << "</svg>\n";
-  return svg.str();
+  return render_svg(figure);
 }
 
 std::string today() {
@@ -315,7 +294,8 @@ int sweep_main(int argc, char** argv) {
       ("tokens-per-step", "B = max(1, tokens-per-step / T)", cxxopts::value<int>()->default_value("16384"))
       ("steps", "steps per run", cxxopts::value<int>()->default_value("8"))
       ("warmup-steps", "leading steps left out of the timing", cxxopts::value<int>()->default_value("3"))
-      ("precision", "bf16 or fp32", cxxopts::value<std::string>()->default_value("bf16"))
+      ("precision", "bf16 or fp32 (default: bf16 on cuda, fp32 on cpu)",
+       cxxopts::value<std::string>())
       ("device", "cuda (or cpu, for a smoke test)", cxxopts::value<std::string>()->default_value("cuda"))
       ("out", "output directory", cxxopts::value<std::string>()->default_value("out/sweep"))
       ("train-binary", "gpt2-train to run (default: next to this program)", cxxopts::value<std::string>())
@@ -355,9 +335,16 @@ int sweep_main(int argc, char** argv) {
   if (o.warmup_steps < 0 || o.steps <= o.warmup_steps)
     GPT2_USAGE_FAIL("--steps (", o.steps, ") must exceed --warmup-steps (", o.warmup_steps, ")");
   if (!is_model_preset(o.model)) GPT2_USAGE_FAIL("--model: unknown preset '", o.model, "'");
-  o.precision = args["precision"].as<std::string>();
   o.device = args["device"].as<std::string>();
-  if (o.device != "cuda" && o.device != "cpu") GPT2_USAGE_FAIL("--device: '", o.device, "' is not cuda or cpu");
+  if (o.device != "cuda" && o.device != "cpu")
+    GPT2_USAGE_FAIL("--device: '", o.device, "' is not cuda or cpu");
+  o.precision = args.count("precision") ? args["precision"].as<std::string>()
+                : o.device == "cpu"      ? "fp32"
+                                         : "bf16";
+  if (o.precision != "bf16" && o.precision != "fp32")
+    GPT2_USAGE_FAIL("--precision: '", o.precision, "' is not bf16 or fp32");
+  if (o.device == "cpu" && o.precision == "bf16")
+    GPT2_USAGE_FAIL("--precision bf16 needs --device cuda (the CPU backend computes fp32 only)");
   o.out_dir = args["out"].as<std::string>();
   o.extra_args = args["extra"].as<std::string>();
   make_directories(o.out_dir);
@@ -427,7 +414,24 @@ int sweep_main(int argc, char** argv) {
   write_text(o.out_dir + "/sweep.svg", svg_plot(o, results, heading));
   std::printf("\n%s\nwrote %s/sweep.csv, sweep.md, sweep.svg\n", md.str().c_str(),
               o.out_dir.c_str());
-  return 0;
+  int succeeded = 0, out_of_memory = 0;
+  std::vector<std::string> failed_logs;
+  for (const RunResult& r : results) {
+    succeeded += r.status == "ok";
+    out_of_memory += r.status == "OOM";
+    if (r.status != "ok" && r.status != "OOM")
+      failed_logs.push_back(r.log_path.empty() ? str_cat(r.attn, " T=", r.seq_len) : r.log_path);
+  }
+  if (succeeded == 0)
+    std::printf("no point succeeded: sweep.svg says so instead of drawing empty axes\n");
+  if (out_of_memory > 0)
+    std::printf("%d point(s) ran out of memory (OOM: expected at the device's limit)\n",
+                out_of_memory);
+  if (args.count("replot") || failed_logs.empty()) return 0;
+  std::printf("%zu point(s) FAILED for a reason other than memory; their logs:\n",
+              failed_logs.size());
+  for (const std::string& log : failed_logs) std::printf("  %s\n", log.c_str());
+  return 1;
 }
 
 }  // namespace

@@ -28,7 +28,8 @@ cxxopts::Options make_options() {
   auto s = [] { return cxxopts::value<std::string>(); };
   options.add_options()
       ("train-data", "training shards (glob); default: the embedded data", s())
-      ("val-data", "validation shards (glob); default: the embedded data", s())
+      ("val-data", "validation shards (glob); default: the embedded data's, or none (no "
+       "validation) when --train-data is given", s())
       ("model", "dN, gpt2[-medium|-large|-xl], an llm.c checkpoint path, or hf:DIR (a Hugging "
        "Face directory: config.json + model.safetensors) (default: d12 on cuda, d2 on cpu)", s())
       ("max-seq-len", "rows of the position embedding (default 1024; from the model for a "
@@ -49,11 +50,13 @@ cxxopts::Options make_options() {
       ("final-lr-frac", "final learning rate as a fraction of --lr, in [0, 1]", s()->default_value("0.1"))
       ("weight-decay", "AdamW weight decay (2-D weights only)", s()->default_value("0.1"))
       ("grad-clip", "clip the global gradient norm to this (0 disables)", s()->default_value("1.0"))
-      ("val-every", "validate every N steps and at the last step (0 disables)", s()->default_value("25"))
+      ("val-every", "validate every N steps and at the last step (0 disables; with --train-data "
+       "it needs --val-data)", s()->default_value("25"))
       ("val-steps", "validation batches per evaluation", s()->default_value("10"))
       ("sample-every", "sample text every N steps (0 disables)", s()->default_value("0"))
       ("sample-tokens", "tokens per sample", s()->default_value("64"))
-      ("out", "directory for metrics.jsonl, summary.json and checkpoints", s()->default_value("out"))
+      ("out", "directory for metrics.jsonl, loss.svg, config.json, summary.json and "
+       "checkpoints", s()->default_value("out"))
       ("checkpoint-every", "checkpoint every N steps and at the last step (0: only the final "
        "pair, see --save-final)", s()->default_value("0"))
       ("save-final", "1 saves the model and training state at the end of the run and when a "
@@ -251,6 +254,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
       parse_float("grad-clip", text("grad-clip"), 0.0, kMaxFloat, "a non-negative number");
 
   cli.val_every = parse_count("val-every", text("val-every"));
+  cli.val_every_given = given("val-every");
   cli.val_steps = parse_count("val-steps", text("val-steps"));
   if (cli.val_every > 0 && cli.val_steps == 0)
     GPT2_USAGE_FAIL("--val-steps must be a positive integer when --val-every is ", cli.val_every,
@@ -308,14 +312,35 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   return cli;
 }
 
+namespace {
+
+// A folder gpt2-train wrote (run.json) without Hugging Face weights: its config.json is the
+// run's record (run_record.h), not a model's configuration.
+bool is_run_folder(const std::string& dir) {
+  std::error_code ec;
+  return std::filesystem::is_directory(dir, ec) && file_exists(run_record_path(dir)) &&
+         !file_exists((std::filesystem::path(dir) / kHfWeightsFile).string());
+}
+
+}  // namespace
+
 ModelArgument resolve_model_argument(const std::string& name) {
   ModelArgument model;
   if (is_model_preset(name)) {
-    if (!hf_model_dir_of("./" + name).empty())
+    if (!hf_model_dir_of("./" + name).empty() && !is_run_folder("./" + name))
       GPT2_USAGE_FAIL("--model ", name, " is both a preset and a directory holding ",
                       kHfConfigFile, ": write hf:", name, " (or ./", name,
                       ") for the directory, or run from elsewhere for the preset");
     return model;
+  }
+  if (is_run_folder(name)) {
+    const std::vector<std::string> states = training_state_files(name);
+    const std::string newest =
+        states.empty() ? std::string("model_<step>.bin")
+                       : model_checkpoint_path(name, std::stoll(states.back().substr(6)));
+    GPT2_FAIL("--model ", name, " is a gpt2-train run folder (its ", kHfConfigFile,
+              " records the run; it is not a Hugging Face model directory): pass one of its "
+              "model files, e.g. ", newest);
   }
   // hf:DIR, or a directory holding config.json; throws (exit 1) for an hf: path that is not one.
   if (const std::string hf_dir = hf_model_dir_of(name); !hf_dir.empty()) {
@@ -498,7 +523,15 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
   config.grad_accum_steps = static_cast<int>(accum);
 
   config.train_pattern = cli.train_data.empty() ? default_train_pattern() : cli.train_data;
-  config.val_pattern = cli.val_data.empty() ? default_val_pattern() : cli.val_data;
+  // A user's training data is never validated on the embedded corpus: without --val-data such a
+  // run does not validate, and says so first thing.
+  const bool user_data_without_val = !cli.train_data.empty() && cli.val_data.empty();
+  if (user_data_without_val && cli.val_every_given && cli.val_every > 0)
+    GPT2_USAGE_FAIL("--val-every ", cli.val_every, " needs --val-data when --train-data is given "
+                    "(the embedded corpus is no validation set for your data); pass --val-data, "
+                    "or --val-every 0");
+  config.val_pattern = cli.val_data.empty() && cli.train_data.empty() ? default_val_pattern()
+                                                                      : cli.val_data;
   config.steps = cli.steps;
   config.lr_schedule.kind = cli.lr_schedule;
   config.lr_schedule.max_lr = cli.lr;
@@ -507,7 +540,11 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
   config.lr_schedule.final_lr_frac = cli.final_lr_frac;
   config.weight_decay = cli.weight_decay;
   config.grad_clip = cli.grad_clip;
-  config.val_every = cli.val_every;
+  config.val_every = user_data_without_val ? 0 : cli.val_every;
+  if (user_data_without_val && cli.val_every > 0)
+    config.validation_note = "validation: off: --train-data is given without --val-data (the "
+                             "embedded corpus is no validation set for your data); pass "
+                             "--val-data to validate";
   config.val_steps = cli.val_steps;
   config.sample_every = cli.sample_every;
   config.sample_tokens = cli.sample_tokens;

@@ -14,6 +14,10 @@
  *                         the ZeRO stage (default 1 with several ranks), NCCL for CUDA with
  *                         several ranks, the context-parallel group size (a divisor of the
  *                         world, flash attention, T >= 2N), the gradient sums' type.
+ * Validation data: --val-data when given; else, without --train-data, the embedded corpus's
+ * validation split; else (a user's --train-data without --val-data) none: the run does not
+ * validate and says why on its first line (validation_note), and an explicit --val-every N > 0
+ * there is a usage error. The embedded corpus never validates a user's training data.
  * Bad values throw gpt2::UsageError (exit 2) with a one-line message naming the option and
  * the value. `--device cuda` without a usable GPU and unreadable checkpoint files throw
  * gpt2::Error (exit 1): the command line is fine, the machine or the file is not.
@@ -54,7 +58,8 @@ const char* to_string(ModelSource source);  // "init" | "llm.c checkpoint" | "Hu
 /// What the user typed; unset optionals take device-dependent defaults at resolution.
 struct CommandLine {
   std::string train_data;  // glob; empty = the embedded data (data/paths.h)
-  std::string val_data;
+  std::string val_data;    // glob; empty = the embedded data, unless train_data is given
+  bool val_every_given = false;  // --val-every typed (not its default)
   std::optional<std::string> model;  // dN, alias, checkpoint path, hf:DIR or a directory
   std::optional<int> max_seq_len;
   std::string device = "auto";  // auto | cuda | cpu
@@ -97,7 +102,8 @@ struct CommandLine {
   bool help = false;
 };
 
-/// Everything a run needs, with every default filled in and every cross-check done.
+/// Everything a run needs, with every default filled in and every cross-check done. A new field
+/// belongs in OUT/config.json too (train/run_record.cpp).
 struct TrainConfig {
   std::string train_pattern;
   std::string val_pattern;
@@ -138,6 +144,9 @@ struct TrainConfig {
   float grad_clip = 0.0f;  // 0 disables clipping
   int val_every = 0;       // 0 disables
   int val_steps = 0;
+  /// Why validation is off although --val-every did not turn it off (printed first by the run,
+  /// recorded in config.json); empty otherwise. See resolve_train_config.
+  std::string validation_note;
   int sample_every = 0;  // 0 disables
   int sample_tokens = 0;
   std::string out_dir;

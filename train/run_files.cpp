@@ -94,7 +94,8 @@ std::string run_record_path(const std::string& out_dir) {
 }
 
 bool is_run_file_name(const std::string& name) {
-  for (const char* fixed : {"metrics.jsonl", "summary.json", "run.json", "gpt2-train.lock"})
+  for (const char* fixed : {"metrics.jsonl", "summary.json", "run.json", "gpt2-train.lock",
+                            "config.json", "loss.svg"})
     if (name == fixed) return true;
   return model_file_step(name) >= 0 || state_file_step(name) >= 0;
 }

@@ -46,7 +46,8 @@ std::string lock_path(const std::string& out_dir);  // OUT/gpt2-train.lock
 std::string run_record_path(const std::string& out_dir);  // OUT/run.json
 
 /// Whether a file name is one a run writes or removes in OUT: metrics.jsonl, summary.json,
-/// run.json, gpt2-train.lock, model_<digits>.bin, state_<digits>.bin.
+/// run.json, config.json (run_record.h), loss.svg (loss_plot.h), gpt2-train.lock,
+/// model_<digits>.bin, state_<digits>.bin.
 bool is_run_file_name(const std::string& name);
 
 /// A fresh run id: 64 random bits from the system (std::random_device), never 0.

@@ -22,6 +22,7 @@
 #include "base/file_io.h"
 #include "base/json.h"
 #include "base/rng.h"
+#include "base/version.h"
 #include "data/dataloader.h"
 #include "data/tokenizer.h"
 #include "parallel/communicator.h"
@@ -32,8 +33,10 @@
 #include "model/memory_plan.h"
 #include "model/model.h"
 #include "model/parameters.h"
+#include "train/loss_plot.h"
 #include "train/metrics.h"
 #include "train/run_files.h"
+#include "train/run_record.h"
 #include "train/generation.h"
 #include "train/signals.h"
 
@@ -184,6 +187,8 @@ void print_configuration(const TrainConfig& c, const DataLoader& train, const Da
   if (c.val_every > 0) {
     std::printf("  %-18s every %d steps and at the last, %d batches\n", "validation",
                 c.val_every, c.val_steps);
+  } else if (!c.validation_note.empty()) {
+    std::printf("  %-18s off (--train-data without --val-data)\n", "validation");
   } else {
     std::printf("  %-18s off\n", "validation");
   }
@@ -394,6 +399,7 @@ void report_summary(const TrainConfig& config, const Model& model, const MemoryP
 
   Json summary;
   summary["run_id"] = format_run_id(standing.run_id);
+  summary["version"] = build_version();
   summary["steps"] = totals.throughput.steps();
   summary["warmup_steps_excluded"] = excluded;
   summary["tokens_per_s"] = tokens_per_s;
@@ -495,19 +501,33 @@ RunStart find_run_start(const TrainConfig& config) {
 }
 
 // Rank 0, once the input is checked and --out exists and is locked: --out becomes this run's.
-// run.json names it; a new run removes an earlier run's summary (and, --overwrite, checkpoints).
-void claim_out_dir(const TrainConfig& config, const RunStart& start) {
+// run.json names it and config.json records its resolved options (rewritten by a resume); a new
+// run removes an earlier run's summary and loss plot (and, --overwrite, checkpoints).
+void claim_out_dir(const TrainConfig& config, const RunStart& start, const RunDataFiles& files) {
   if (start.remove_earlier_checkpoints) {
     const int removed = remove_checkpoint_files(config.out_dir);
     std::printf("out: removed the %d checkpoint file(s) of the earlier run (--overwrite)\n",
                 removed);
   }
   write_run_record(config.out_dir, start.run_id, config);
+  write_config_record(config, start.run_id,
+                      start.resume_point ? std::optional<int64_t>(start.resume_point->step)
+                                         : std::nullopt,
+                      files);
   if (!start.resume_point) {
-    const std::string summary = summary_path(config.out_dir);
-    if (::unlink(summary.c_str()) != 0 && errno != ENOENT)
-      GPT2_FAIL(summary, ": cannot remove the earlier run's summary: ", std::strerror(errno));
+    for (const std::string& earlier : {summary_path(config.out_dir),
+                                       loss_plot_path(config.out_dir)})
+      if (::unlink(earlier.c_str()) != 0 && errno != ENOENT)
+        GPT2_FAIL(earlier, ": cannot remove the earlier run's file: ", std::strerror(errno));
   }
+}
+
+// The heading of loss.svg.
+std::string loss_plot_title(const TrainConfig& config, uint64_t run_id) {
+  return str_cat("gpt2-train run ", format_run_id(run_id), ": ", config.model_name, " ",
+                 to_string(config.precision), " on ", to_string(config.device), ", B=",
+                 config.batch_size, " T=", config.seq_len, ", ", config.total_batch_size,
+                 " tokens per step");
 }
 
 }  // namespace
@@ -525,6 +545,11 @@ int run_training(const TrainConfig& config, Communicator& comm) {
   // reads its own windows of the data.
   const bool root = config.rank == 0;
   const bool data_parallel = config.world_size > 1;
+  // First thing on the screen: a default that changes what the run measures.
+  if (root && !config.validation_note.empty()) {
+    std::printf("%s\n", config.validation_note.c_str());
+    std::fflush(stdout);
+  }
 
   // One run per --out: an existing folder is locked before anything in it is read, a new one
   // right after it is created (two runs racing to create it meet there).
@@ -687,7 +712,10 @@ int run_training(const TrainConfig& config, Communicator& comm) {
   if (root) {
     make_directories(config.out_dir);
     if (!out_lock) out_lock.emplace(config.out_dir);
-    claim_out_dir(config, run_start);
+    RunDataFiles data_files;
+    data_files.train = train_loader.files();
+    if (val_loader) data_files.val = val_loader->files();
+    claim_out_dir(config, run_start, data_files);
     const std::string metrics_file = metrics_path(config.out_dir);
     if (resume_point) {
       truncate_metrics(metrics_file, resume_point->step);
@@ -811,6 +839,11 @@ int run_training(const TrainConfig& config, Communicator& comm) {
     std::fflush(stdout);
 
     if (metrics) metrics->append_line(to_json_line(metrics_row), step);
+    // The curves after every validation; the run's end and a signal's stop draw them below.
+    const std::string metrics_file = metrics_path(config.out_dir);
+    const std::string plot_title = loss_plot_title(config, standing.run_id);
+    if (metrics && validating && !last_step)
+      write_loss_plot(config.out_dir, metrics_file, config.steps, plot_title);
 
     if (stopping) {
       const std::string what = str_cat("the loss is ", printable(loss),
@@ -838,6 +871,8 @@ int run_training(const TrainConfig& config, Communicator& comm) {
       if (saving_final && !checkpoint_step)
         write_checkpoint(config, *model, step, train_loader, sample_rng, standing, comm);
       if (last_step && root) report_summary(config, *model, plan, totals, standing);
+      if (metrics && (saving_final || last_step))
+        write_loss_plot(config.out_dir, metrics_file, config.steps, plot_title);
       if (saving_final) {
         std::printf("stopped by %s after step %d of %d: saved %s and %s; --resume continues "
                     "from there\n",
@@ -853,7 +888,14 @@ int run_training(const TrainConfig& config, Communicator& comm) {
       return 128 + signal_number;
     }
   }
-  if (root) report_summary(config, *model, plan, totals, standing);
+  if (root) {
+    report_summary(config, *model, plan, totals, standing);
+    write_loss_plot(config.out_dir, metrics_path(config.out_dir), config.steps,
+                    loss_plot_title(config, standing.run_id));
+    std::printf("out: loss curves in %s, the run's configuration in %s\n",
+                loss_plot_path(config.out_dir).c_str(),
+                config_record_path(config.out_dir).c_str());
+  }
   return 0;
 }
 

@@ -15,12 +15,17 @@
  *   checkpoints unless --overwrite) -> first batch of each loader (validates the first shards'
  *   tokens) -> configuration printout -> model and its memory plan -> parameters (resume
  *   point, checkpoint or init) -> --out (created and locked if new; --overwrite removes the
- *   earlier run's checkpoints, a new run its summary.json), run.json, metrics.jsonl -> steps.
+ *   earlier run's checkpoints, a new run its summary.json and loss.svg), run.json, config.json
+ *   (run_record.h: every resolved option and the binary's version; a resume rewrites it),
+ *   metrics.jsonl -> steps. A run that does not validate for want of --val-data says so on its
+ *   first line (TrainConfig::validation_note).
  *   Per step: zero_grad, grad_accum_steps micro-batches of forward_backward with loss_scale
  *   1/grad_accum_steps, clip by the global norm, AdamW at lr = schedule(step - 1) unless the
  *   loss or the norm is not finite (--on-nonfinite); then validation, sampling, the metrics
- *   line and the checkpoint, in that order (a checkpoint at step N therefore follows the
- *   metrics line of step N), and the removal of checkpoints beyond --keep-checkpoints. The
+ *   line, loss.svg after a validation (loss_plot.h), and the checkpoint, in that order (a
+ *   checkpoint at step N therefore follows the metrics line of step N), and the removal of
+ *   checkpoints beyond --keep-checkpoints. loss.svg is drawn again at the end of the run and
+ *   at a signal's stop that saves the final checkpoint. The
  *   checkpoint records the run id and the skipped-update streak and total, which a resume
  *   restores, so a resumed run stops where the uninterrupted one would have. After a
  *   step during which SIGTERM or SIGINT arrived: a checkpoint of that step (when checkpointing

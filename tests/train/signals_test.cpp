@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "train/loss_plot.h"
 #include "train/run_files.h"
 #include "train_test_util.h"
 
@@ -85,7 +86,8 @@ TEST(Signals, SigtermMidRunLeavesACheckpointThatResumesBitForBit) {
 }
 
 // Without periodic checkpoints a stopped run still leaves its final pair (--save-final, on by
-// default), and says where; with --save-final 0 it says that nothing was saved.
+// default) and its loss curves (loss.svg; this run does not validate, so no earlier plot), and
+// says where; with --save-final 0 it says that nothing was saved.
 TEST(Signals, SigintSavesTheFinalPairUnlessToldNot) {
   for (const bool save_final : {true, false}) {
     SCOPED_TRACE(save_final ? "--save-final 1" : "--save-final 0");
@@ -101,6 +103,7 @@ TEST(Signals, SigintSavesTheFinalPairUnlessToldNot) {
     EXPECT_EQ(read_metrics(metrics_path(out)).size(), static_cast<size_t>(stopped));
     EXPECT_EQ(fs::exists(model_checkpoint_path(out, stopped)), save_final);
     EXPECT_EQ(fs::exists(training_state_path(out, stopped)), save_final);
+    EXPECT_EQ(fs::exists(loss_plot_path(out)), save_final);
     const std::string said =
         save_final ? "saved " + model_checkpoint_path(out, stopped)
                    : std::string("no checkpoint saved (--save-final 0 and --checkpoint-every 0)");
