@@ -153,7 +153,9 @@ class ZstdCodec : public DecompressingReader::Codec {
       inside_frame_ = rc != 0;  // 0: a frame is fully decoded and flushed
       if (output.pos > 0) return output.pos;
       if (!input_left) {
-        if (inside_frame_) GPT2_FAIL("truncated zstd data: the file ends inside a compressed frame");
+        if (inside_frame_) {
+          GPT2_FAIL("truncated zstd data: the file ends inside a compressed frame");
+        }
         return 0;
       }
     }
