@@ -542,7 +542,8 @@ void run(const TokenizeOptions& opts) {
   int64_t documents[2] = {0, 0};
   int64_t tokens[2] = {0, 0};
   int64_t bad_documents = 0;
-  uint64_t text_bytes = 0;
+  uint64_t text_bytes = 0;  // of the files read to their end
+  uint64_t current_file_bytes = 0;
   std::vector<std::string> batch;
   size_t batch_bytes = 0;
   std::vector<std::vector<uint16_t>> batch_tokens;
@@ -556,7 +557,8 @@ void run(const TokenizeOptions& opts) {
     }
     batch.clear();
     batch_bytes = 0;
-    progress.update(documents[0] + documents[1], tokens[0] + tokens[1], text_bytes);
+    progress.update(documents[0] + documents[1], tokens[0] + tokens[1],
+                    text_bytes + current_file_bytes);
   };
   const size_t batch_limit = kBatchBytesPerThread * static_cast<size_t>(opts.threads);
   for (const CorpusFile& file : files) {
@@ -576,9 +578,13 @@ void run(const TokenizeOptions& opts) {
       }
       batch_bytes += document.text.size();
       batch.push_back(std::move(document.text));
-      if (batch_bytes >= batch_limit) flush_batch();
+      if (batch_bytes >= batch_limit) {
+        current_file_bytes = reader.bytes_read();
+        flush_batch();
+      }
     }
     text_bytes += reader.bytes_read();
+    current_file_bytes = 0;
   }
   flush_batch();
   progress.break_line();
