@@ -198,7 +198,9 @@ TEST_F(TokenizeCorpusTest, ShardsHoldShardTokensEachValidationFirst) {
                 "--shard-tokens", std::to_string(kShardTokens), "--val-fraction", "0.25"});
   ASSERT_EQ(run.exit_code, 0) << run.output;
   std::vector<std::string> val_documents, train_documents;
-  for (int i = 0; i < 20; ++i) (i % 4 == 3 ? val_documents : train_documents).push_back(documents[i]);
+  for (int i = 0; i < 20; ++i) {
+    (i % 4 == 3 ? val_documents : train_documents).push_back(documents[i]);
+  }
   const std::vector<uint16_t> val = expected_tokens(val_documents);
   const std::vector<uint16_t> train = expected_tokens(train_documents);
   // Validation takes numbers 0.. and training goes on from there, as llm.c names them.
