@@ -79,7 +79,8 @@ cxxopts::Options make_options() {
        "forward; 0 runs each after its phase (faster on two H100s); reduce or gather overlaps "
        "that one only", s()->default_value("0"))
       ("context-parallel", "ranks that share each sequence (world = data-parallel replicas x "
-       "N; each rank holds 2 of 2N chunks of every sequence; flash attention; CPU for now)",
+       "N; each rank holds 2 of 2N chunks of every sequence; flash attention; on the GPU "
+       "--seq-len >= 256N)",
        s()->default_value("1"))
       ("grad-reduce", "data parallel: sum the gradients over the ranks in fp32 or bf16 (half the "
        "bytes, each addition rounded to bf16) (default: bf16 with --precision bf16, else fp32)",
