@@ -17,6 +17,10 @@
  * computes fp32 only; bf16 there is a usage error).
  * Exit code: 0 when every point ran or was OOM; 1 when any point FAILED (after writing the
  * table and the plot), or on an error of the sweep itself; 2 for a bad command line.
+ * --context-parallel N (N > 1): every point is one job of N ranks sharing each sequence
+ * (gpt2-train --context-parallel N, flash attention only), started by --launcher (default
+ * "mpirun -np N"); tokens/s are the job's, peak memory the largest rank's. On cuda T must be at
+ * least 256 N (the GPU's chunks of 128 positions).
  * --replot re-renders a sweep.csv and exits 0 whatever its rows say. Never asserts.
  */
 #include <sys/wait.h>
@@ -57,6 +61,8 @@ struct SweepOptions {
   std::string device = "cuda";
   std::string out_dir = "out/sweep";
   std::string extra_args;
+  int context_parallel = 1;  // ranks sharing each sequence
+  std::string launcher;      // prefix of every gpt2-train command (context parallel)
 };
 
 struct RunResult {
@@ -112,8 +118,11 @@ RunResult run_one(const SweepOptions& o, int T, const std::string& attn) {
   r.attn = attn;
   const std::string run_dir = str_cat(o.out_dir, "/", attn, "_T", T);
   r.log_path = run_dir + ".log";
+  const std::string group =
+      o.context_parallel > 1 ? str_cat(" --context-parallel ", o.context_parallel) : "";
   const std::string command = str_cat(
-      shell_quote(o.train_binary), " --device ", o.device, " --model ", shell_quote(o.model),
+      o.launcher.empty() ? "" : o.launcher + " ", shell_quote(o.train_binary), group,
+      " --device ", o.device, " --model ", shell_quote(o.model),
       " --max-seq-len ", T, " --seq-len ", T, " --batch-size ", r.batch_size,
       " --total-batch-size ", static_cast<long long>(r.batch_size) * T, " --steps ", o.steps,
       " --attn ", attn, " --precision ", o.precision,
@@ -300,6 +309,10 @@ int sweep_main(int argc, char** argv) {
       ("out", "output directory", cxxopts::value<std::string>()->default_value("out/sweep"))
       ("train-binary", "gpt2-train to run (default: next to this program)", cxxopts::value<std::string>())
       ("extra", "more arguments for gpt2-train", cxxopts::value<std::string>()->default_value(""))
+      ("context-parallel", "N > 1: each point a job of N ranks sharing each sequence (flash)",
+       cxxopts::value<int>()->default_value("1"))
+      ("launcher", "command that starts a context-parallel job's ranks (default: mpirun -np N)",
+       cxxopts::value<std::string>())
       ("replot", "re-render table and plot from a sweep.csv instead of running",
        cxxopts::value<std::string>())
       ("device-name", "with --replot: device for the heading when the CSV has none",
@@ -347,6 +360,24 @@ int sweep_main(int argc, char** argv) {
     GPT2_USAGE_FAIL("--precision bf16 needs --device cuda (the CPU backend computes fp32 only)");
   o.out_dir = args["out"].as<std::string>();
   o.extra_args = args["extra"].as<std::string>();
+  o.context_parallel = args["context-parallel"].as<int>();
+  if (o.context_parallel < 1)
+    GPT2_USAGE_FAIL("--context-parallel must be >= 1 (got ", o.context_parallel, ")");
+  if (o.context_parallel > 1) {
+    if (!args.count("attn")) o.attns = {"flash"};
+    if (std::find(o.attns.begin(), o.attns.end(), "naive") != o.attns.end())
+      GPT2_USAGE_FAIL("--context-parallel needs --attn flash (naive attention holds each "
+                      "sequence's T x T scores, which no rank of a group does)");
+    const int shortest = 2 * o.context_parallel * (o.device == "cuda" ? 128 : 1);
+    for (int T : o.seq_lens)
+      if (T < shortest)
+        GPT2_USAGE_FAIL("--seq-lens: ", T, " is shorter than --context-parallel ",
+                        o.context_parallel, " allows on ", o.device, " (at least ", shortest, ")");
+    o.launcher = args.count("launcher") ? args["launcher"].as<std::string>()
+                                        : str_cat("mpirun -np ", o.context_parallel);
+  } else if (args.count("launcher")) {
+    GPT2_USAGE_FAIL("--launcher starts the ranks of --context-parallel N > 1");
+  }
   make_directories(o.out_dir);
   std::vector<RunResult> results;
   std::string device = args["device-name"].as<std::string>();
@@ -391,8 +422,12 @@ int sweep_main(int argc, char** argv) {
         << device << ',' << date << '\n';
   write_text(o.out_dir + "/sweep.csv", csv.str());
 
+  const std::string group =
+      o.context_parallel > 1
+          ? str_cat(" x", o.context_parallel, " (a group sharing each sequence; memory per GPU)")
+          : "";
   const std::string heading =
-      str_cat(o.model, " ", o.precision, ", ", device, ", ", date, ": median of ",
+      str_cat(o.model, " ", o.precision, ", ", device, group, ", ", date, ": median of ",
               o.steps - o.warmup_steps, " timed steps after ", o.warmup_steps, " warm-up steps");
   std::ostringstream md;
   md << heading << "\n\n| T | B | naive tokens/s | naive peak memory | flash tokens/s | "

@@ -117,6 +117,40 @@ TEST(Sweep, TheCpuTakesFp32ByDefaultAndRefusesBf16) {
   std::filesystem::remove_all(dir);
 }
 
+// --context-parallel N: each point's gpt2-train starts under the launcher with
+// --context-parallel N; naive attention and T below 2N chunks of 128 on cuda are usage errors.
+TEST(Sweep, AContextParallelPointRunsUnderItsLauncher) {
+  const std::string dir = scratch_dir();
+  const std::string trainer = fake_trainer(dir, "gpt2-train: error: out of GPU memory", 1);
+  const std::string launcher = dir + "/launcher";
+  const std::string script = "#!/bin/sh\necho launcher \"$@\" >> '" + dir + "/args.txt'\n"
+                             "exec \"$@\"\n";
+  AtomicFileWriter writer(launcher);
+  writer.write(script.data(), script.size());
+  writer.commit();
+  ::chmod(launcher.c_str(), 0755);
+  const CommandResult run = run_binary(
+      GPT2_SWEEP_BINARY, {"--seq-lens", "512,1024", "--steps", "2", "--warmup-steps", "1",
+                          "--out", dir + "/sweep", "--train-binary", trainer,
+                          "--context-parallel", "2", "--launcher", launcher});
+  EXPECT_EQ(run.exit_code, 0) << run.output;  // OOM points only
+  const std::string args = read_file_text(dir + "/args.txt");
+  EXPECT_NE(args.find("launcher " + trainer + " --context-parallel 2 --device cuda"),
+            std::string::npos) << args;
+  EXPECT_EQ(args.find("--attn naive"), std::string::npos) << "flash only by default: " << args;
+  EXPECT_NE(read_file_text(dir + "/sweep/sweep.md").find("x2 (a group sharing each sequence"),
+            std::string::npos);
+  const CommandResult naive = sweep(dir, trainer, {"--context-parallel", "2", "--attn", "naive"});
+  EXPECT_EQ(naive.exit_code, 2) << naive.output;
+  EXPECT_NE(naive.output.find("needs --attn flash"), std::string::npos) << naive.output;
+  const CommandResult shorter = sweep(dir, trainer, {"--context-parallel", "2"});  // T = 16, 32
+  EXPECT_EQ(shorter.exit_code, 2) << shorter.output;
+  EXPECT_NE(shorter.output.find("at least 512"), std::string::npos) << shorter.output;
+  const CommandResult alone = sweep(dir, trainer, {"--launcher", "mpirun"});
+  EXPECT_EQ(alone.exit_code, 2) << alone.output;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Sweep, ARealCpuSweepSucceedsAndPlotsReadableTicks) {
   const std::string dir = scratch_dir();
   const CommandResult run = run_binary(
