@@ -9,8 +9,12 @@
  */
 #include "data/decompressing_reader.h"
 
+#if defined(GPT2_HAVE_ZLIB)
 #include <zlib.h>
+#endif
+#if defined(GPT2_HAVE_ZSTD)
 #include <zstd.h>
+#endif
 
 #include <algorithm>
 #include <climits>
@@ -87,6 +91,7 @@ class PlainCodec : public DecompressingReader::Codec {
   }
 };
 
+#if defined(GPT2_HAVE_ZLIB)
 class GzipCodec : public DecompressingReader::Codec {
  public:
   explicit GzipCodec(const std::string& path) : Codec(path) {
@@ -132,6 +137,9 @@ class GzipCodec : public DecompressingReader::Codec {
   bool inside_member_ = true;
 };
 
+#endif  // GPT2_HAVE_ZLIB
+
+#if defined(GPT2_HAVE_ZSTD)
 class ZstdCodec : public DecompressingReader::Codec {
  public:
   explicit ZstdCodec(const std::string& path) : Codec(path), context_(ZSTD_createDCtx()) {
@@ -165,13 +173,28 @@ class ZstdCodec : public DecompressingReader::Codec {
   ZSTD_DCtx* context_;
   bool inside_frame_ = true;
 };
+#endif  // GPT2_HAVE_ZSTD
 
 }  // namespace
 
 DecompressingReader::DecompressingReader(const std::string& path) {
   switch (compression_of(path)) {
-    case Compression::kGzip: codec_ = std::make_unique<GzipCodec>(path); break;
-    case Compression::kZstd: codec_ = std::make_unique<ZstdCodec>(path); break;
+    case Compression::kGzip:
+#if defined(GPT2_HAVE_ZLIB)
+      codec_ = std::make_unique<GzipCodec>(path);
+      break;
+#else
+      GPT2_FAIL(path, ": this build reads no gzip files (zlib was not found when it was "
+                "configured; Debian: apt-get install zlib1g-dev, then rebuild)");
+#endif
+    case Compression::kZstd:
+#if defined(GPT2_HAVE_ZSTD)
+      codec_ = std::make_unique<ZstdCodec>(path);
+      break;
+#else
+      GPT2_FAIL(path, ": this build reads no zstd files (zstd was not found when it was "
+                "configured; Debian: apt-get install libzstd-dev, then rebuild)");
+#endif
     case Compression::kNone: codec_ = std::make_unique<PlainCodec>(path); break;
   }
 }

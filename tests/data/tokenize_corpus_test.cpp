@@ -116,6 +116,7 @@ class TokenizeCorpusTest : public ::testing::Test {
 Gpt2Tokenizer* TokenizeCorpusTest::tokenizer_ = nullptr;
 
 TEST_F(TokenizeCorpusTest, MixedFolderGivesTheTokensOfThePlainTexts) {
+  GPT2_REQUIRE_COMPRESSION();
   // Files in the byte order of their paths, and the documents each holds.
   write_text_file(path("in/a.txt"), "A plain text file is one document.\n");
   write_text_file(path("in/b.jsonl"), jsonl_line("first JSON line") + "\n" +
@@ -242,6 +243,7 @@ TEST_F(TokenizeCorpusTest, ShardsHoldShardTokensEachValidationFirst) {
 }
 
 TEST_F(TokenizeCorpusTest, ValidationFractionCountsDocumentsOfOneBigFile) {
+  GPT2_REQUIRE_COMPRESSION();
   std::vector<std::string> documents;
   std::string text;
   for (int i = 0; i < 10; ++i) {
@@ -315,6 +317,7 @@ TEST_F(TokenizeCorpusTest, AnEmptySplitIsRefusedWithNothingWritten) {
 }
 
 TEST_F(TokenizeCorpusTest, ThreadsGiveTheSameShards) {
+  GPT2_REQUIRE_COMPRESSION();
   Rng rng(17);
   for (int f = 0; f < 4; ++f) {
     std::string jsonl;
@@ -351,6 +354,7 @@ TEST_F(TokenizeCorpusTest, ThreadsGiveTheSameShards) {
 }
 
 TEST_F(TokenizeCorpusTest, BadInputExitsOneNamingFileAndLineAndWritesNothing) {
+  GPT2_REQUIRE_COMPRESSION();
   // A good file first. (Temporary shards written before a failure are removed with the rest:
   // AnEmptySplitIsRefusedWithNothingWritten fails after all of them are written.)
   write_text_file(path("in/a_good.jsonl"), jsonl_line("a good document before the bad one"));
@@ -406,6 +410,7 @@ TEST_F(TokenizeCorpusTest, BadInputExitsOneNamingFileAndLineAndWritesNothing) {
 }
 
 TEST_F(TokenizeCorpusTest, SkipBadDocumentsCountsAndNamesThem) {
+  GPT2_REQUIRE_COMPRESSION();
   write_text_file(path("in/mixed.jsonl"), jsonl_line("kept one") + "not json\n" +
                                               "{\"text\": null}\n" + jsonl_line("kept two") +
                                               "{\"other\": \"x\"}\n");
