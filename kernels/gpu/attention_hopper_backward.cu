@@ -680,8 +680,7 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
   // Items per head group: three per block; in deterministic mode more, so that key block n of
   // a head starts enough steps after key block n - 1 (about group_heads * n_blocks / (2 grid))
   // that the chain of n_blocks fixed-order additions rarely waits: six per block, and at long
-  // T (long chains) at least n_blocks / 5 per block. Measured on an H100 (2026-11-25, head
-  // size 64, T = 1K-16K, groups of 2, 3, 4, 6 items per block and all heads).
+  // T (long chains) at least n_blocks / 5 per block (bench/NOTES.md: backward head groups).
   const int64_t group_items =
       deterministic ? std::max<int64_t>(6 * int64_t{grid}, int64_t{n_blocks} * grid / 5)
                     : 3 * int64_t{grid};
