@@ -78,6 +78,22 @@ std::vector<CpuBufferSpec> cpu_buffer_specs(const ModelConfig& config, int B_in,
   return specs;
 }
 
+std::vector<CpuBufferSpec> cpu_storage_specs(const ModelConfig& config, int B, int T,
+                                             bool training, bool shared) {
+  const size_t num_params = ParameterLayout::for_config(config).total;
+  const size_t rows = static_cast<size_t>(T) * config.channels;
+  std::vector<CpuBufferSpec> specs(kNumCpuStorage);
+  specs[kStoreParams] = {"parameters", "parameters (fp32)", num_params};
+  specs[kStoreGrads] = {"gradients", "gradients (fp32)", training ? num_params : 0};
+  specs[kStoreWpeRows] = {"activations",
+                          training ? "wpe at this rank's positions and its gradient (T,C) x 2"
+                                   : "wpe at this rank's positions (T,C)",
+                          shared ? (training ? 2 : 1) * rows : 0};
+  specs[kStoreTokens] = {"workspace", "inputs and targets (2,B,T) int32",
+                         2 * static_cast<size_t>(B) * T, sizeof(int)};
+  return specs;
+}
+
 
 template <typename Real>
 CpuGpt2<Real>::CpuGpt2(const ModelConfig& config, int B, int T, AttentionKind attention,
@@ -88,14 +104,15 @@ CpuGpt2<Real>::CpuGpt2(const ModelConfig& config, int B, int T, AttentionKind at
              " maxT=", config_.max_seq_len);
   GPT2_CHECK(blocks.block_q >= 1 && blocks.block_k >= 1);
   layout_ = ParameterLayout::for_config(config_);
-  allocate(params_, layout_.total, "parameters");
-  if (training) allocate(grads_, layout_.total, "gradients");
+  const std::vector<CpuBufferSpec> storage =
+      cpu_storage_specs(config_, B, T, training, /*shared=*/false);
+  allocate(params_, storage[kStoreParams].elements, storage[kStoreParams].name);
+  allocate(grads_, storage[kStoreGrads].elements, storage[kStoreGrads].name);
+  allocate(tokens_, storage[kStoreTokens].elements, storage[kStoreTokens].name);
   const std::vector<CpuBufferSpec> specs = cpu_buffer_specs(config_, B, T, attention, training);
   buffers_.resize(kNumCpuBuffers);
-  for (int id = 0; id < kNumCpuBuffers; ++id) allocate(buffers_[id], specs[id].elements, specs[id].name);
-  const size_t BT = static_cast<size_t>(B) * T;
-  allocate(inputs_, BT, "inputs (B,T)");
-  allocate(targets_, BT, "targets (B,T)");
+  for (int id = 0; id < kNumCpuBuffers; ++id)
+    allocate(buffers_[id], specs[id].elements, specs[id].name);
 }
 
 template <typename Real>
@@ -107,9 +124,9 @@ void CpuGpt2<Real>::share_sequences(SequenceShare<Real> share) {
              " with maxT=", config_.max_seq_len);
   for (const int p : share.positions)
     GPT2_CHECK(p >= 0 && p < share.seq_len, "position ", p, " of ", share.seq_len);
-  const size_t rows = static_cast<size_t>(T_) * config_.channels;
-  allocate(wpe_rows_, rows, "wpe at the shared positions (T,C)");
-  if (training()) allocate(dwpe_rows_, rows, "their gradient (T,C)");
+  const CpuBufferSpec wpe_rows =
+      cpu_storage_specs(config_, B_, T_, training(), /*shared=*/true)[kStoreWpeRows];
+  allocate(wpe_rows_, wpe_rows.elements, wpe_rows.name);
   share_ = std::move(share);
 }
 
@@ -138,9 +155,9 @@ Real CpuGpt2<Real>::forward(const int* inputs, const int* targets, int B, int T)
                " at ", i, ", V=", V);
   // Without targets, class 0 stands in so crossentropy still writes probs.
   if (targets)
-    std::copy(targets, targets + BT, targets_.begin());
+    std::copy(targets, targets + BT, token_targets());
   else
-    std::fill(targets_.begin(), targets_.begin() + BT, 0);
+    std::fill(token_targets(), token_targets() + BT, 0);
   gen_length_ = -1;  // the buffers the session's logits lived in are about to change
   GPT2_CHECK(!share_ || (B == B_ && T == T_), "a shared model's forward is over B=", B_, " T=",
              T_, " (got B=", B, " T=", T, ")");
@@ -155,8 +172,8 @@ Real CpuGpt2<Real>::forward(const int* inputs, const int* targets, int B, int T)
                          param(kLnfw), param(kLnfb), B, T, C);
   cpu::matmul_forward(buf(kBufLogits), buf(kBufLnf), param(kWte), static_cast<const Real*>(nullptr),
                       B, T, C, Vp);
-  cpu::crossentropy_forward(buf(kBufLosses), buf(kBufProbs), buf(kBufLogits), targets_.data(), B,
-                            T, V, Vp);
+  cpu::crossentropy_forward(buf(kBufLosses), buf(kBufProbs), buf(kBufLogits), token_targets(),
+                            B, T, V, Vp);
   if (!targets) return std::numeric_limits<Real>::quiet_NaN();
   double sum = 0.0;
   const Real* losses = buf(kBufLosses);
@@ -174,9 +191,9 @@ double CpuGpt2<Real>::loss_count(int B, int T) const {
 template <typename Real>
 void CpuGpt2<Real>::forward_blocks(const int* inputs, int B, int T, int pos, BlockMode mode) {
   const size_t BT = static_cast<size_t>(B) * T;
-  std::copy(inputs, inputs + BT, inputs_.begin());
+  std::copy(inputs, inputs + BT, token_inputs());
   const int C = config_.channels, L = config_.num_layers, NH = config_.num_heads;
-  const size_t Cs = C, att_rows = static_cast<size_t>(B) * NH * T;
+  const size_t Cs = C;
   const size_t cache_layer = static_cast<size_t>(gen_B_) * gen_max_len_ * Cs;  // (B,NH,max,HS)
 
   // Rows of wpe from pos on: position pos + t for the t-th token; a shared model's rows at its
@@ -189,55 +206,60 @@ void CpuGpt2<Real>::forward_blocks(const int* inputs, int B, int T, int pos, Blo
                 param(kWpe) + (share_->positions[t] + 1) * Cs, wpe_rows_.begin() + t * Cs);
     wpe = wpe_rows_.data();
   }
-  cpu::encoder_forward(buf(kBufEncoded), inputs_.data(), param(kWte), wpe, B, T, C);
+  cpu::encoder_forward(buf(kBufEncoded), token_inputs(), param(kWte), wpe, B, T, C);
   for (int l = 0; l < L; ++l) {
-    const Real* residual = l == 0 ? buf(kBufEncoded) : buf(kBufResidual3) + (l - 1) * BT * Cs;
-    Real* ln1 = buf(kBufLn1) + l * BT * Cs;
-    Real* ln1_mean = buf(kBufLn1Mean) + l * BT;
-    Real* ln1_rstd = buf(kBufLn1Rstd) + l * BT;
-    Real* qkv = buf(kBufQkv) + l * BT * 3 * Cs;
-    Real* atty = buf(kBufAtty) + l * BT * Cs;
-    Real* attproj = buf(kBufAttproj) + l * BT * Cs;
-    Real* residual2 = buf(kBufResidual2) + l * BT * Cs;
-    Real* ln2 = buf(kBufLn2) + l * BT * Cs;
-    Real* ln2_mean = buf(kBufLn2Mean) + l * BT;
-    Real* ln2_rstd = buf(kBufLn2Rstd) + l * BT;
-    Real* fch = buf(kBufFch) + l * BT * 4 * Cs;
-    Real* fch_gelu = buf(kBufFchGelu) + l * BT * 4 * Cs;
-    Real* fcproj = buf(kBufFcproj) + l * BT * Cs;
-    Real* residual3 = buf(kBufResidual3) + l * BT * Cs;
-
-    cpu::layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, param(kLn1w) + l * Cs,
-                           param(kLn1b) + l * Cs, B, T, C);
-    cpu::matmul_forward(qkv, ln1, param(kQkvw) + l * 3 * Cs * Cs, param(kQkvb) + l * 3 * Cs, B,
-                        T, C, 3 * C);
+    const LayerActivations a = layer_activations(l, B, T);
+    const LayerTensors<Real> w = layer_params(l);
+    cpu::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.residual, w.ln1w, w.ln1b, B, T, C);
+    cpu::matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, B, T, C, 3 * C);
     if (mode != BlockMode::kFull)
       cpu::attention_kv_cache_write(k_cache_.data() + l * cache_layer,
-                                    v_cache_.data() + l * cache_layer, qkv, B, T, C, NH, pos,
+                                    v_cache_.data() + l * cache_layer, a.qkv, B, T, C, NH, pos,
                                     gen_max_len_);
     if (mode == BlockMode::kDecode)
-      cpu::attention_decode_forward(atty, qkv, k_cache_.data() + l * cache_layer,
+      cpu::attention_decode_forward(a.atty, a.qkv, k_cache_.data() + l * cache_layer,
                                     v_cache_.data() + l * cache_layer, B, C, NH, pos + 1,
                                     gen_max_len_);
     else if (shared)
-      share_->attend(atty, buf(kBufAttLse) + l * att_rows, qkv);
+      share_->attend(a.atty, a.att_lse, a.qkv);
     else if (attention_ == AttentionKind::kNaive)
-      cpu::attention_naive_forward(atty, buf(kBufAttProbs) + l * att_rows * T, qkv, B, T, C, NH);
+      cpu::attention_naive_forward(a.atty, a.att_probs, a.qkv, B, T, C, NH);
     else
-      cpu::attention_flash_forward(atty, buf(kBufAttLse) + l * att_rows, qkv, B, T, C, NH,
-                                   blocks_);
-    cpu::matmul_forward(attproj, atty, param(kAttprojw) + l * Cs * Cs, param(kAttprojb) + l * Cs,
-                        B, T, C, C);
-    cpu::residual_forward(residual2, residual, attproj, static_cast<int64_t>(BT * Cs));
-    cpu::layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, param(kLn2w) + l * Cs,
-                           param(kLn2b) + l * Cs, B, T, C);
-    cpu::matmul_forward(fch, ln2, param(kFcw) + l * 4 * Cs * Cs, param(kFcb) + l * 4 * Cs, B, T,
-                        C, 4 * C);
-    cpu::gelu_forward(fch_gelu, fch, static_cast<int64_t>(BT * 4 * Cs));
-    cpu::matmul_forward(fcproj, fch_gelu, param(kFcprojw) + l * Cs * 4 * Cs,
-                        param(kFcprojb) + l * Cs, B, T, 4 * C, C);
-    cpu::residual_forward(residual3, residual2, fcproj, static_cast<int64_t>(BT * Cs));
+      cpu::attention_flash_forward(a.atty, a.att_lse, a.qkv, B, T, C, NH, blocks_);
+    cpu::matmul_forward(a.attproj, a.atty, w.attprojw, w.attprojb, B, T, C, C);
+    cpu::residual_forward(a.residual2, a.residual, a.attproj, static_cast<int64_t>(BT * Cs));
+    cpu::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2w, w.ln2b, B, T, C);
+    cpu::matmul_forward(a.fch, a.ln2, w.fcw, w.fcb, B, T, C, 4 * C);
+    cpu::gelu_forward(a.fch_gelu, a.fch, static_cast<int64_t>(BT * 4 * Cs));
+    cpu::matmul_forward(a.fcproj, a.fch_gelu, w.fcprojw, w.fcprojb, B, T, 4 * C, C);
+    cpu::residual_forward(a.residual3, a.residual2, a.fcproj, static_cast<int64_t>(BT * Cs));
   }
+}
+
+template <typename Real>
+typename CpuGpt2<Real>::LayerActivations CpuGpt2<Real>::layer_activations(int l, int B, int T) {
+  const size_t BT = static_cast<size_t>(B) * T, Cs = config_.channels;
+  const size_t att_rows = static_cast<size_t>(B) * config_.num_heads * T;  // (B,NH,T)
+  LayerActivations a;
+  a.residual = l == 0 ? buf(kBufEncoded) : buf(kBufResidual3) + (l - 1) * BT * Cs;
+  a.ln1 = buf(kBufLn1) + l * BT * Cs;
+  a.ln1_mean = buf(kBufLn1Mean) + l * BT;
+  a.ln1_rstd = buf(kBufLn1Rstd) + l * BT;
+  a.qkv = buf(kBufQkv) + l * BT * 3 * Cs;
+  a.atty = buf(kBufAtty) + l * BT * Cs;
+  // Only one of the two attention buffers is allocated (the attention kind's).
+  a.att_probs = buffers_[kBufAttProbs].empty() ? nullptr : buf(kBufAttProbs) + l * att_rows * T;
+  a.att_lse = buffers_[kBufAttLse].empty() ? nullptr : buf(kBufAttLse) + l * att_rows;
+  a.attproj = buf(kBufAttproj) + l * BT * Cs;
+  a.residual2 = buf(kBufResidual2) + l * BT * Cs;
+  a.ln2 = buf(kBufLn2) + l * BT * Cs;
+  a.ln2_mean = buf(kBufLn2Mean) + l * BT;
+  a.ln2_rstd = buf(kBufLn2Rstd) + l * BT;
+  a.fch = buf(kBufFch) + l * BT * 4 * Cs;
+  a.fch_gelu = buf(kBufFchGelu) + l * BT * 4 * Cs;
+  a.fcproj = buf(kBufFcproj) + l * BT * Cs;
+  a.residual3 = buf(kBufResidual3) + l * BT * Cs;
+  return a;
 }
 
 template <typename Real>
@@ -304,12 +326,12 @@ void CpuGpt2<Real>::backward(Real loss_scale) {
   const size_t BT = static_cast<size_t>(B) * T;
   const int C = config_.channels, L = config_.num_layers, NH = config_.num_heads;
   const int V = config_.vocab_size, Vp = config_.padded_vocab_size;
-  const size_t Cs = C, att_rows = static_cast<size_t>(B) * NH * T;
+  const size_t Cs = C;
 
   // d(loss_scale * mean loss) / d losses[bt]
   const Real dloss = static_cast<Real>(static_cast<double>(loss_scale) / loss_count(B, T));
   std::fill(buf(kBufDLosses), buf(kBufDLosses) + BT, dloss);
-  cpu::crossentropy_backward(buf(kBufDLogits), buf(kBufDLosses), buf(kBufProbs), targets_.data(),
+  cpu::crossentropy_backward(buf(kBufDLogits), buf(kBufDLosses), buf(kBufProbs), token_targets(),
                              B, T, V, Vp);
   cpu::matmul_backward(buf(kBufDLnf), grad(kWte), static_cast<Real*>(nullptr), buf(kBufDLogits),
                        buf(kBufLnf), param(kWte), B, T, C, Vp);
@@ -326,51 +348,40 @@ void CpuGpt2<Real>::backward(Real loss_scale) {
   Real* dqkv = buf(kBufDQkv);
   Real* dln1 = buf(kBufDLn1);
   for (int l = L - 1; l >= 0; --l) {
-    const Real* residual = l == 0 ? buf(kBufEncoded) : buf(kBufResidual3) + (l - 1) * BT * Cs;
-    const Real* ln1 = buf(kBufLn1) + l * BT * Cs;
-    const Real* qkv = buf(kBufQkv) + l * BT * 3 * Cs;
-    const Real* atty = buf(kBufAtty) + l * BT * Cs;
-    const Real* residual2 = buf(kBufResidual2) + l * BT * Cs;
-    const Real* ln2 = buf(kBufLn2) + l * BT * Cs;
-    const Real* fch = buf(kBufFch) + l * BT * 4 * Cs;
-    const Real* fch_gelu = buf(kBufFchGelu) + l * BT * 4 * Cs;
-
+    const LayerActivations a = layer_activations(l, B, T);
+    const LayerTensors<Real> w = layer_params(l);
+    const LayerTensors<Real> dw = layer_grads(l);
     // dresidual holds d(residual3): both the fcproj branch and the skip to residual2 get it.
-    cpu::matmul_backward(dfch_gelu, grad(kFcprojw) + l * Cs * 4 * Cs, grad(kFcprojb) + l * Cs,
-                         dresidual, fch_gelu, param(kFcprojw) + l * Cs * 4 * Cs, B, T, 4 * C, C);
-    cpu::gelu_backward(dfch, fch, dfch_gelu, static_cast<int64_t>(BT * 4 * Cs));
-    cpu::matmul_backward(dln2, grad(kFcw) + l * 4 * Cs * Cs, grad(kFcb) + l * 4 * Cs, dfch, ln2,
-                         param(kFcw) + l * 4 * Cs * Cs, B, T, C, 4 * C);
-    cpu::layernorm_backward(dresidual, grad(kLn2w) + l * Cs, grad(kLn2b) + l * Cs, dln2,
-                            residual2, param(kLn2w) + l * Cs, buf(kBufLn2Mean) + l * BT,
-                            buf(kBufLn2Rstd) + l * BT, B, T, C);
+    cpu::matmul_backward(dfch_gelu, dw.fcprojw, dw.fcprojb, dresidual, a.fch_gelu, w.fcprojw, B,
+                         T, 4 * C, C);
+    cpu::gelu_backward(dfch, a.fch, dfch_gelu, static_cast<int64_t>(BT * 4 * Cs));
+    cpu::matmul_backward(dln2, dw.fcw, dw.fcb, dfch, a.ln2, w.fcw, B, T, C, 4 * C);
+    cpu::layernorm_backward(dresidual, dw.ln2w, dw.ln2b, dln2, a.residual2, w.ln2w, a.ln2_mean,
+                            a.ln2_rstd, B, T, C);
     // Now d(residual2): the attproj branch and the skip to the block input get it.
-    cpu::matmul_backward(datty, grad(kAttprojw) + l * Cs * Cs, grad(kAttprojb) + l * Cs,
-                         dresidual, atty, param(kAttprojw) + l * Cs * Cs, B, T, C, C);
+    cpu::matmul_backward(datty, dw.attprojw, dw.attprojb, dresidual, a.atty, w.attprojw, B, T, C,
+                         C);
     if (share_)
-      share_->attend_backward(dqkv, datty, qkv, atty, buf(kBufAttLse) + l * att_rows);
+      share_->attend_backward(dqkv, datty, a.qkv, a.atty, a.att_lse);
     else if (attention_ == AttentionKind::kNaive)
-      cpu::attention_naive_backward(dqkv, datty, qkv, buf(kBufAttProbs) + l * att_rows * T, B, T,
-                                    C, NH);
+      cpu::attention_naive_backward(dqkv, datty, a.qkv, a.att_probs, B, T, C, NH);
     else
-      cpu::attention_flash_backward(dqkv, datty, qkv, atty, buf(kBufAttLse) + l * att_rows, B, T,
-                                    C, NH, blocks_);
-    cpu::matmul_backward(dln1, grad(kQkvw) + l * 3 * Cs * Cs, grad(kQkvb) + l * 3 * Cs, dqkv, ln1,
-                         param(kQkvw) + l * 3 * Cs * Cs, B, T, C, 3 * C);
-    cpu::layernorm_backward(dresidual, grad(kLn1w) + l * Cs, grad(kLn1b) + l * Cs, dln1, residual,
-                            param(kLn1w) + l * Cs, buf(kBufLn1Mean) + l * BT,
-                            buf(kBufLn1Rstd) + l * BT, B, T, C);
+      cpu::attention_flash_backward(dqkv, datty, a.qkv, a.atty, a.att_lse, B, T, C, NH, blocks_);
+    cpu::matmul_backward(dln1, dw.qkvw, dw.qkvb, dqkv, a.ln1, w.qkvw, B, T, C, 3 * C);
+    cpu::layernorm_backward(dresidual, dw.ln1w, dw.ln1b, dln1, a.residual, w.ln1w, a.ln1_mean,
+                            a.ln1_rstd, B, T, C);
   }
   if (!share_) {
-    cpu::encoder_backward(grad(kWte), grad(kWpe), dresidual, inputs_.data(), B, T, C);
+    cpu::encoder_backward(grad(kWte), grad(kWpe), dresidual, token_inputs(), B, T, C);
     return;
   }
   // wpe's gradient at the shared positions: into rows of its own, then added at theirs.
-  std::fill(dwpe_rows_.begin(), dwpe_rows_.end(), Real(0));
-  cpu::encoder_backward(grad(kWte), dwpe_rows_.data(), dresidual, inputs_.data(), B, T, C);
+  Real* dwpe_rows = wpe_rows_.data() + static_cast<size_t>(T) * Cs;  // after wpe's rows
+  std::fill(dwpe_rows, dwpe_rows + static_cast<size_t>(T) * Cs, Real(0));
+  cpu::encoder_backward(grad(kWte), dwpe_rows, dresidual, token_inputs(), B, T, C);
   for (size_t t = 0; t < static_cast<size_t>(T); ++t) {
     Real* dwpe = grad(kWpe) + share_->positions[t] * Cs;
-    for (size_t c = 0; c < Cs; ++c) dwpe[c] += dwpe_rows_[t * Cs + c];
+    for (size_t c = 0; c < Cs; ++c) dwpe[c] += dwpe_rows[t * Cs + c];
   }
 }
 

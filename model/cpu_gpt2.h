@@ -75,9 +75,11 @@ struct SequenceShare {
 };
 
 struct CpuBufferSpec {
-  const char* group;  // MemoryPlan group: "activations", "attention" or "workspace"
+  const char* group = "";  // MemoryPlan group: "activations", "attention", "workspace", ...
   std::string name;   // with its shape, e.g. "attention probabilities (L,B,NH,T,T)"
   size_t elements = 0;
+  size_t element_bytes = sizeof(float);  // in the CPU model (float; the tokens int32)
+  size_t bytes() const { return elements * element_bytes; }
 };
 
 /// kNumCpuBuffers specs indexed by CpuBuffer; the attention buffer of the other kind (probs
@@ -85,6 +87,21 @@ struct CpuBufferSpec {
 /// on) without training.
 std::vector<CpuBufferSpec> cpu_buffer_specs(const ModelConfig& config, int B, int T,
                                             AttentionKind attention, bool training = true);
+
+/// CpuGpt2's storage besides its CpuBuffers, in plan order.
+enum CpuStorage : int {
+  kStoreParams,   // ParameterLayout order
+  kStoreGrads,    // training only
+  kStoreWpeRows,  // context parallel only: wpe at the shared positions, then its gradient
+  kStoreTokens,   // the last forward's inputs, then its targets
+  kNumCpuStorage
+};
+
+/// kNumCpuStorage specs indexed by CpuStorage, from which both CpuGpt2's allocations and the
+/// CPU model's plan (model/cpu_model.h) come; shared: the model's rows are a context-parallel
+/// share (SequenceShare).
+std::vector<CpuBufferSpec> cpu_storage_specs(const ModelConfig& config, int B, int T,
+                                             bool training, bool shared);
 
 template <typename Real>
 class CpuGpt2 {
@@ -145,8 +162,35 @@ class CpuGpt2 {
 
  private:
   Real* buf(CpuBuffer id) { return buffers_[id].data(); }
+  /// wte, wpe, lnfw, lnfb among the parameters and the gradients (ParameterLayout's order).
   Real* param(int tensor) { return params_.data() + layout_.offsets[tensor]; }
   Real* grad(int tensor) { return grads_.data() + layout_.offsets[tensor]; }
+  /// Layer l's parameters and their gradients.
+  LayerTensors<Real> layer_params(int l) { return layer_tensors(params_.data(), layout_, l); }
+  LayerTensors<Real> layer_grads(int l) { return layer_tensors(grads_.data(), layout_, l); }
+
+  /// Layer l's slices of the per-layer buffers in a forward over (B,T) rows: the forward
+  /// writes them, the backward reads them (its gradients live in the workspace buffers).
+  struct LayerActivations {
+    const Real* residual;  // the block's input (B,T,C): the encoder's, or layer l-1's output
+    Real* ln1;             // (B,T,C)
+    Real* ln1_mean;        // (B,T)
+    Real* ln1_rstd;
+    Real* qkv;        // (B,T,3C)
+    Real* atty;       // (B,T,C)
+    Real* att_probs;  // (B,NH,T,T), naive attention
+    Real* att_lse;    // (B,NH,T), flash attention
+    Real* attproj;    // (B,T,C)
+    Real* residual2;
+    Real* ln2;
+    Real* ln2_mean;
+    Real* ln2_rstd;
+    Real* fch;       // (B,T,4C)
+    Real* fch_gelu;  // (B,T,4C)
+    Real* fcproj;    // (B,T,C)
+    Real* residual3;  // the block's output (B,T,C)
+  };
+  LayerActivations layer_activations(int l, int B, int T);
 
   /// How the blocks attend: the configured full attention (training, evaluation), the same
   /// plus writing keys and values to the caches (prefill), or one position over the caches.
@@ -168,14 +212,16 @@ class CpuGpt2 {
   cpu::FlashBlocks blocks_;
   std::vector<Real> params_, grads_;
   std::vector<std::vector<Real>> buffers_;  // indexed by CpuBuffer
-  std::vector<int> inputs_, targets_;       // copies of the last forward's (B,T) tokens
+  std::vector<int> tokens_;  // copies of the last forward's (B,T) inputs, then its targets
+  int* token_inputs() { return tokens_.data(); }
+  int* token_targets() { return tokens_.data() + tokens_.size() / 2; }
   int cur_B_ = 0, cur_T_ = 0;
   bool have_targets_ = false;
   // Generation session: caches (L,gen_B_,NH,gen_max_len_,HS) each; gen_length_ -1 when none.
   std::vector<Real> k_cache_, v_cache_;
-  // Context parallelism: the share, and wpe's rows at its positions (T,C) and their gradient.
+  // Context parallelism: the share, and wpe's rows at its positions and their gradient.
   std::optional<SequenceShare<Real>> share_;
-  std::vector<Real> wpe_rows_, dwpe_rows_;
+  std::vector<Real> wpe_rows_;  // (T,C), then (training) their gradient (T,C)
   int gen_B_ = 0, gen_max_len_ = 0, gen_length_ = -1;
 };
 

@@ -38,57 +38,66 @@ MemoryPlan plan_cpu_model_memory(const ModelOptions& options) {
   if (context_parallel && options.attention != AttentionKind::kFlash)
     GPT2_USAGE_FAIL("context parallelism needs --attn flash: naive attention exists to "
                     "materialize each sequence's whole T x T scores, which no rank holds");
-  const size_t num_params = ParameterLayout::for_config(config).total;
-  const size_t param_bytes = num_params * sizeof(float);
+  // Every item comes from a spec list its allocation reads too: CpuGpt2's storage and buffers
+  // (cpu_storage_specs, cpu_buffer_specs), this model's own (cpu_model_buffer_specs).
+  const int B = options.batch_size, T = options.local_seq_len();
+  const std::vector<CpuBufferSpec> storage =
+      cpu_storage_specs(config, B, T, options.training, context_parallel);
+  const std::vector<CpuBufferSpec> own = cpu_model_buffer_specs(options);
   MemoryPlan plan;
-  plan.add("parameters", "parameters (fp32)", param_bytes);
+  const auto add = [&plan](const CpuBufferSpec& spec) {
+    if (spec.elements > 0) plan.add(spec.group, spec.name, spec.bytes());
+  };
+  add(storage[kStoreParams]);
+  add(storage[kStoreGrads]);
+  for (int id : {kCpuAdamM, kCpuAdamV, kCpuBucketStaging, kCpuBf16Bucket}) add(own[id]);
+  for (const CpuBufferSpec& spec : cpu_buffer_specs(config, B, T, options.attention,
+                                                    options.training))
+    add(spec);
+  add(own[kCpuContextExchange]);
+  add(storage[kStoreWpeRows]);
+  add(storage[kStoreTokens]);
+  return plan;
+}
+
+std::vector<CpuBufferSpec> cpu_model_buffer_specs(const ModelOptions& options) {
+  const ModelConfig& config = options.config;
+  const size_t num_params = ParameterLayout::for_config(config).total;
   const int world = options.world_size();
+  std::vector<CpuBufferSpec> specs(kNumCpuModelBuffers);
   if (options.training) {
-    plan.add("gradients", "gradients (fp32)", param_bytes);
-    if (world > 1 && options.zero_stage == 1) {
-      const ShardPlan shards = gradient_bucket_plan(config, DeviceKind::kCpu,
-                                                    options.bucket_elements, world,
-                                                    options.comm->rank());
-      const size_t shard_bytes = shards.local_elements() * sizeof(float);
+    specs[kCpuAdamM] = {"optimizer", "AdamW m (fp32)", num_params};
+    specs[kCpuAdamV] = {"optimizer", "AdamW v (fp32)", num_params};
+  }
+  if (options.training && world > 1) {
+    const ShardPlan shards = gradient_bucket_plan(config, DeviceKind::kCpu,
+                                                  options.bucket_elements, world,
+                                                  options.comm->rank());
+    if (options.zero_stage == 1) {
       const std::string shard = str_cat("ZeRO-1 shard, ", shards.local_elements(), " of ",
                                         num_params, ")");
-      plan.add("optimizer", "AdamW m (fp32, " + shard, shard_bytes);
-      plan.add("optimizer", "AdamW v (fp32, " + shard, shard_bytes);
-    } else {
-      plan.add("optimizer", "AdamW m (fp32)", param_bytes);
-      plan.add("optimizer", "AdamW v (fp32)", param_bytes);
+      specs[kCpuAdamM] = {"optimizer", "AdamW m (fp32, " + shard, shards.local_elements()};
+      specs[kCpuAdamV] = {"optimizer", "AdamW v (fp32, " + shard, shards.local_elements()};
     }
-    if (world > 1) {
-      const ShardPlan shards = gradient_bucket_plan(config, DeviceKind::kCpu,
-                                                    options.bucket_elements, world,
-                                                    options.comm->rank());
-      const GradientBucket& last = shards.buckets().back();
-      if (last.size > last.valid)
-        plan.add("workspace", "data-parallel staging of the padded last bucket",
-                 last.size * sizeof(float));
-      if (options.grad_reduce == GradReduce::kBf16)
-        plan.add("workspace", "data-parallel bucket in bf16 (--grad-reduce bf16)",
-                 shards.max_bucket_size() * sizeof(uint16_t));
-    }
+    const GradientBucket& last = shards.buckets().back();
+    if (last.size > last.valid)
+      specs[kCpuBucketStaging] = {"workspace", "data-parallel staging of the padded last bucket",
+                                  last.size};
+    if (options.grad_reduce == GradReduce::kBf16)
+      specs[kCpuBf16Bucket] = {"workspace", "data-parallel bucket in bf16 (--grad-reduce bf16)",
+                               shards.max_bucket_size(), sizeof(uint16_t)};
   }
-  const int T = options.local_seq_len();
-  for (const CpuBufferSpec& spec : cpu_buffer_specs(config, options.batch_size, T,
-                                                    options.attention, options.training))
-    if (spec.elements > 0) plan.add(spec.group, spec.name, spec.elements * sizeof(float));
-  if (context_parallel) {
+  if (options.context_size() > 1) {
     const ContextShard shard =
         context_shard(options.seq_len, options.context_size(), options.context_comm->rank());
-    plan.add("attention", str_cat("context parallel: the group's keys and values, sent, "
-                                  "received and whole (", shard.size, " ranks of up to ",
-                                  shard.max_local, " of ", shard.seq_len, " positions)"),
-             CpuContextAttention::buffer_elements(shard, options.batch_size,
-                                                  config.channels) * sizeof(float));
-    plan.add("activations", "wpe at this rank's positions and its gradient (T,C) x 2",
-             2 * static_cast<size_t>(T) * config.channels * sizeof(float));
+    specs[kCpuContextExchange] = {
+        "attention",
+        str_cat("context parallel: the group's keys and values, sent, received and whole (",
+                shard.size, " ranks of up to ", shard.max_local, " of ", shard.seq_len,
+                " positions)"),
+        CpuContextAttention::buffer_elements(shard, options.batch_size, config.channels)};
   }
-  const size_t tokens = static_cast<size_t>(options.batch_size) * T;
-  plan.add("workspace", "inputs and targets (2,B,T) int32", 2 * tokens * sizeof(int));
-  return plan;
+  return specs;
 }
 
 void check_memory_fits(const MemoryPlan& plan, size_t available_bytes, const char* source) {
@@ -106,6 +115,7 @@ void check_memory_fits(const MemoryPlan& plan, size_t available_bytes, const cha
 CpuModel::CpuModel(const ModelOptions& options)
     : options_(options), plan_(plan_cpu_model_memory(options)) {
   check_memory_fits(plan_, available_host_memory_bytes(), "MemAvailable in /proc/meminfo");
+  const std::vector<CpuBufferSpec> own = cpu_model_buffer_specs(options);
   gpt2_ = std::make_unique<CpuGpt2<float>>(options.config, options.batch_size,
                                            options.local_seq_len(), options.attention,
                                            cpu::FlashBlocks{}, options.training);
@@ -132,14 +142,10 @@ CpuModel::CpuModel(const ModelOptions& options)
     comm_ = options.comm;
     shards_ = gradient_bucket_plan(options.config, DeviceKind::kCpu, options.bucket_elements,
                                    world, comm_ != nullptr ? comm_->rank() : 0);
-    const size_t moments = sharded() ? shards_.local_elements() : gpt2_->num_parameters();
-    allocate(adam_m_, moments, "AdamW m");
-    allocate(adam_v_, moments, "AdamW v");
-    const GradientBucket& last = shards_.buckets().back();
-    if (data_parallel() && last.size > last.valid)
-      allocate(staging_, last.size, "data-parallel staging of the padded last bucket");
-    if (data_parallel() && options.grad_reduce == GradReduce::kBf16)
-      allocate(bf16_bucket_, shards_.max_bucket_size(), "data-parallel bucket in bf16");
+    allocate(adam_m_, own[kCpuAdamM].elements, own[kCpuAdamM].name);
+    allocate(adam_v_, own[kCpuAdamV].elements, own[kCpuAdamV].name);
+    allocate(staging_, own[kCpuBucketStaging].elements, own[kCpuBucketStaging].name);
+    allocate(bf16_bucket_, own[kCpuBf16Bucket].elements, own[kCpuBf16Bucket].name);
   }
 }
 

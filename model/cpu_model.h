@@ -31,6 +31,20 @@ namespace gpt2 {
 /// gpt2::UsageError for a bad B, T, precision or ZeRO stage).
 MemoryPlan plan_cpu_model_memory(const ModelOptions& options);
 
+/// The CPU model's buffers beyond CpuGpt2's (cpu_storage_specs, cpu_buffer_specs).
+enum CpuModelBuffer : int {
+  kCpuAdamM, kCpuAdamV,  // training: N floats each, or this rank's shard (ZeRO-1)
+  kCpuBucketStaging,     // data parallel: the padded last bucket, when it runs past N
+  kCpuBf16Bucket,        // data parallel with GradReduce::kBf16: one bucket in bf16
+  kCpuContextExchange,   // context parallel: CpuContextAttention::buffer_elements
+  kNumCpuModelBuffers
+};
+
+/// kNumCpuModelBuffers specs indexed by CpuModelBuffer (0 elements: none), from which both
+/// the plan and CpuModel's allocations come (the context exchange is allocated by
+/// CpuContextAttention, by the same count). The options are assumed valid.
+std::vector<CpuBufferSpec> cpu_model_buffer_specs(const ModelOptions& options);
+
 /// Throws gpt2::Error when plan.total() > available_bytes, naming the largest buffer, the bytes
 /// it needs and the bytes available. available_bytes == 0 means unknown: no check.
 void check_memory_fits(const MemoryPlan& plan, size_t available_bytes, const char* source);

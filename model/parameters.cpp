@@ -16,6 +16,7 @@ ParameterLayout ParameterLayout::for_config(const ModelConfig& cfg) {
   const size_t Vp = cfg.padded_vocab_size, C = cfg.channels, L = cfg.num_layers;
   const size_t maxT = cfg.max_seq_len;
   ParameterLayout layout;
+  layout.num_layers = cfg.num_layers;
   layout.sizes = {Vp * C,        maxT * C,  L * C,     L * C,         L * 3 * C * C, L * 3 * C,
                   L * C * C,     L * C,     L * C,     L * C,         L * 4 * C * C, L * 4 * C,
                   L * C * 4 * C, L * C,     C,         C};

@@ -39,6 +39,12 @@ struct ParameterLayout {
   std::array<size_t, kNumParamTensors> sizes{};
   std::array<size_t, kNumParamTensors> offsets{};
   size_t total = 0;
+  int num_layers = 0;
+
+  /// Where layer l of per-layer `tensor` begins (each tensor holds its L layers in a row).
+  size_t layer_offset(int tensor, int l) const {
+    return offsets[tensor] + static_cast<size_t>(l) * (sizes[tensor] / num_layers);
+  }
 
   static ParameterLayout for_config(const ModelConfig& config);
   static const char* name(int tensor);      // "wte", "wpe", ...
@@ -92,7 +98,8 @@ class LayerMajorLayout {
   int num_layers_ = 0;
 };
 
-/// One transformer layer's tensors in a flat buffer (parameters, or their gradients).
+/// One transformer layer's tensors in a flat buffer (parameters, or their gradients), in
+/// either order: the CUDA model's LayerMajorLayout or the CPU model's ParameterLayout.
 template <typename T>
 struct LayerTensors {
   T* ln1w;
@@ -113,6 +120,14 @@ struct LayerTensors {
 template <typename T>
 LayerTensors<T> layer_tensors(T* base, const LayerMajorLayout& layout, int l) {
   const auto at = [&](int tensor) { return base + layout.offset(tensor, l); };
+  return {at(kLn1w),     at(kLn1b),     at(kQkvw), at(kQkvb), at(kAttprojw), at(kAttprojb),
+          at(kLn2w),     at(kLn2b),     at(kFcw),  at(kFcb),  at(kFcprojw),  at(kFcprojb)};
+}
+
+/// Layer l's tensors in `base`, a buffer of `layout`'s (llm.c's) order.
+template <typename T>
+LayerTensors<T> layer_tensors(T* base, const ParameterLayout& layout, int l) {
+  const auto at = [&](int tensor) { return base + layout.layer_offset(tensor, l); };
   return {at(kLn1w),     at(kLn1b),     at(kQkvw), at(kQkvb), at(kAttprojw), at(kAttprojb),
           at(kLn2w),     at(kLn2b),     at(kFcw),  at(kFcb),  at(kFcprojw),  at(kFcprojb)};
 }

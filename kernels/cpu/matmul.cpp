@@ -215,7 +215,7 @@ void matmul_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, c
   const int64_t BT = static_cast<int64_t>(B) * T;
   if (dinp != nullptr) {
     // dinp (BT x C) = dout (BT x OC) . weight (OC x C), both read in place; 128-row tasks
-    // stream weight half as often as 64-row ones (measured ~10% faster on C x 50304).
+    // stream weight half as often as 64-row ones (bench/NOTES.md: CPU matmul task rows).
     blocked_gemm<Real>(BT, C, OC, MatrixView<Real>{dout, OC, 1}, MatrixView<Real>{weight, C, 1},
                        /*task_rows=*/128, /*pack_a=*/false,
                        [&](int64_t m0, int64_t n0, int64_t rows, int64_t cols, const Real* tile,

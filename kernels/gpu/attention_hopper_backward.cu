@@ -3,7 +3,8 @@
  * @brief Flash-attention backward for Hopper (sm_90a): TMA, wgmma, warp specialization.
  *
  * dqkv (B,T,3C) bf16 (=) from dout (B,T,C), qkv, out and lse (B,NH,T); causal; head size 64 or
- * 128; any T. CPU twin: cpu::attention_flash_backward. Three launches:
+ * 128; any T. CPU twin: cpu::attention_flash_backward. Three launches (1 and 3 in
+ * attention_hopper_backward_pre_post.cuh):
  *  1. Preprocess, HS/8 lanes per (b, h, t) of the tile-padded length: lse2 = lse * log2(e) and
  *     D = rowsum(dO * O) (padding rows: lse2 = +inf, D = 0, so their P is exactly 0); the
  *     semaphores (and, in racing mode, the fp32 dQ accumulator) are zeroed in the same pass.
@@ -52,6 +53,7 @@
 
 #include "base/error.h"
 #include "kernels/gpu/attention_flash_tiles.cuh"
+#include "kernels/gpu/attention_hopper_backward_pre_post.cuh"
 #include "kernels/gpu/attention_hopper_tiles.cuh"
 #include "kernels/gpu/attention_schedule.h"
 #include "kernels/gpu/common.cuh"
@@ -63,7 +65,9 @@ namespace {
 using bf16 = __nv_bfloat16;
 using hopper::SmemTile;
 
-constexpr int kDqTileRows = 64;  // rows of one tile of the dQ accumulator
+using hopper_backward::hopper_backward_preprocess_kernel;
+using hopper_backward::hopper_backward_write_dq_kernel;
+using hopper_backward::kDqTileRows;
 
 /// Query rows per step of the backward: 128 at head size 64 (S^T and dP^T are 64 x 128 per
 /// warpgroup), 64 at head size 128 (where 128 would not fit the registers beside dK and dV).
@@ -518,93 +522,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #endif
 }
 
-// lse2 = lse * log2(e) and D = rowsum(dO * O) for t < T; +inf and 0 on the padding rows; the
-// semaphores, the work counter and, unless null, the dQ accumulator zeroed. HS/8 lanes per
-// (bh, t) with t < T_pad, a 16-byte pack each, summed by a butterfly among them.
-template <int kHeadDim, int kBlockM>
-__global__ void hopper_backward_preprocess_kernel(float* lse2, float* dsum, float* dq_accum,
-                                                  int* semaphores, int* work_counter,
-                                                  const float* lse,
-                                                  const bf16* dout, const bf16* out, int T,
-                                                  int T_pad, int NH, int64_t rows) {
-  constexpr int kLanesPerRow = kHeadDim / 8;  // a 16-byte pack of the row per lane
-  constexpr int kRowsPerWarp = 32 / kLanesPerRow;
-  const int lane = threadIdx.x % 32;
-  const int64_t warp = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const int64_t row = warp * kRowsPerWarp + lane / kLanesPerRow;
-  const int part = lane % kLanesPerRow;
-  const bool in_range = row < rows;  // no early return: the shuffles below need the whole warp
-  const int64_t bh = row / T_pad;
-  const int t = static_cast<int>(row % T_pad);
-  float sum = 0.f;
-  if (in_range && t < T) {
-    const int64_t b = bh / NH;
-    const int h = static_cast<int>(bh % NH);
-    // (B,T,NH,HS) == (B,T,C); this lane's 8 elements.
-    const int64_t offset = ((b * T + t) * NH + h) * kHeadDim + part * 8;
-    const int4 o_bits = *reinterpret_cast<const int4*>(out + offset);
-    const int4 g_bits = *reinterpret_cast<const int4*>(dout + offset);
-    const __nv_bfloat162* o = reinterpret_cast<const __nv_bfloat162*>(&o_bits);
-    const __nv_bfloat162* g = reinterpret_cast<const __nv_bfloat162*>(&g_bits);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float2 of = __bfloat1622float2(o[k]);
-      const float2 gf = __bfloat1622float2(g[k]);
-      sum += of.x * gf.x + of.y * gf.y;
-    }
-  }
-#pragma unroll
-  for (int s = kLanesPerRow / 2; s > 0; s /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, s);
-  if (in_range && part == 0) {
-    dsum[row] = sum;
-    lse2[row] = t < T ? lse[bh * T + t] * flash::kLog2e : INFINITY;
-    if (t % kBlockM == 0) semaphores[row / kBlockM] = 0;
-    if (row == 0) *work_counter = 0;
-  }
-  // The dQ accumulator holds HS floats per padded row (in another order): this lane zeroes 8.
-  if (dq_accum != nullptr && in_range) {
-    float4* zero = reinterpret_cast<float4*>(dq_accum + row * kHeadDim + part * 8);
-    zero[0] = make_float4(0.f, 0.f, 0.f, 0.f);
-    zero[1] = make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-}
-
-// dqkv[b, t, h*HS + d] = bf16(scale * dQ) from the fragment-ordered fp32 tiles of 64 rows (each
-// 64 x 64 block of one at [block][j][thread] as float2, j = 2 * (column / 8 % 8) + row / 8 % 2).
-// One thread per 8 columns of a row: the 4 float2 of them are adjacent in the tile (threads
-// 4r .. 4r + 3 of one j), so it reads 32 bytes and writes 16, and the HS/8 threads of a row write
-// it whole (full sectors both ways).
-template <int kHeadDim>
-__global__ void hopper_backward_write_dq_kernel(bf16* dqkv, const float* dq_accum, int T, int C,
-                                                int NH, int num_dq_tiles, int64_t packs,
-                                                float scale) {
-  constexpr int kPacksPerRow = kHeadDim / 8;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= packs) return;
-  const int64_t padded_row = i / kPacksPerRow;  // (bh, m, row) flattened
-  const int pack = static_cast<int>(i % kPacksPerRow);
-  const int row = static_cast<int>(padded_row % kDqTileRows);
-  const int64_t tile = padded_row / kDqTileRows;
-  const int m = static_cast<int>(tile % num_dq_tiles);
-  const int t = m * kDqTileRows + row;
-  if (t >= T) return;
-  const int block = pack / 8;
-  const int j = 2 * (pack % 8) + (row / 8) % 2;
-  const int first_thread = 32 * (row / 16) + 4 * (row % 8);
-  const float4* src = reinterpret_cast<const float4*>(
-      dq_accum + tile * 64 * kHeadDim + (block * 16 + j) * 256 + 2 * first_thread);
-  const float4 lo = src[0], hi = src[1];
-  const int64_t bh = tile / num_dq_tiles;
-  const int64_t b = bh / NH;
-  const int h = static_cast<int>(bh % NH);
-  __nv_bfloat162 packed[4] = {__floats2bfloat162_rn(lo.x * scale, lo.y * scale),
-                              __floats2bfloat162_rn(lo.z * scale, lo.w * scale),
-                              __floats2bfloat162_rn(hi.x * scale, hi.y * scale),
-                              __floats2bfloat162_rn(hi.z * scale, hi.w * scale)};
-  *reinterpret_cast<int4*>(dqkv + (b * T + t) * 3 * C + h * kHeadDim + 8 * pack) =
-      *reinterpret_cast<const int4*>(packed);
-}
-
 template <typename Traits>
 void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                             const float* lse, int B, int T, int C, int NH, void* workspace,
@@ -680,8 +597,7 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
   // Items per head group: three per block; in deterministic mode more, so that key block n of
   // a head starts enough steps after key block n - 1 (about group_heads * n_blocks / (2 grid))
   // that the chain of n_blocks fixed-order additions rarely waits: six per block, and at long
-  // T (long chains) at least n_blocks / 5 per block. Measured on an H100 (2026-11-25, head
-  // size 64, T = 1K-16K, groups of 2, 3, 4, 6 items per block and all heads).
+  // T (long chains) at least n_blocks / 5 per block (bench/NOTES.md: backward head groups).
   const int64_t group_items =
       deterministic ? std::max<int64_t>(6 * int64_t{grid}, int64_t{n_blocks} * grid / 5)
                     : 3 * int64_t{grid};

@@ -388,9 +388,7 @@ void launch_hopper_forward(bf16* out, float* lse, const bf16* qkv, int B, int T,
   const int first_blocks = blocks_of(r.begin[0], r.end[0]);
   const int num_m_blocks = first_blocks + (r.count == 2 ? blocks_of(r.begin[1], r.end[1]) : 0);
   const int BH = B * NH;
-  // Head groups of about two waves of blocks. Measured on an H100 (2026-11-25, T = 1K-16K):
-  // groups of one, two or four waves within noise of each other; all heads in one group (the
-  // plain longest-first order) 17% slower at 1K (two full reads of K and V from DRAM).
+  // Head groups of about two waves of blocks (bench/NOTES.md: forward head groups).
   HopperForwardParams params{out, lse, T, C, NH, BH, num_m_blocks, first_blocks, r.begin[0],
                              r.begin[1],
                              schedule_group_heads(
@@ -418,11 +416,8 @@ bool attention_hopper_compiled() {
 #endif
 }
 
-// Measured on an H100 (2026-11-25, gpt2-attention-bench, B*T = 16K, T = 512-16K). Head size
-// 64: 64-row blocks beat 128-row ones by 8-19% from 2K to 16K; without a producer (three blocks
-// per SM) they are 8% faster again at 512, level at 1K and 5-12% slower from 2K (bench/NOTES.md,
-// version 11). Head size 128: 128-row blocks, 4-16% ahead of either 64-row shape (whose 64-key
-// tiles fit two blocks) from 2K on, level at 1K and below.
+// Head size 64: 64-row blocks, without a producer up to T = 512; head size 128: 128-row blocks
+// (bench/NOTES.md: forward block shapes).
 HopperForwardShape attention_hopper_forward_shape(int T, int head_size) {
   if (head_size != 64) return HopperForwardShape::kRows128;
   return T <= 512 ? HopperForwardShape::kRows64NoProducer : HopperForwardShape::kRows64;

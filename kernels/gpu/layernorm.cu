@@ -23,8 +23,7 @@ namespace {
 constexpr int kWarpsPerBlock = 8;
 constexpr int kRowThreads = 32 * kWarpsPerBlock;
 /// Rows per chunk of the backward's parameter-gradient partials: the packed backward's block,
-/// 8 rows per warp. (16-row chunks, 2 per warp, ran 2x slower on an H100 with a warp-by-warp
-/// sum in shared memory: 8 barriers and bank-conflicted adds per chunk.)
+/// 8 rows per warp (bench/NOTES.md: layernorm backward chunks).
 constexpr int kBackwardRowsPerChunk = 64;
 constexpr float kEps = static_cast<float>(kLayerNormEps);
 
