@@ -1,27 +1,11 @@
 /**
  * @file checkpoint.h
- * @brief Model checkpoints in llm.c's format, and the training-state file for bitwise resume.
+ * @brief Model checkpoints in llm.c's format, and the digest a training state records of them.
  *
  * Model file (llm.c): 256 little-endian int32 — [0] magic 20240326, [1] version (3 = fp32
  * parameters, 5 = bf16), [2] maxT, [3] V, [4] L, [5] NH, [6] C, [7] Vp — then all parameters
  * in ParameterLayout order. llm.c's gpt2_124M.bin loads; bf16 files are widened to fp32 on read.
- *
- * Training-state file (this project): 256 int64 header — [0] magic 20261122, [1] version 3,
- * [2] step, [3] number of parameters, [4] B, [5] T, [6] total batch tokens, [7] seed,
- * [8] world size, [9..11] loader position, [12..15] sampling RNG state, [16] FNV-1a 64 hash of
- * the header (this slot read as 0) and the payload, [17] payload bytes, [18] FNV-1a 64 hash of
- * the whole model file of the pair, [19] its size in bytes, [20..51] its file name (256 bytes,
- * NUL-padded), and from version 3: [52] the run id, [53] the skipped-step streak and [54] the
- * updates skipped so far, [55..63] the run's settings (TrainingSettings: --steps, --lr,
- * --warmup-steps, --lr-schedule, --final-lr-frac, --weight-decay, --grad-clip, --on-nonfinite
- * and the streak that stops a run; floats as their IEEE bits), [64] the context-parallel group
- * size (0, as before it was recorded: 1) — then AdamW m and v (fp32,
- * num_parameters each). So a state names and checks the model file it belongs to; a flipped
- * byte anywhere in either file is found. Version 2 files (no run id, streak or settings) are
- * read with run_id 0, a streak of 0 and no settings; version 1 files (no model hash) are
- * refused. A data-parallel job writes the same files from rank 0, its ZeRO-1 shards of m and v
- * gathered first, so they hold the whole state whatever the world size; [8] and [64] record
- * the job's shape, and a resume needs the same (train/run_files.h).
+ * The training state that pairs with a model file for bitwise resume is train/training_state.h.
  *
  * Every write is atomic (temporary name, fsync, rename). Every read validates and throws
  * gpt2::Error naming the file and the problem (bad magic/version, size mismatch, hash mismatch).
@@ -30,12 +14,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include "base/rng.h"
-#include "data/dataloader.h"
 #include "model/config.h"
 
 namespace gpt2 {
@@ -43,8 +24,6 @@ namespace gpt2 {
 constexpr int32_t kModelMagic = 20240326;
 constexpr int32_t kModelVersionFp32 = 3;
 constexpr int32_t kModelVersionBf16 = 5;
-constexpr int64_t kStateMagic = 20261122;
-constexpr int64_t kStateVersion = 3;
 /// Longest model file name a training state can record.
 constexpr size_t kMaxModelFileName = 255;
 
@@ -69,45 +48,5 @@ ModelFileDigest write_model_checkpoint(const std::string& path, const ModelConfi
 ModelCheckpoint read_model_checkpoint(const std::string& path);
 /// Header only (config), without reading the parameters.
 ModelConfig read_model_checkpoint_config(const std::string& path);
-
-/// The settings that decide a run's course and its end, as a training state records them (the
-/// enums as their numeric values: LrScheduleKind, NonFinitePolicy in train/).
-struct TrainingSettings {
-  int64_t steps = 0;
-  float max_lr = 0.0f;
-  int64_t warmup_steps = 0;
-  int64_t lr_schedule = 0;
-  float final_lr_frac = 0.0f;
-  float weight_decay = 0.0f;
-  float grad_clip = 0.0f;
-  int64_t on_nonfinite = 0;
-  int64_t max_skipped_in_a_row = 0;  // the streak of skipped updates that stops the run
-  bool operator==(const TrainingSettings& o) const;
-};
-
-struct TrainingState {
-  int64_t version = kStateVersion;  // as read (2 or 3); written as kStateVersion
-  int64_t step = 0;  // optimizer steps completed
-  int64_t num_parameters = 0;
-  int64_t batch_size = 0;
-  int64_t seq_len = 0;
-  int64_t total_batch_size = 0;
-  int64_t seed = 0;
-  int64_t world_size = 1;
-  int64_t context_parallel = 1;  // ranks sharing each sequence (version 3; 1 when not recorded)
-  LoaderPosition loader;
-  Rng::State sample_rng{};
-  std::string model_file;      // file name (no folder) of the model file of the pair
-  ModelFileDigest model_digest;  // what that file must hash to
-  uint64_t run_id = 0;           // the run that wrote it; 0 in a version 2 state
-  int64_t skipped_in_a_row = 0;  // updates skipped in a row up to this step (skip-step)
-  int64_t skipped_total = 0;     // updates skipped in the run up to this step
-  std::optional<TrainingSettings> settings;  // none in a version 2 state
-  std::vector<float> adam_m;
-  std::vector<float> adam_v;
-};
-
-void write_training_state(const std::string& path, const TrainingState& state);
-TrainingState read_training_state(const std::string& path);
 
 }  // namespace gpt2

@@ -55,7 +55,12 @@ struct ModelOptions {
   AttentionKind attention = AttentionKind::kFlash;
   Precision precision = Precision::kFp32;
   FlashKernelChoice flash_kernel = FlashKernelChoice::kAuto;  // GPU only
-  bool deterministic_attention = false;  // GPU flash backward bit-identical run to run (slower)
+  /// GPU flash backward bit-identical run to run (slower). Off here, as --attn-deterministic
+  /// is; the kernel-level AttentionConfig::deterministic (kernels/gpu/attention.cuh) defaults
+  /// to true on purpose: its tests and benchmarks want the fixed-order dQ unless they ask
+  /// otherwise, and the CUDA model always sets it from this field, so that default never
+  /// reaches a run.
+  bool deterministic_attention = false;
   /// CUDA: rows of (B*T) whose logits the classifier holds at once (0: automatic, what fits in
   /// the backward workspace or a 256 MiB budget; see classifier_chunk_rows in cuda_model.h).
   /// The same losses and gradients for any value up to GEMM summation order (bf16: wte's

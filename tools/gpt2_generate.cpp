@@ -199,6 +199,37 @@ void write_out(const std::string& bytes) {
   std::fflush(stdout);
 }
 
+// stderr's last lines: the prefill and decode speeds (medians over the timed runs), in words
+// and as the key=value "timing" line that scripts read.
+void report_speeds(const GenerateOptions& opts, const GenerationStats& stats, double end_to_end) {
+  const int64_t prefill_tokens = static_cast<int64_t>(stats.prompt_tokens) * stats.sequences;
+  const int64_t decode_tokens = stats.decode_steps * stats.sequences;
+  const std::string runs =
+      opts.repeats == 1 && opts.warmup == 0
+          ? std::string()
+          : str_cat(" (median of ", opts.repeats, " run", opts.repeats == 1 ? "" : "s", " after ",
+                    opts.warmup, " warm-up run", opts.warmup == 1 ? "" : "s", ")");
+  std::fprintf(stderr,
+               "gpt2-generate: prefill %lld tokens (%d x %d) in %.3f s: %s; decode %lld steps x "
+               "%d in %.3f s: %s; %lld tokens generated; end to end %.3f s%s\n",
+               static_cast<long long>(prefill_tokens), stats.prompt_tokens, stats.sequences,
+               stats.prefill_seconds, format_rate(prefill_tokens, stats.prefill_seconds).c_str(),
+               static_cast<long long>(stats.decode_steps), stats.sequences, stats.decode_seconds,
+               format_rate(decode_tokens, stats.decode_seconds).c_str(),
+               static_cast<long long>(stats.generated_tokens), end_to_end, runs.c_str());
+  std::fprintf(stderr,
+               "gpt2-generate: timing prefill_tokens=%lld prefill_s=%.6f decode_steps=%lld "
+               "decode_tokens=%lld decode_s=%.6f decode_tokens_per_s=%.3f generated_tokens=%lld "
+               "end_to_end_s=%.6f warmup=%d repeats=%d\n",
+               static_cast<long long>(prefill_tokens), stats.prefill_seconds,
+               static_cast<long long>(stats.decode_steps), static_cast<long long>(decode_tokens),
+               stats.decode_seconds,
+               stats.decode_seconds > 0 ? static_cast<double>(decode_tokens) / stats.decode_seconds
+                                        : 0.0,
+               static_cast<long long>(stats.generated_tokens), end_to_end, opts.warmup,
+               opts.repeats);
+}
+
 int run(const GenerateOptions& opts) {
   // The device first: a bad combination is a usage error before anything is read.
   DeviceKind device = DeviceKind::kCpu;
@@ -302,32 +333,7 @@ int run(const GenerateOptions& opts) {
   stats.decode_seconds = median(decode_seconds);
   const double end_to_end = median(end_to_end_seconds);
 
-  const int64_t prefill_tokens = static_cast<int64_t>(stats.prompt_tokens) * stats.sequences;
-  const int64_t decode_tokens = stats.decode_steps * stats.sequences;
-  const std::string runs =
-      opts.repeats == 1 && opts.warmup == 0
-          ? std::string()
-          : str_cat(" (median of ", opts.repeats, " run", opts.repeats == 1 ? "" : "s", " after ",
-                    opts.warmup, " warm-up run", opts.warmup == 1 ? "" : "s", ")");
-  std::fprintf(stderr,
-               "gpt2-generate: prefill %lld tokens (%d x %d) in %.3f s: %s; decode %lld steps x "
-               "%d in %.3f s: %s; %lld tokens generated; end to end %.3f s%s\n",
-               static_cast<long long>(prefill_tokens), stats.prompt_tokens, stats.sequences,
-               stats.prefill_seconds, format_rate(prefill_tokens, stats.prefill_seconds).c_str(),
-               static_cast<long long>(stats.decode_steps), stats.sequences, stats.decode_seconds,
-               format_rate(decode_tokens, stats.decode_seconds).c_str(),
-               static_cast<long long>(stats.generated_tokens), end_to_end, runs.c_str());
-  std::fprintf(stderr,
-               "gpt2-generate: timing prefill_tokens=%lld prefill_s=%.6f decode_steps=%lld "
-               "decode_tokens=%lld decode_s=%.6f decode_tokens_per_s=%.3f generated_tokens=%lld "
-               "end_to_end_s=%.6f warmup=%d repeats=%d\n",
-               static_cast<long long>(prefill_tokens), stats.prefill_seconds,
-               static_cast<long long>(stats.decode_steps), static_cast<long long>(decode_tokens),
-               stats.decode_seconds,
-               stats.decode_seconds > 0 ? static_cast<double>(decode_tokens) / stats.decode_seconds
-                                        : 0.0,
-               static_cast<long long>(stats.generated_tokens), end_to_end, opts.warmup,
-               opts.repeats);
+  report_speeds(opts, stats, end_to_end);
   return 0;
 }
 

@@ -371,8 +371,8 @@ namespace {
 std::vector<CommandPath> run_inputs(const TrainConfig& config) {
   std::vector<CommandPath> inputs;
   for (const auto& [option, pattern] : {std::pair<const char*, const std::string&>{
-                                            "--train-data", config.train_pattern},
-                                        {"--val-data", config.val_pattern}}) {
+                                            "--train-data", config.train_data.pattern},
+                                        {"--val-data", config.val_data.pattern}}) {
     try {
       for (const std::string& path : expand_glob(pattern)) inputs.push_back({option, path});
     } catch (const Error&) {
@@ -401,13 +401,11 @@ void refuse_inputs_in_out_dir(const TrainConfig& config) {
 
 }  // namespace
 
-TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailability& devices,
-                                 const JobRanks& ranks) {
-  TrainConfig config;
-  GPT2_CHECK(ranks.world_size >= 1 && ranks.rank >= 0 && ranks.rank < ranks.world_size,
-             "rank ", ranks.rank, " of world size ", ranks.world_size);
-  config.rank = ranks.rank;
-  config.world_size = ranks.world_size;
+namespace {
+
+// --device, NCCL and the shape of the job: ranks, context-parallel groups, ZeRO, overlap.
+void resolve_device_and_job(const CommandLine& cli, const DeviceAvailability& devices,
+                            TrainConfig& config) {
   if (cli.device == "cuda") {
     if (!devices.cuda) GPT2_FAIL("--device cuda: no usable CUDA device: ", devices.why_not);
     config.device = DeviceKind::kCuda;
@@ -425,8 +423,8 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
                                                                " ranks") : std::string(),
               " needs NCCL, and this build has none (CMake found no nccl.h and libnccl beside "
               "the CUDA toolkit); install NCCL and reconfigure, or use --device cpu");
-  config.overlap_comm = cli.overlap_comm;
-  config.overlap_gather = cli.overlap_gather;
+  config.model.overlap_communication = cli.overlap_comm;
+  config.model.overlap_gather = cli.overlap_gather;
   config.context_parallel = cli.context_parallel;
   if (config.world_size % config.context_parallel != 0)
     GPT2_USAGE_FAIL("--context-parallel ", config.context_parallel, " does not divide the job's ",
@@ -434,30 +432,34 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
   if (config.context_parallel > 1 && cli.attention != AttentionKind::kFlash)
     GPT2_USAGE_FAIL("--context-parallel needs --attn flash: naive attention exists to "
                     "materialize each sequence's whole T x T scores, which no rank holds");
-  config.zero_stage = cli.zero_stage.value_or(config.world_size > 1 ? 1 : 0);
+  config.model.zero_stage = cli.zero_stage.value_or(config.world_size > 1 ? 1 : 0);
+}
 
-  config.precision = cli.precision.value_or(on_cuda ? Precision::kBf16 : Precision::kFp32);
-  if (!on_cuda && config.precision == Precision::kBf16)
+// What the model computes with: precision, the gradient sums, attention and its kernel, the
+// GPU's memory options.
+void resolve_model_options(const CommandLine& cli, TrainConfig& config) {
+  const bool on_cuda = config.device == DeviceKind::kCuda;
+  config.model.precision = cli.precision.value_or(on_cuda ? Precision::kBf16 : Precision::kFp32);
+  if (!on_cuda && config.model.precision == Precision::kBf16)
     GPT2_USAGE_FAIL("--precision bf16 needs --device cuda (the CPU backend is fp32 only)");
   // bf16 sums halve the bytes of the gradient reduction (bench/results/data_parallel.md); the
   // GPU reduces bf16 gradients as they are, and the CPU rounds its fp32 ones for the same sum.
-  config.grad_reduce = cli.grad_reduce.value_or(config.precision == Precision::kBf16
-                                                    ? GradReduce::kBf16
-                                                    : GradReduce::kFp32);
-  if (on_cuda && config.grad_reduce == GradReduce::kBf16 &&
-      config.precision != Precision::kBf16)
+  config.model.grad_reduce = cli.grad_reduce.value_or(
+      config.model.precision == Precision::kBf16 ? GradReduce::kBf16 : GradReduce::kFp32);
+  if (on_cuda && config.model.grad_reduce == GradReduce::kBf16 &&
+      config.model.precision != Precision::kBf16)
     GPT2_USAGE_FAIL("--grad-reduce bf16 needs --precision bf16 on the GPU (an fp32 run reduces "
                     "its fp32 gradients in fp32)");
-  config.bucket_elements = cli.grad_bucket;
-  config.attention = cli.attention;
-  config.flash_kernel = cli.flash_kernel;
-  config.deterministic_attention = cli.deterministic_attention;
-  config.classifier_chunk_rows = cli.classifier_chunk_rows;
+  config.model.bucket_elements = cli.grad_bucket;
+  config.model.attention = cli.attention;
+  config.model.flash_kernel = cli.flash_kernel;
+  config.model.deterministic_attention = cli.deterministic_attention;
+  config.model.classifier_chunk_rows = cli.classifier_chunk_rows;
   if (!on_cuda && cli.classifier_chunk_rows != 0)
     GPT2_USAGE_FAIL("--classifier-chunk-rows needs --device cuda (the CPU backend holds the "
                     "logits of the whole micro-batch)");
-  config.recompute_fc = cli.recompute_fc;
-  config.cuda_graphs = cli.cuda_graphs;
+  config.model.recompute_fc = cli.recompute_fc;
+  config.model.cuda_graphs = cli.cuda_graphs;
   if (!on_cuda && cli.recompute_fc)
     GPT2_USAGE_FAIL("--recompute fc needs --device cuda (the CPU backend keeps every "
                     "activation)");
@@ -467,63 +469,91 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
   if (!on_cuda && cli.flash_kernel != FlashKernelChoice::kAuto)
     GPT2_USAGE_FAIL("--attn-kernel ", to_string(cli.flash_kernel),
                     " needs --device cuda (the CPU backend has one kernel per --attn)");
+}
 
+// --model: a preset, an llm.c file or a Hugging Face directory, and its configuration.
+void resolve_model_source(const CommandLine& cli, TrainConfig& config) {
+  const bool on_cuda = config.device == DeviceKind::kCuda;
   config.model_name = cli.model.value_or(on_cuda ? "d12" : "d2");
   const std::string& name = config.model_name;
   const ModelArgument model = resolve_model_argument(name);
   config.model_source = model.source;
   config.model_path = model.path;
   if (model.source == ModelSource::kHfDirectory) {
-    config.model_config = read_hf_model_config(model.path);
+    config.model.config = read_hf_model_config(model.path);
   } else if (model.source == ModelSource::kLlmcFile) {
-    config.model_config = read_model_checkpoint_config(model.path);
+    config.model.config = read_model_checkpoint_config(model.path);
   } else {
     // Throws the "unknown model" usage error for a name that is neither a preset nor a file.
-    config.model_config = model_config_from_preset(name, cli.max_seq_len.value_or(1024));
+    config.model.config = model_config_from_preset(name, cli.max_seq_len.value_or(1024));
   }
   if (config.model_source != ModelSource::kInit && cli.max_seq_len &&
-      *cli.max_seq_len != config.model_config.max_seq_len) {
+      *cli.max_seq_len != config.model.config.max_seq_len) {
     GPT2_USAGE_FAIL("--max-seq-len ", *cli.max_seq_len, " disagrees with the ",
                     config.model_source == ModelSource::kLlmcFile ? "checkpoint " : "model ",
-                    name, " (max_seq_len ", config.model_config.max_seq_len, "); omit "
+                    name, " (max_seq_len ", config.model.config.max_seq_len, "); omit "
                     "--max-seq-len to use the ",
                     config.model_source == ModelSource::kLlmcFile ? "checkpoint's" : "model's");
   }
+}
 
-  config.batch_size = cli.batch_size.value_or(on_cuda ? 16 : 4);
-  config.seq_len = cli.seq_len.value_or(on_cuda ? 1024 : 64);
-  if (config.seq_len > config.model_config.max_seq_len) {
-    GPT2_USAGE_FAIL("--seq-len ", config.seq_len, " exceeds the model's context (max_seq_len ",
-                    config.model_config.max_seq_len, "); raise --max-seq-len or lower --seq-len");
+// B, T (against the model's context and the context-parallel chunks) and the total batch.
+void resolve_batch(const CommandLine& cli, TrainConfig& config) {
+  const bool on_cuda = config.device == DeviceKind::kCuda;
+  config.model.batch_size = cli.batch_size.value_or(on_cuda ? 16 : 4);
+  config.model.seq_len = cli.seq_len.value_or(on_cuda ? 1024 : 64);
+  if (config.model.seq_len > config.model.config.max_seq_len) {
+    GPT2_USAGE_FAIL("--seq-len ", config.model.seq_len,
+                    " exceeds the model's context (max_seq_len ", config.model.config.max_seq_len,
+                    "); raise --max-seq-len or lower --seq-len");
   }
 
-  if (config.context_parallel > 1 && config.seq_len < 2 * config.context_parallel)
+  if (config.context_parallel > 1 && config.model.seq_len < 2 * config.context_parallel)
     GPT2_USAGE_FAIL("--context-parallel ", config.context_parallel, " cuts each sequence into ",
                     2 * config.context_parallel, " chunks: --seq-len must be at least ",
-                    2 * config.context_parallel, " (got ", config.seq_len, ")");
+                    2 * config.context_parallel, " (got ", config.model.seq_len, ")");
   if (config.context_parallel > 1 && on_cuda &&
-      config.seq_len < 2 * config.context_parallel * kContextChunkGranule)
+      config.model.seq_len < 2 * config.context_parallel * kContextChunkGranule)
     GPT2_USAGE_FAIL("--context-parallel ", config.context_parallel, " on the GPU needs --seq-len ",
                     ">= ", 2 * config.context_parallel * kContextChunkGranule, " (2N chunks of ",
                     kContextChunkGranule, " positions, the attention kernels' tiles; got ",
-                    config.seq_len, ")");
+                    config.model.seq_len, ")");
   // A context group shares its sequences: the replicas are the groups.
   const int64_t tokens_per_micro_step =
-      int64_t{config.batch_size} * config.seq_len * config.data_parallel_size();
+      int64_t{config.model.batch_size} * config.model.seq_len * config.data_parallel_size();
   config.total_batch_size = cli.total_batch_size.value_or(tokens_per_micro_step);
   if (config.total_batch_size % tokens_per_micro_step != 0) {
     GPT2_USAGE_FAIL("--total-batch-size ", config.total_batch_size,
                     " is not a multiple of B*T*",
                     config.context_parallel > 1 ? "replicas" : "world", " = ",
-                    config.batch_size, "*", config.seq_len, "*", config.data_parallel_size(),
-                    " = ", tokens_per_micro_step);
+                    config.model.batch_size, "*", config.model.seq_len, "*",
+                    config.data_parallel_size(), " = ", tokens_per_micro_step);
   }
   const int64_t accum = config.total_batch_size / tokens_per_micro_step;
   if (accum > std::numeric_limits<int>::max())
     GPT2_USAGE_FAIL("--total-batch-size ", config.total_batch_size, " is too large");
   config.grad_accum_steps = static_cast<int>(accum);
+}
 
-  config.train_pattern = cli.train_data.empty() ? default_train_pattern() : cli.train_data;
+// The loaders read B x T windows of tokens below the model's vocabulary; the replicas read
+// different windows, the ranks of a context group the same ones.
+DataLoaderOptions loader_options(const TrainConfig& config, std::string pattern, bool shuffle) {
+  DataLoaderOptions options;
+  options.pattern = std::move(pattern);
+  options.batch_size = config.model.batch_size;
+  options.seq_len = config.model.seq_len;
+  options.vocab_size = config.model.config.vocab_size;
+  options.rank = config.data_parallel_rank();
+  options.world_size = config.data_parallel_size();
+  options.shuffle = shuffle;
+  options.seed = config.seed;
+  return options;
+}
+
+// The data, the schedule, validation, sampling, --out and checkpoints.
+void resolve_data_and_schedule(const CommandLine& cli, TrainConfig& config) {
+  const std::string train_pattern =
+      cli.train_data.empty() ? default_train_pattern() : cli.train_data;
   // A user's training data is never validated on the embedded corpus: without --val-data such a
   // run does not validate, and says so first thing.
   const bool user_data_without_val = !cli.train_data.empty() && cli.val_data.empty();
@@ -531,8 +561,10 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
     GPT2_USAGE_FAIL("--val-every ", cli.val_every, " needs --val-data when --train-data is given "
                     "(the embedded corpus is no validation set for your data); pass --val-data, "
                     "or --val-every 0");
-  config.val_pattern = cli.val_data.empty() && cli.train_data.empty() ? default_val_pattern()
-                                                                      : cli.val_data;
+  const std::string val_pattern =
+      cli.val_data.empty() && cli.train_data.empty() ? default_val_pattern() : cli.val_data;
+  config.train_data = loader_options(config, train_pattern, /*shuffle=*/true);
+  config.val_data = loader_options(config, val_pattern, /*shuffle=*/false);
   config.steps = cli.steps;
   config.lr_schedule.kind = cli.lr_schedule;
   config.lr_schedule.max_lr = cli.lr;
@@ -556,7 +588,23 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
   config.resume = cli.resume;
   config.overwrite = cli.overwrite;
   config.on_nonfinite = cli.on_nonfinite;
-  config.seed = cli.seed;
+}
+
+}  // namespace
+
+TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailability& devices,
+                                 const JobRanks& ranks) {
+  TrainConfig config;
+  GPT2_CHECK(ranks.world_size >= 1 && ranks.rank >= 0 && ranks.rank < ranks.world_size,
+             "rank ", ranks.rank, " of world size ", ranks.world_size);
+  config.rank = ranks.rank;
+  config.world_size = ranks.world_size;
+  resolve_device_and_job(cli, devices, config);
+  resolve_model_options(cli, config);
+  resolve_model_source(cli, config);
+  resolve_batch(cli, config);
+  config.seed = cli.seed;  // before the loaders' options, which shuffle by it
+  resolve_data_and_schedule(cli, config);
   refuse_inputs_in_out_dir(config);
   return config;
 }

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "data/dataloader.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "train/lr_schedule.h"
@@ -103,34 +104,27 @@ struct CommandLine {
 };
 
 /// Everything a run needs, with every default filled in and every cross-check done. A new field
-/// belongs in OUT/config.json too (train/run_record.cpp).
+/// belongs in OUT/config.json too (train/run_record.cpp). The model's and the loaders' options
+/// are members, filled once by resolve_train_config and read where they are used; the run
+/// attaches only its communicators (ModelOptions::comm, context_comm), which exist once it runs.
 struct TrainConfig {
-  std::string train_pattern;
-  std::string val_pattern;
   std::string model_name;  // as given/defaulted: preset name, checkpoint path, hf:DIR
   ModelSource model_source = ModelSource::kInit;
   std::string model_path;  // the file (kLlmcFile) or directory (kHfDirectory) read
-  ModelConfig model_config;
   DeviceKind device = DeviceKind::kCpu;
-  AttentionKind attention = AttentionKind::kFlash;
-  FlashKernelChoice flash_kernel = FlashKernelChoice::kAuto;  // GPU flash kernel
-  bool deterministic_attention = false;                       // GPU flash backward
-  int classifier_chunk_rows = 0;  // GPU: rows of logits held at once (0: automatic)
-  bool recompute_fc = false;      // GPU: fc output and GELU recomputed in backward
-  bool cuda_graphs = true;        // GPU: each micro-batch's forward and backward as a graph
-  Precision precision = Precision::kFp32;
-  int batch_size = 0;  // B per micro-batch
-  int seq_len = 0;     // T
-  int rank = 0;        // data-parallel rank and world size, from the launcher
+  /// Config, B, T, attention and its kernel, precision, the GPU's memory options, ZeRO stage,
+  /// the gradient sums and their buckets and overlap.
+  ModelOptions model;
+  /// The training data (shuffled) and the validation data (pattern empty: none); B, T, the
+  /// vocabulary and this rank's replica as the model's.
+  DataLoaderOptions train_data;
+  DataLoaderOptions val_data;
+  int rank = 0;  // data-parallel rank and world size, from the launcher
   int world_size = 1;
-  int zero_stage = 0;  // 0: gradients all-reduced; 1: and the AdamW state sharded
   /// --device cuda: the gradients go through NCCL (always with several ranks; at world size 1
-  /// with --comm nccl), reduced during the last micro-batch's backward when overlap_comm.
+  /// with --comm nccl), reduced during the last micro-batch's backward when
+  /// model.overlap_communication.
   bool nccl = false;
-  bool overlap_comm = false;    // reductions during the backward
-  bool overlap_gather = false;  // ZeRO-1 parameter gathers during the next forward
-  GradReduce grad_reduce = GradReduce::kFp32;  // the sums over the ranks
-  size_t bucket_elements = 0;  // 0: the backend's default (gradient_bucket_plan)
   /// Ranks that share each sequence (model/context_parallel.h): the job's ranks form groups of
   /// this many consecutive ranks; the groups are the data-parallel replicas.
   int context_parallel = 1;

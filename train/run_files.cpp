@@ -19,7 +19,9 @@
 #include "base/error.h"
 #include "base/file_io.h"
 #include "base/json.h"
+#include "model/model.h"
 #include "model/parameters.h"
+#include "train/loss_plot.h"
 #include "train/metrics.h"
 #include "train/options.h"
 
@@ -117,15 +119,15 @@ void write_run_record(const std::string& out_dir, uint64_t run_id, const TrainCo
   Json record = Json::object();
   record["run_id"] = format_run_id(run_id);
   record["model"] = config.model_name;
-  record["model_config"] = config.model_config.describe();
-  record["train_data"] = config.train_pattern;
-  record["val_data"] = config.val_pattern;
+  record["model_config"] = config.model.config.describe();
+  record["train_data"] = config.train_data.pattern;
+  record["val_data"] = config.val_data.pattern;
   record["device"] = to_string(config.device);
-  record["precision"] = to_string(config.precision);
+  record["precision"] = to_string(config.model.precision);
   record["world_size"] = config.world_size;
   record["context_parallel"] = config.context_parallel;
-  record["batch_size"] = config.batch_size;
-  record["seq_len"] = config.seq_len;
+  record["batch_size"] = config.model.batch_size;
+  record["seq_len"] = config.model.seq_len;
   record["total_batch_size"] = config.total_batch_size;
   record["steps"] = config.steps;
   record["lr"] = json_float(config.lr_schedule.max_lr);
@@ -388,10 +390,10 @@ void check_same_settings(const TrainConfig& config, const ResumePoint& point) {
 }  // namespace
 
 void check_resume_compatible(const TrainConfig& config, const ResumePoint& point) {
-  if (point.model.config != config.model_config) {
+  if (point.model.config != config.model.config) {
     GPT2_FAIL(point.model_path, ": cannot resume: the checkpoint's model is ",
               point.model.config.describe(), " but this run's --model ", config.model_name,
-              " is ", config.model_config.describe());
+              " is ", config.model.config.describe());
   }
   const auto expect = [&](const char* what, int64_t saved, int64_t now) {
     if (saved != now)
@@ -412,11 +414,12 @@ void check_resume_compatible(const TrainConfig& config, const ResumePoint& point
               config.context_parallel, ": the ranks would hold other positions of each "
               "sequence and the replicas other windows. Resume with --context-parallel ",
               point.state.context_parallel, ", or ", new_run_hint(point));
-  expect("--batch-size", point.state.batch_size, config.batch_size);
-  expect("--seq-len", point.state.seq_len, config.seq_len);
+  expect("--batch-size", point.state.batch_size, config.model.batch_size);
+  expect("--seq-len", point.state.seq_len, config.model.seq_len);
   expect("--total-batch-size", point.state.total_batch_size, config.total_batch_size);
   expect("--seed", point.state.seed, static_cast<int64_t>(config.seed));
-  const auto num_params = static_cast<int64_t>(ParameterLayout::for_config(config.model_config).total);
+  const auto num_params =
+      static_cast<int64_t>(ParameterLayout::for_config(config.model.config).total);
   expect("parameter count", point.state.num_parameters, num_params);
   GPT2_CHECK(static_cast<int64_t>(point.model.params.size()) == num_params);
   GPT2_CHECK(static_cast<int64_t>(point.state.adam_m.size()) == num_params &&
@@ -442,6 +445,144 @@ int truncate_metrics(const std::string& path, int64_t max_step) {
   writer.write(kept.data(), kept.size());
   writer.commit();
   return kept_lines;
+}
+
+namespace {
+
+// A checkpoint is only written when every value in it is finite: a NaN in a saved file would
+// poison every run that resumes from it.
+void check_finite(const std::vector<float>& values, const char* what, const ModelConfig& config,
+                  int step) {
+  const auto bad = std::find_if(values.begin(), values.end(),
+                                [](float v) { return !std::isfinite(v); });
+  if (bad == values.end()) return;
+  const auto index = static_cast<size_t>(bad - values.begin());
+  const ParameterLayout layout = ParameterLayout::for_config(config);
+  int tensor = kNumParamTensors - 1;
+  while (tensor > 0 && layout.offsets[tensor] > index) --tensor;
+  GPT2_FAIL("step ", step, ": not writing a checkpoint: the ", what, " ",
+            ParameterLayout::name(tensor), "[", index - layout.offsets[tensor], "] is ",
+            printable(*bad), "; the previous checkpoint is kept");
+}
+
+// Rank 0: the pair of step `step` (state completed with its model file's name and hash), then
+// the pruning of older pairs.
+void write_checkpoint_pair(const TrainConfig& config, int step, const std::vector<float>& params,
+                           TrainingState& state) {
+  check_finite(params, "parameter", config.model.config, step);
+  check_finite(state.adam_m, "AdamW m of", config.model.config, step);
+  check_finite(state.adam_v, "AdamW v of", config.model.config, step);
+  const std::string model_path = model_checkpoint_path(config.out_dir, step);
+  state.model_digest = write_model_checkpoint(model_path, config.model.config, params.data());
+  state.model_file = std::filesystem::path(model_path).filename().string();
+  const std::string state_path = training_state_path(config.out_dir, step);
+  write_training_state(state_path, state);
+  std::printf("checkpoint: %s, %s\n", model_path.c_str(), state_path.c_str());
+  for (const int64_t old_step : prune_checkpoints(config.out_dir, step, config.keep_checkpoints))
+    std::printf("checkpoint: removed the files of step %lld (--keep-checkpoints %d)\n",
+                static_cast<long long>(old_step), config.keep_checkpoints);
+}
+
+}  // namespace
+
+// Collective (the optimizer state of a ZeRO-1 run is gathered from every rank): every rank
+// calls it, rank 0 writes the pair. The ranks leave it together, so that the next step's time
+// in collectives is not rank 0's write, waited for by the others.
+void write_checkpoint(const TrainConfig& config, Model& model, int step,
+                      const DataLoader& train_loader, const Rng& sample_rng,
+                      const RunStanding& standing, Communicator& comm) {
+  const size_t num_params = ParameterLayout::for_config(config.model.config).total;
+  std::vector<float> params(num_params);
+  model.get_parameters(params.data());
+
+  TrainingState state;
+  state.step = step;
+  state.num_parameters = static_cast<int64_t>(num_params);
+  state.batch_size = config.model.batch_size;
+  state.seq_len = config.model.seq_len;
+  state.total_batch_size = config.total_batch_size;
+  state.seed = static_cast<int64_t>(config.seed);
+  state.world_size = config.world_size;
+  state.context_parallel = config.context_parallel;
+  state.loader = train_loader.position();
+  state.sample_rng = sample_rng.state();
+  state.run_id = standing.run_id;
+  state.skipped_in_a_row = standing.skipped_in_a_row;
+  state.skipped_total = standing.skipped_total;
+  state.settings = training_settings(config);
+  state.adam_m.resize(num_params);
+  state.adam_v.resize(num_params);
+  model.get_optimizer_state(state.adam_m.data(), state.adam_v.data());
+  if (config.rank == 0) write_checkpoint_pair(config, step, params, state);
+  if (config.world_size > 1) comm.barrier();
+}
+
+// The resume point is the newest verified pair of the run that last used --out (run.json): a
+// pair of another run is never continued. A new run refuses an --out holding checkpoints, whose
+// steps its own would interleave with, unless --overwrite; they are removed in claim_out_dir.
+RunStart find_run_start(const TrainConfig& config) {
+  RunStart start;
+  std::error_code ec;
+  const bool out_exists = std::filesystem::is_directory(config.out_dir, ec);
+  if (config.resume) {
+    const std::optional<uint64_t> last_run =
+        out_exists ? read_run_record_id(config.out_dir) : std::nullopt;
+    ResumeSearch search = find_resume_point(config.out_dir, last_run);
+    for (const std::string& note : search.notes) std::printf("resume: %s\n", note.c_str());
+    start.resume_point = std::move(search.point);
+    if (!start.resume_point && search.rejected > 0) {
+      // Starting over would overwrite metrics.jsonl and, step by step, the checkpoints that
+      // failed to verify: that is for the user to decide.
+      GPT2_FAIL("--resume: none of the ", search.rejected, " checkpoint(s) in ", config.out_dir,
+                " verifies (reasons above); not starting over on top of them. Move or delete "
+                "them to start from scratch, or use another --out");
+    }
+    if (start.resume_point) {
+      check_resume_compatible(config, *start.resume_point);
+      // A version 2 state has no run id: the run continued from it gets one now.
+      const uint64_t saved = start.resume_point->state.run_id;
+      start.run_id = saved != 0 ? saved : new_run_id();
+      return start;
+    }
+    std::printf("resume: no complete checkpoint%s in %s; starting from scratch\n",
+                last_run ? str_cat(" of run ", format_run_id(*last_run)).c_str() : "",
+                config.out_dir.c_str());
+  }
+  start.run_id = new_run_id();
+  const std::vector<std::string> states = training_state_files(config.out_dir);
+  if (states.empty()) return start;
+  if (!config.overwrite) {
+    GPT2_FAIL("--out ", config.out_dir, " holds the checkpoints of an earlier run (",
+              states.size() == 1 ? states.front()
+                                 : str_cat(states.size(), " training states, ", states.front(),
+                                           " to ", states.back()),
+              "): a new run there would mix its checkpoints with them. --resume continues "
+              "that run; --overwrite removes them and starts a new one; or choose another --out");
+  }
+  start.remove_earlier_checkpoints = true;
+  return start;
+}
+
+// Rank 0, once the input is checked and --out exists and is locked: --out becomes this run's.
+// run.json names it and config.json records its resolved options (rewritten by a resume); a new
+// run removes an earlier run's summary and loss plot (and, --overwrite, checkpoints).
+void claim_out_dir(const TrainConfig& config, const RunStart& start, const RunDataFiles& files) {
+  if (start.remove_earlier_checkpoints) {
+    const int removed = remove_checkpoint_files(config.out_dir);
+    std::printf("out: removed the %d checkpoint file(s) of the earlier run (--overwrite)\n",
+                removed);
+  }
+  write_run_record(config.out_dir, start.run_id, config);
+  write_config_record(config, start.run_id,
+                      start.resume_point ? std::optional<int64_t>(start.resume_point->step)
+                                         : std::nullopt,
+                      files);
+  if (!start.resume_point) {
+    for (const std::string& earlier : {summary_path(config.out_dir),
+                                       loss_plot_path(config.out_dir)})
+      if (::unlink(earlier.c_str()) != 0 && errno != ENOENT)
+        GPT2_FAIL(earlier, ": cannot remove the earlier run's file: ", std::strerror(errno));
+  }
 }
 
 }  // namespace gpt2

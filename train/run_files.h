@@ -1,6 +1,7 @@
 /**
  * @file run_files.h
- * @brief The files of a run in --out: checkpoint names, finding where to resume, metrics cut.
+ * @brief The files of a run in --out: checkpoint names and writing, finding where to resume,
+ *        the run's identity, metrics cut.
  *
  * A checkpoint at step N is a pair written in this order: OUT/model_%08d.bin (llm.c fp32)
  * then OUT/state_%08d.bin (optimizer moments, loader position, sampling RNG, and the name, size
@@ -32,10 +33,16 @@
 #include <string>
 #include <vector>
 
+#include "base/rng.h"
+#include "data/dataloader.h"
 #include "model/checkpoint.h"
+#include "parallel/communicator.h"
+#include "train/run_record.h"
+#include "train/training_state.h"
 
 namespace gpt2 {
 
+class Model;
 struct TrainConfig;
 
 std::string model_checkpoint_path(const std::string& out_dir, int64_t step);
@@ -125,5 +132,40 @@ void check_resume_compatible(const TrainConfig& config, const ResumePoint& point
 /// Keeps the lines of metrics.jsonl with step <= max_step (atomic rewrite). Returns how many
 /// lines were kept. A missing file is left missing (0 lines).
 int truncate_metrics(const std::string& path, int64_t max_step);
+
+/// Where the run stands besides its model, optimizer and data position: what a checkpoint
+/// records so that a resumed run is the same run and stops where it would have.
+struct RunStanding {
+  uint64_t run_id = 0;       // rank 0's (the other ranks write nothing)
+  int skipped_in_a_row = 0;  // consecutive steps without an update (--on-nonfinite skip-step)
+  int skipped_total = 0;     // updates skipped in the run
+};
+
+/// The pair of step `step` in config.out_dir: the model's parameters and a training state of
+/// the loader's position, the sampling RNG and the standing; then the pairs beyond
+/// --keep-checkpoints removed. Refuses (gpt2::Error, the previous pair kept) a parameter or
+/// moment that is not finite. Collective (the optimizer state of a ZeRO-1 run is gathered from
+/// every rank): every rank calls it, rank 0 writes, and the ranks leave it together.
+void write_checkpoint(const TrainConfig& config, Model& model, int step,
+                      const DataLoader& train_loader, const Rng& sample_rng,
+                      const RunStanding& standing, Communicator& comm);
+
+/// Rank 0, before anything is written: what --resume continues, and who this run is.
+struct RunStart {
+  std::optional<ResumePoint> resume_point;  // --resume found a pair of the run to continue
+  uint64_t run_id = 0;                       // that run's, or a new one
+  bool remove_earlier_checkpoints = false;   // a new run in an --out of checkpoints (--overwrite)
+};
+
+/// The resume point is the newest verified pair of the run that last used --out (run.json): a
+/// pair of another run is never continued. A new run refuses an --out holding checkpoints
+/// (gpt2::Error) unless --overwrite; they are removed in claim_out_dir. Prints "resume: ..."
+/// lines.
+RunStart find_run_start(const TrainConfig& config);
+
+/// Rank 0, once the input is checked and --out exists and is locked: --out becomes this run's
+/// (run.json, config.json with the data files; a new run removes an earlier run's summary and
+/// loss plot, and with --overwrite its checkpoints).
+void claim_out_dir(const TrainConfig& config, const RunStart& start, const RunDataFiles& files);
 
 }  // namespace gpt2

@@ -7,7 +7,9 @@
  * success and for --help, 2 for gpt2::UsageError, 1 for any other error, after printing
  * "gpt2-train: error: <message>" to stderr.
  *
- * run_training() order, so that bad input fails before anything is printed or written:
+ * run_training() order (the phases of trainer.cpp's TrainingRun; the printing is
+ * run_report.h, the checkpoint pairs and --out run_files.h), so that bad input fails before
+ * anything is printed or written:
  *   the lock of --out when it exists (a second run on it stops here) and the removal of its
  *   stale temporary files -> tokenizer (only when sampling) -> data loaders -> resume point
  *   (--resume: the newest verified pair of the run that last used --out, run_files.h) and the

@@ -40,12 +40,12 @@ TEST(TrainOptions, CpuDefaults) {
   const TrainConfig c = resolve({}, no_gpu());
   EXPECT_EQ(c.device, DeviceKind::kCpu);
   EXPECT_EQ(c.model_name, "d2");
-  EXPECT_EQ(c.model_config.num_layers, 2);
-  EXPECT_EQ(c.model_config.max_seq_len, 1024);
-  EXPECT_EQ(c.precision, Precision::kFp32);
-  EXPECT_EQ(c.attention, AttentionKind::kFlash);
-  EXPECT_EQ(c.batch_size, 4);
-  EXPECT_EQ(c.seq_len, 64);
+  EXPECT_EQ(c.model.config.num_layers, 2);
+  EXPECT_EQ(c.model.config.max_seq_len, 1024);
+  EXPECT_EQ(c.model.precision, Precision::kFp32);
+  EXPECT_EQ(c.model.attention, AttentionKind::kFlash);
+  EXPECT_EQ(c.model.batch_size, 4);
+  EXPECT_EQ(c.model.seq_len, 64);
   EXPECT_EQ(c.total_batch_size, 4 * 64);
   EXPECT_EQ(c.grad_accum_steps, 1);
   EXPECT_EQ(c.steps, 50);
@@ -64,18 +64,18 @@ TEST(TrainOptions, CpuDefaults) {
   EXPECT_EQ(c.on_nonfinite, NonFinitePolicy::kStop);
   EXPECT_EQ(c.seed, 1337u);
   EXPECT_EQ(c.world_size, 1);
-  EXPECT_NE(c.train_pattern.find("kjv_train.bin"), std::string::npos);
-  EXPECT_NE(c.val_pattern.find("kjv_val.bin"), std::string::npos);
+  EXPECT_NE(c.train_data.pattern.find("kjv_train.bin"), std::string::npos);
+  EXPECT_NE(c.val_data.pattern.find("kjv_val.bin"), std::string::npos);
 }
 
 TEST(TrainOptions, AutoPicksCudaWhenAvailableWithItsDefaults) {
   const TrainConfig c = resolve({}, with_gpu());
   EXPECT_EQ(c.device, DeviceKind::kCuda);
   EXPECT_EQ(c.model_name, "d12");
-  EXPECT_EQ(c.model_config.channels, 768);
-  EXPECT_EQ(c.precision, Precision::kBf16);
-  EXPECT_EQ(c.batch_size, 16);
-  EXPECT_EQ(c.seq_len, 1024);
+  EXPECT_EQ(c.model.config.channels, 768);
+  EXPECT_EQ(c.model.precision, Precision::kBf16);
+  EXPECT_EQ(c.model.batch_size, 16);
+  EXPECT_EQ(c.model.seq_len, 1024);
   EXPECT_EQ(resolve({"--device", "cpu"}, with_gpu()).device, DeviceKind::kCpu);
 }
 
@@ -105,19 +105,19 @@ TEST(TrainOptions, DataParallelRanksZeroStageAndTotalBatch) {
   const JobRanks two{1, 2};
   const TrainConfig single = resolve({}, no_gpu());
   EXPECT_EQ(single.world_size, 1);
-  EXPECT_EQ(single.zero_stage, 0);
+  EXPECT_EQ(single.model.zero_stage, 0);
   const TrainConfig c = resolve_train_config(
       parse_command_line({"--batch-size", "2", "--seq-len", "32"}), no_gpu(), two);
   EXPECT_EQ(c.rank, 1);
   EXPECT_EQ(c.world_size, 2);
-  EXPECT_EQ(c.zero_stage, 1);  // the default with several ranks
+  EXPECT_EQ(c.model.zero_stage, 1);  // the default with several ranks
   EXPECT_EQ(c.total_batch_size, 2 * 32 * 2);
   EXPECT_EQ(c.grad_accum_steps, 1);
   const TrainConfig zero0 = resolve_train_config(
       parse_command_line({"--zero", "0", "--total-batch-size", "512", "--batch-size", "2",
                           "--seq-len", "32"}),
       no_gpu(), two);
-  EXPECT_EQ(zero0.zero_stage, 0);
+  EXPECT_EQ(zero0.model.zero_stage, 0);
   EXPECT_EQ(zero0.grad_accum_steps, 4);
   for (const char* bad : {"2", "-1", "one", ""})
     EXPECT_THROW(parse_command_line({"--zero", bad}), UsageError) << bad;
@@ -152,9 +152,9 @@ TEST(TrainOptions, CudaWithSeveralRanksGoesThroughNccl) {
       const TrainConfig config = resolve_train_config(parse_command_line(args), with_gpu(), two);
       EXPECT_EQ(config.device, DeviceKind::kCuda);
       EXPECT_TRUE(config.nccl);
-      EXPECT_FALSE(config.overlap_comm);  // measured faster on two H100s
-      EXPECT_FALSE(config.overlap_gather);
-      EXPECT_EQ(config.zero_stage, 1);
+      EXPECT_FALSE(config.model.overlap_communication);  // measured faster on two H100s
+      EXPECT_FALSE(config.model.overlap_gather);
+      EXPECT_EQ(config.model.zero_stage, 1);
     }
   } else {
     try {
@@ -173,9 +173,9 @@ TEST(TrainOptions, CommAndOverlapOptions) {
         parse_command_line({"--device", "cuda", "--comm", "nccl", "--overlap-comm", "1"}),
         with_gpu());
     EXPECT_TRUE(one.nccl);
-    EXPECT_TRUE(one.overlap_comm);
-    EXPECT_TRUE(one.overlap_gather);
-    EXPECT_EQ(one.zero_stage, 0);
+    EXPECT_TRUE(one.model.overlap_communication);
+    EXPECT_TRUE(one.model.overlap_gather);
+    EXPECT_EQ(one.model.zero_stage, 0);
   }
   const std::string cpu = usage_message({"--device", "cpu", "--comm", "nccl"});
   EXPECT_NE(cpu.find("--comm nccl needs --device cuda"), std::string::npos) << cpu;
@@ -195,13 +195,13 @@ TEST(TrainOptions, CommAndOverlapOptions) {
 // precision; the CPU (fp32) may sum in bf16. --grad-bucket: a positive count, else the backend's
 // default (0).
 TEST(TrainOptions, GradReduceAndBucketOptions) {
-  EXPECT_EQ(resolve({"--device", "cpu"}, no_gpu()).grad_reduce, GradReduce::kFp32);
-  EXPECT_EQ(resolve({"--device", "cpu", "--grad-reduce", "bf16"}, no_gpu()).grad_reduce,
+  EXPECT_EQ(resolve({"--device", "cpu"}, no_gpu()).model.grad_reduce, GradReduce::kFp32);
+  EXPECT_EQ(resolve({"--device", "cpu", "--grad-reduce", "bf16"}, no_gpu()).model.grad_reduce,
             GradReduce::kBf16);
-  EXPECT_EQ(resolve({"--device", "cuda"}, with_gpu()).grad_reduce, GradReduce::kBf16);
-  EXPECT_EQ(resolve({"--device", "cuda", "--grad-reduce", "fp32"}, with_gpu()).grad_reduce,
+  EXPECT_EQ(resolve({"--device", "cuda"}, with_gpu()).model.grad_reduce, GradReduce::kBf16);
+  EXPECT_EQ(resolve({"--device", "cuda", "--grad-reduce", "fp32"}, with_gpu()).model.grad_reduce,
             GradReduce::kFp32);
-  EXPECT_EQ(resolve({"--device", "cuda", "--precision", "fp32"}, with_gpu()).grad_reduce,
+  EXPECT_EQ(resolve({"--device", "cuda", "--precision", "fp32"}, with_gpu()).model.grad_reduce,
             GradReduce::kFp32);
   const std::string message = usage_message(
       {"--device", "cuda", "--precision", "fp32", "--grad-reduce", "bf16"}, with_gpu());
@@ -209,8 +209,8 @@ TEST(TrainOptions, GradReduceAndBucketOptions) {
       << message;
   for (const char* bad : {"fp16", "", "BF16"})
     EXPECT_THROW(parse_command_line({"--grad-reduce", bad}), UsageError) << bad;
-  EXPECT_EQ(resolve({"--device", "cpu"}, no_gpu()).bucket_elements, 0u);
-  EXPECT_EQ(resolve({"--device", "cpu", "--grad-bucket", "4096"}, no_gpu()).bucket_elements,
+  EXPECT_EQ(resolve({"--device", "cpu"}, no_gpu()).model.bucket_elements, 0u);
+  EXPECT_EQ(resolve({"--device", "cpu", "--grad-bucket", "4096"}, no_gpu()).model.bucket_elements,
             4096u);
   for (const char* bad : {"0", "-1", "1e6", ""})
     EXPECT_THROW(parse_command_line({"--grad-bucket", bad}), UsageError) << bad;
@@ -220,7 +220,7 @@ TEST(TrainOptions, SeqLenBeyondContextNamesBothNumbers) {
   const std::string message = usage_message({"--max-seq-len", "128", "--seq-len", "256"});
   EXPECT_NE(message.find("--seq-len 256"), std::string::npos) << message;
   EXPECT_NE(message.find("128"), std::string::npos) << message;
-  EXPECT_EQ(resolve({"--max-seq-len", "128", "--seq-len", "128"}, no_gpu()).seq_len, 128);
+  EXPECT_EQ(resolve({"--max-seq-len", "128", "--seq-len", "128"}, no_gpu()).model.seq_len, 128);
 }
 
 TEST(TrainOptions, ContextFreeRangeChecks) {
@@ -285,9 +285,9 @@ TEST(TrainOptions, CheckpointModelTakesItsContextFromTheFile) {
   const TrainConfig c = resolve({"--model", path, "--seq-len", "96"}, no_gpu());
   EXPECT_EQ(c.model_source, ModelSource::kLlmcFile);
   EXPECT_EQ(c.model_path, path);
-  EXPECT_EQ(c.model_config, config);
+  EXPECT_EQ(c.model.config, config);
   EXPECT_EQ(resolve({"--model", path, "--max-seq-len", "96", "--seq-len", "32"}, no_gpu())
-                .model_config.max_seq_len, 96);
+                .model.config.max_seq_len, 96);
   const std::string message = usage_message({"--model", path, "--max-seq-len", "1024"});
   EXPECT_NE(message.find("1024"), std::string::npos) << message;
   EXPECT_NE(message.find("96"), std::string::npos) << message;
@@ -312,10 +312,10 @@ TEST(TrainOptions, HuggingFaceDirectoryTakesItsContextFromConfigJson) {
     EXPECT_EQ(c.model_source, ModelSource::kHfDirectory) << model;
     EXPECT_EQ(c.model_path, dir);
     EXPECT_EQ(c.model_name, model);
-    EXPECT_EQ(c.model_config, config);
+    EXPECT_EQ(c.model.config, config);
   }
   EXPECT_EQ(resolve({"--model", "hf:" + dir, "--max-seq-len", "96", "--seq-len", "32"}, no_gpu())
-                .model_config.max_seq_len, 96);
+                .model.config.max_seq_len, 96);
   const std::string message = usage_message({"--model", "hf:" + dir, "--max-seq-len", "1024"});
   EXPECT_NE(message.find("--max-seq-len 1024 disagrees with the model hf:" + dir +
                          " (max_seq_len 96)"), std::string::npos) << message;
@@ -362,14 +362,15 @@ TEST(TrainOptions, HuggingFaceDirectoryTakesItsContextFromConfigJson) {
 // apply (the GPU kernel itself is checked against the device by the CUDA model).
 TEST(TrainOptions, FlashKernelChoiceAndDeterminism) {
   const TrainConfig defaults = resolve({"--device", "cuda"}, with_gpu());
-  EXPECT_EQ(defaults.flash_kernel, FlashKernelChoice::kAuto);
-  EXPECT_FALSE(defaults.deterministic_attention);
+  EXPECT_EQ(defaults.model.flash_kernel, FlashKernelChoice::kAuto);
+  EXPECT_FALSE(defaults.model.deterministic_attention);
   const TrainConfig hopper = resolve(
       {"--device", "cuda", "--attn-kernel", "hopper", "--attn-deterministic", "1"}, with_gpu());
-  EXPECT_EQ(hopper.flash_kernel, FlashKernelChoice::kHopper);
-  EXPECT_TRUE(hopper.deterministic_attention);
-  EXPECT_EQ(resolve({"--device", "cuda", "--attn-kernel", "portable"}, with_gpu()).flash_kernel,
-            FlashKernelChoice::kPortable);
+  EXPECT_EQ(hopper.model.flash_kernel, FlashKernelChoice::kHopper);
+  EXPECT_TRUE(hopper.model.deterministic_attention);
+  EXPECT_EQ(
+      resolve({"--device", "cuda", "--attn-kernel", "portable"}, with_gpu()).model.flash_kernel,
+      FlashKernelChoice::kPortable);
   EXPECT_NE(usage_message({"--attn-kernel", "fast"}).find("--attn-kernel must be auto, portable"),
             std::string::npos);
   EXPECT_NE(usage_message({"--device", "cpu", "--attn-kernel", "hopper"}).find("needs --device cuda"),
@@ -384,9 +385,9 @@ TEST(TrainOptions, FlashKernelChoiceAndDeterminism) {
 
 // --classifier-chunk-rows: passed through to the CUDA model (0: automatic), refused on the CPU.
 TEST(TrainOptions, ClassifierChunkRows) {
-  EXPECT_EQ(resolve({"--device", "cuda"}, with_gpu()).classifier_chunk_rows, 0);
+  EXPECT_EQ(resolve({"--device", "cuda"}, with_gpu()).model.classifier_chunk_rows, 0);
   EXPECT_EQ(resolve({"--device", "cuda", "--classifier-chunk-rows", "37"}, with_gpu())
-                .classifier_chunk_rows,
+                .model.classifier_chunk_rows,
             37);
   EXPECT_NE(usage_message({"--classifier-chunk-rows", "-1"})
                 .find("--classifier-chunk-rows must be a non-negative integer"),
@@ -398,18 +399,18 @@ TEST(TrainOptions, ClassifierChunkRows) {
 
 // --cuda-graph on|off: on by default, passed through; anything else is refused.
 TEST(TrainOptions, CudaGraphSwitch) {
-  EXPECT_TRUE(resolve({"--device", "cuda"}, with_gpu()).cuda_graphs);
-  EXPECT_FALSE(resolve({"--device", "cuda", "--cuda-graph", "off"}, with_gpu()).cuda_graphs);
-  EXPECT_TRUE(resolve({"--device", "cuda", "--cuda-graph", "on"}, with_gpu()).cuda_graphs);
+  EXPECT_TRUE(resolve({"--device", "cuda"}, with_gpu()).model.cuda_graphs);
+  EXPECT_FALSE(resolve({"--device", "cuda", "--cuda-graph", "off"}, with_gpu()).model.cuda_graphs);
+  EXPECT_TRUE(resolve({"--device", "cuda", "--cuda-graph", "on"}, with_gpu()).model.cuda_graphs);
   EXPECT_NE(usage_message({"--cuda-graph", "yes"}).find("--cuda-graph must be on or off"),
             std::string::npos);
 }
 
 // --recompute none|fc: passed through to the CUDA model (none by default), refused on the CPU.
 TEST(TrainOptions, Recompute) {
-  EXPECT_FALSE(resolve({"--device", "cuda"}, with_gpu()).recompute_fc);
-  EXPECT_FALSE(resolve({"--device", "cuda", "--recompute", "none"}, with_gpu()).recompute_fc);
-  EXPECT_TRUE(resolve({"--device", "cuda", "--recompute", "fc"}, with_gpu()).recompute_fc);
+  EXPECT_FALSE(resolve({"--device", "cuda"}, with_gpu()).model.recompute_fc);
+  EXPECT_FALSE(resolve({"--device", "cuda", "--recompute", "none"}, with_gpu()).model.recompute_fc);
+  EXPECT_TRUE(resolve({"--device", "cuda", "--recompute", "fc"}, with_gpu()).model.recompute_fc);
   EXPECT_NE(usage_message({"--recompute", "all"}).find("--recompute must be none or fc"),
             std::string::npos);
   EXPECT_NE(usage_message({"--device", "cpu", "--recompute", "fc"})

@@ -39,18 +39,18 @@ TrainConfig resolve(const std::vector<std::string>& args) {
 TEST(ValidationDefault, ResolutionNeverValidatesUserDataOnTheEmbeddedCorpus) {
   const TrainConfig embedded = resolve({"--device", "cpu"});
   EXPECT_EQ(embedded.val_every, 25);
-  EXPECT_NE(embedded.val_pattern.find("kjv_val.bin"), std::string::npos);
+  EXPECT_NE(embedded.val_data.pattern.find("kjv_val.bin"), std::string::npos);
   EXPECT_TRUE(embedded.validation_note.empty());
 
   const TrainConfig user = resolve({"--device", "cpu", "--train-data", "mine.bin"});
   EXPECT_EQ(user.val_every, 0);
-  EXPECT_EQ(user.val_pattern, "");
+  EXPECT_EQ(user.val_data.pattern, "");
   EXPECT_NE(user.validation_note.find("--val-data"), std::string::npos) << user.validation_note;
 
   const TrainConfig user_val =
       resolve({"--device", "cpu", "--train-data", "mine.bin", "--val-data", "mine_val.bin"});
   EXPECT_EQ(user_val.val_every, 25);
-  EXPECT_EQ(user_val.val_pattern, "mine_val.bin");
+  EXPECT_EQ(user_val.val_data.pattern, "mine_val.bin");
   EXPECT_TRUE(user_val.validation_note.empty());
 
   // Turned off by the user: nothing to say.

@@ -3,7 +3,7 @@
 // Code-point ranges of \p{L} (letters), \p{N} (numbers) and \s (white space) exactly as
 // JavaScript's /\p{L}/u, /\p{N}/u and /\s/u classify them, i.e. as gpt-3-encoder's
 // Encoder.js pre-tokenizes; and char_class(), their lookup. Generated with:
-//   node tools/gen_unicode_tables.js > data/unicode_classes.cpp
+//   node tools/gen_unicode_tables.js   (writes data/generated/unicode_classes.cpp)
 // under node v20.20.2 (ICU 78.2, Unicode 17.0).
 // 840 ranges: 145672 letter, 1924 number and
 // 25 white-space code points.
