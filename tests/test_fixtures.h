@@ -7,8 +7,14 @@
 
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/error.h"
@@ -40,6 +46,41 @@ inline std::vector<int> random_tokens(size_t n, int V, uint64_t seed) {
   for (int& t : tokens) t = static_cast<int>(rng.uniform_int(static_cast<uint64_t>(V)));
   return tokens;
 }
+
+/// A fixture whose every test works in a fresh folder of its own (mkdtemp under
+/// ::testing::TempDir(), named from `prefix`), removed with everything in it at the test's end.
+class ScratchDirTest : public ::testing::Test {
+ protected:
+  explicit ScratchDirTest(std::string prefix) : prefix_(std::move(prefix)) {}
+  void SetUp() override {
+    std::string base = ::testing::TempDir();
+    while (base.size() > 1 && base.back() == '/') base.pop_back();
+    std::string templ = base + "/" + prefix_ + "_XXXXXX";
+    ASSERT_NE(::mkdtemp(templ.data()), nullptr) << "mkdtemp failed for " << templ;
+    dir_ = templ;
+  }
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+  /// `name` inside the folder.
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  static std::vector<unsigned char> read_bytes(const std::string& file) {
+    std::ifstream in(file, std::ios::binary);
+    return std::vector<unsigned char>(std::istreambuf_iterator<char>(in),
+                                      std::istreambuf_iterator<char>());
+  }
+  static void write_bytes(const std::string& file, const std::vector<unsigned char>& bytes) {
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
+    ASSERT_TRUE(out.good()) << file;
+  }
+
+  std::string dir_;
+
+ private:
+  std::string prefix_;
+};
 
 /// The message of the gpt2::Error body() throws; a test failure (and "") when it throws none.
 template <typename Body>

@@ -42,18 +42,9 @@ using testing::error_message;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-class FileIoTest : public ::testing::Test {
+class FileIoTest : public testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    std::string base = ::testing::TempDir();
-    while (base.size() > 1 && base.back() == '/') base.pop_back();
-    std::string templ = base + "/gpt2_file_io_XXXXXX";
-    ASSERT_NE(::mkdtemp(templ.data()), nullptr) << "mkdtemp failed for " << templ;
-    dir_ = templ;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  FileIoTest() : ScratchDirTest("gpt2_file_io") {}
 
   void write_plain(const std::string& name, const std::string& bytes) const {
     std::ofstream out(path(name), std::ios::binary);
@@ -75,8 +66,6 @@ class FileIoTest : public ::testing::Test {
     std::sort(names.begin(), names.end());
     return names;
   }
-
-  std::string dir_;
 };
 
 // Runs `body` and returns the gpt2::Error message it throws (fails the test if none).

@@ -110,16 +110,9 @@ std::vector<WindowId> sorted(std::vector<WindowId> ids) {
   return ids;
 }
 
-class DataLoaderTest : public ::testing::Test {
+class DataLoaderTest : public testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    std::string base = ::testing::TempDir();
-    while (base.size() > 1 && base.back() == '/') base.pop_back();
-    std::string templ = base + "/gpt2_loader_XXXXXX";
-    ASSERT_NE(::mkdtemp(templ.data()), nullptr) << "mkdtemp failed for " << templ;
-    dir_ = templ;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  DataLoaderTest() : ScratchDirTest("gpt2_loader") {}
 
   std::string shard_path(int64_t index) const {
     return dir_ + "/shard_" + std::to_string(index) + ".bin";
@@ -171,7 +164,6 @@ class DataLoaderTest : public ::testing::Test {
     return ids;
   }
 
-  std::string dir_;
   std::vector<int64_t> sizes_;
 };
 

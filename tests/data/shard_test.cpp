@@ -53,16 +53,9 @@ std::string llmc_shard_bytes(const std::vector<uint16_t>& tokens, int32_t magic 
   return bytes;
 }
 
-class ShardTest : public ::testing::Test {
+class ShardTest : public testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    std::string base = ::testing::TempDir();
-    while (base.size() > 1 && base.back() == '/') base.pop_back();
-    std::string templ = base + "/gpt2_shard_XXXXXX";
-    ASSERT_NE(::mkdtemp(templ.data()), nullptr) << "mkdtemp failed for " << templ;
-    dir_ = templ;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  ShardTest() : ScratchDirTest("gpt2_shard") {}
 
   std::string write_raw(const std::string& name, const std::string& bytes) const {
     const std::string file = dir_ + "/" + name;
@@ -71,8 +64,6 @@ class ShardTest : public ::testing::Test {
     EXPECT_TRUE(out.good()) << "could not write " << file;
     return file;
   }
-
-  std::string dir_;
 };
 
 // Both the cheap header check and the full read must reject a bad file the same way.

@@ -25,6 +25,7 @@
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "run_command.h"
+#include "tokenizer_test_fixture.h"
 
 namespace gpt2 {
 namespace {
@@ -42,26 +43,13 @@ std::string jsonl_line(const std::string& text) {
   return nlohmann::json({{"id", 7}, {"text", text}}).dump() + "\n";
 }
 
-class TokenizeCorpusTest : public ::testing::Test {
+class TokenizeCorpusTest : public testing::TokenizerFolderTest {
  protected:
-  static void SetUpTestSuite() {
-    tokenizer_ = new Gpt2Tokenizer(std::string(GPT2_TEST_DATA_DIR) + "/tokenizer/encoder.json",
-                                   std::string(GPT2_TEST_DATA_DIR) + "/tokenizer/vocab.bpe");
-  }
-  static void TearDownTestSuite() {
-    delete tokenizer_;
-    tokenizer_ = nullptr;
-  }
+  TokenizeCorpusTest() : TokenizerFolderTest("gpt2_tokenize_corpus") {}
   void SetUp() override {
-    folder_ = fs::path(::testing::TempDir()) /
-              ("gpt2_tokenize_corpus_test_" + std::to_string(::getpid()) + "_" +
-               ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(folder_);
-    fs::create_directories(folder_ / "in");
+    TokenizerFolderTest::SetUp();
+    fs::create_directories(path("in"));
   }
-  void TearDown() override { fs::remove_all(folder_); }
-
-  std::string path(const std::string& name) const { return (folder_ / name).string(); }
 
   /// [EOT] + ids of each document, concatenated.
   static std::vector<uint16_t> expected_tokens(const std::vector<std::string>& documents) {
@@ -71,22 +59,6 @@ class TokenizeCorpusTest : public ::testing::Test {
       for (const int id : tokenizer_->encode(document)) tokens.push_back(static_cast<uint16_t>(id));
     }
     return tokens;
-  }
-
-  /// Splits a token stream at its end-of-text tokens and decodes each document.
-  static std::vector<std::string> decode_documents(const std::vector<uint16_t>& tokens) {
-    std::vector<std::string> documents;
-    std::vector<int> current;
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      if (tokens[i] == Gpt2Tokenizer::kEndOfText) {
-        if (i > 0) documents.push_back(tokenizer_->decode(current));
-        current.clear();
-      } else {
-        current.push_back(tokens[i]);
-      }
-    }
-    if (!tokens.empty()) documents.push_back(tokenizer_->decode(current));
-    return documents;
   }
 
   /// The names of the files in a folder, sorted ("" entries for none).
@@ -110,10 +82,7 @@ class TokenizeCorpusTest : public ::testing::Test {
     return tokens;
   }
 
-  static Gpt2Tokenizer* tokenizer_;
-  fs::path folder_;
 };
-Gpt2Tokenizer* TokenizeCorpusTest::tokenizer_ = nullptr;
 
 TEST_F(TokenizeCorpusTest, MixedFolderGivesTheTokensOfThePlainTexts) {
   GPT2_REQUIRE_COMPRESSION();

@@ -28,6 +28,7 @@
 #include "data/tokenizer.h"
 #include "run_command.h"
 #include "special_files.h"
+#include "tokenizer_test_fixture.h"
 
 namespace gpt2 {
 namespace {
@@ -41,26 +42,9 @@ RunResult run_tool(const std::vector<std::string>& args) {
   return testing::run_binary(GPT2_TOKENIZE_BINARY, args);
 }
 
-class TokenizeToolTest : public ::testing::Test {
+class TokenizeToolTest : public testing::TokenizerFolderTest {
  protected:
-  static void SetUpTestSuite() {
-    tokenizer_ = new Gpt2Tokenizer(std::string(GPT2_TEST_DATA_DIR) + "/tokenizer/encoder.json",
-                                   std::string(GPT2_TEST_DATA_DIR) + "/tokenizer/vocab.bpe");
-  }
-  static void TearDownTestSuite() {
-    delete tokenizer_;
-    tokenizer_ = nullptr;
-  }
-  void SetUp() override {
-    folder_ = fs::path(::testing::TempDir()) /
-              ("gpt2_tokenize_tool_test_" + std::to_string(::getpid()) + "_" +
-               ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(folder_);
-    fs::create_directories(folder_);
-  }
-  void TearDown() override { fs::remove_all(folder_); }
-
-  std::string path(const std::string& name) const { return (folder_ / name).string(); }
+  TokenizeToolTest() : TokenizerFolderTest("gpt2_tokenize_tool") {}
 
   /// Writes documents as doc_0.txt, doc_1.txt, ... and returns their paths in order.
   std::vector<std::string> write_documents(const std::vector<std::string>& documents) const {
@@ -72,29 +56,15 @@ class TokenizeToolTest : public ::testing::Test {
     return paths;
   }
 
-  /// Splits a shard at its end-of-text tokens (each must start a document) and decodes them.
-  static std::vector<std::string> decode_documents(const std::string& shard_path) {
+  /// The documents of a shard (whose first token must be end-of-text).
+  static std::vector<std::string> decode_shard(const std::string& shard_path) {
     const std::vector<uint16_t> tokens = read_shard(shard_path, tokenizer_->vocab_size());
-    std::vector<std::string> documents;
-    std::vector<int> current;
     EXPECT_FALSE(tokens.empty());
     EXPECT_EQ(tokens.empty() ? -1 : tokens[0], Gpt2Tokenizer::kEndOfText);
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      if (tokens[i] == Gpt2Tokenizer::kEndOfText) {
-        if (i > 0) documents.push_back(tokenizer_->decode(current));
-        current.clear();
-      } else {
-        current.push_back(tokens[i]);
-      }
-    }
-    if (!tokens.empty()) documents.push_back(tokenizer_->decode(current));
-    return documents;
+    return decode_documents(tokens);
   }
 
-  static Gpt2Tokenizer* tokenizer_;
-  fs::path folder_;
 };
-Gpt2Tokenizer* TokenizeToolTest::tokenizer_ = nullptr;
 
 /// Ten small documents, each distinct, with white space, Unicode and "<|endoftext|>" text
 /// (which must stay text, not become the separator).
@@ -121,7 +91,7 @@ TEST_F(TokenizeToolTest, ShardDecodesToInputsWithEndOfTextBeforeEach) {
   args.insert(args.end(), {"--output", path("train.bin")});
   const RunResult run = run_tool(args);
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_EQ(decode_documents(path("train.bin")), docs);
+  EXPECT_EQ(decode_shard(path("train.bin")), docs);
 
   // The exact token stream: [EOT] + encode(doc) per document, in input order.
   std::vector<uint16_t> expected;
@@ -141,7 +111,7 @@ TEST_F(TokenizeToolTest, RepeatedInputOptionsKeepOrder) {
   const RunResult run = run_tool({"--input", paths[0], "--input", paths[1], paths[2],
                                   "--output", path("train.bin")});
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_EQ(decode_documents(path("train.bin")), docs);
+  EXPECT_EQ(decode_shard(path("train.bin")), docs);
 }
 
 TEST_F(TokenizeToolTest, ValidationSplitTakesEvenlySpreadWholeDocuments) {
@@ -164,8 +134,8 @@ TEST_F(TokenizeToolTest, ValidationSplitTakesEvenlySpreadWholeDocuments) {
           std::find(val_indices.begin(), val_indices.end(), i) != val_indices.end();
       (is_val ? expected_val : expected_train).push_back(docs[i]);
     }
-    EXPECT_EQ(decode_documents(path("train.bin")), expected_train) << fraction;
-    EXPECT_EQ(decode_documents(path("val.bin")), expected_val) << fraction;
+    EXPECT_EQ(decode_shard(path("train.bin")), expected_train) << fraction;
+    EXPECT_EQ(decode_shard(path("val.bin")), expected_val) << fraction;
   }
 }
 
@@ -216,7 +186,7 @@ TEST_F(TokenizeToolTest, MissingInputIsNamedAndNothingIsWritten) {
   EXPECT_NE(run.output.find(missing), std::string::npos) << run.output;
   EXPECT_FALSE(fs::exists(path("train.bin")));
   EXPECT_FALSE(fs::exists(path("val.bin")));
-  for (const auto& entry : fs::directory_iterator(folder_)) {
+  for (const auto& entry : fs::directory_iterator(dir_)) {
     EXPECT_EQ(entry.path().extension(), ".txt") << "left behind: " << entry.path();
   }
 }
@@ -224,7 +194,7 @@ TEST_F(TokenizeToolTest, MissingInputIsNamedAndNothingIsWritten) {
 TEST_F(TokenizeToolTest, RefusesToOverwriteAnInput) {
   const std::vector<std::string> paths = write_documents({"first document", "second document"});
   fs::create_symlink(paths[1], path("link.bin"));
-  const std::string other_spelling = folder_.string() + "/./doc_0.txt";
+  const std::string other_spelling = dir_ + "/./doc_0.txt";
   const std::vector<std::vector<std::string>> overwriting = {
       {"--input", paths[0], "--output", paths[0]},
       {"--input", paths[0], paths[1], "--output", other_spelling},
@@ -327,7 +297,7 @@ TEST_F(TokenizeToolTest, OutputsThatAreOneFileAreRefused) {
     args.insert(args.end(), outputs.begin(), outputs.end());
     args.insert(args.end(), {"--val-fraction", "0.5"});
     fs::create_directories(path("sub"));
-    const RunResult run = run_tool_in(folder_.string(), args);
+    const RunResult run = run_tool_in(dir_, args);
     EXPECT_EQ(run.exit_code, 2) << outputs[1] << " " << outputs[3] << "\n" << run.output;
     EXPECT_NE(run.output.find("is the same file as --output"), std::string::npos) << run.output;
     EXPECT_FALSE(fs::exists(path("train.bin")));

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "gpu/gpu_test_util.h"
+#include "gpu/multi_gpu_test_util.h"
 #include "model/context_parallel.h"
 #include "model/cuda_model.h"
 #include "model/parameters.h"
@@ -28,6 +29,7 @@
 namespace gpt2 {
 namespace {
 
+using testing::max_relative_difference;
 using testing::random_tokens;
 
 constexpr int kT = 640;  // chunks of 128, 128, 128, 256: the last ends at T
@@ -102,15 +104,6 @@ Trained train(Communicator* comm, Communicator* group, int B, const RunSpec& spe
   return result;
 }
 
-double max_relative_difference(const std::vector<float>& got, const std::vector<float>& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double scale = 0.0, worst = 0.0;
-  for (const float x : want) scale = std::max(scale, std::fabs(double(x)));
-  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i)
-    worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
-  return scale > 0 ? worst / scale : worst;
-}
-
 #ifdef GPT2_WITH_NCCL
 // Two ranks as threads, rank r on GPU r, one context group of both.
 std::vector<Trained> train_group(int B, const RunSpec& spec) {
@@ -152,13 +145,10 @@ void expect_group_trains_like_one_gpu(const RunSpec& spec, double tolerance) {
 #endif
 }
 
-#define GPT2_REQUIRE_TWO_NCCL_GPUS()                                                   \
-  do {                                                                                 \
-    if (!nccl_backend_available()) GTEST_SKIP() << "this build has no NCCL";           \
-    GPT2_REQUIRE_GPU();                                                                \
-    int devices = 0;                                                                   \
-    GPT2_CUDA_CHECK(cudaGetDeviceCount(&devices));                                     \
-    if (devices < 2) GTEST_SKIP() << "needs 2 GPUs, " << devices << " visible";        \
+#define GPT2_REQUIRE_TWO_NCCL_GPUS() \
+  do {                               \
+    GPT2_REQUIRE_NCCL();             \
+    GPT2_REQUIRE_TWO_GPUS();         \
   } while (0)
 
 TEST(CudaContextParallel, TwoGpusShareSequencesLikeOneGpuInFp32) {

@@ -25,6 +25,7 @@
 #include "parallel/nccl_communicator.h"
 #include "parallel/shard_plan.h"
 #include "gpu/gpu_test_util.h"
+#include "gpu/multi_gpu_test_util.h"
 #include "model/cuda_data_parallel.h"
 #include "model/cuda_model.h"
 #include "model/parameters.h"
@@ -34,6 +35,7 @@
 namespace gpt2 {
 namespace {
 
+using testing::max_relative_difference;
 using testing::random_tokens;
 
 constexpr int kT = 24;
@@ -276,12 +278,6 @@ Trained train(Communicator* comm, int world, int rank, int B, const RunSpec& spe
   return result;
 }
 
-#define GPT2_REQUIRE_NCCL()                                                       \
-  do {                                                                            \
-    if (!nccl_backend_available()) GTEST_SKIP() << "this build has no NCCL";      \
-    GPT2_REQUIRE_GPU();                                                           \
-  } while (0)
-
 TEST(CudaDataParallel, WorldOneThroughNcclIsThePlainModelBitForBit) {
   GPT2_REQUIRE_NCCL();
 #ifdef GPT2_WITH_NCCL
@@ -386,21 +382,6 @@ TEST(CudaDataParallel, CallsOutOfOrderAreRefused) {
 #endif
 }
 
-double max_relative_difference(const std::vector<float>& got, const std::vector<float>& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double scale = 0.0, worst = 0.0;
-  for (const float x : want) scale = std::max(scale, std::fabs(double(x)));
-  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i)
-    worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
-  return scale > 0 ? worst / scale : worst;
-}
-
-#define GPT2_REQUIRE_TWO_GPUS()                                                        \
-  do {                                                                                 \
-    int devices = 0;                                                                   \
-    GPT2_CUDA_CHECK(cudaGetDeviceCount(&devices));                                     \
-    if (devices < 2) GTEST_SKIP() << "needs 2 GPUs, " << devices << " visible";        \
-  } while (0)
 
 #ifdef GPT2_WITH_NCCL
 // `world` ranks as threads, rank r on GPU r through NCCL, each training B rows of every batch.

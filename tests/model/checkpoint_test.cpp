@@ -71,29 +71,9 @@ bool same_value(float a, float b) {
   return (std::isnan(a) && std::isnan(b)) || bits_of(a) == bits_of(b);
 }
 
-class CheckpointTest : public ::testing::Test {
+class CheckpointTest : public testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    std::string base = ::testing::TempDir();
-    while (base.size() > 1 && base.back() == '/') base.pop_back();
-    std::string templ = base + "/gpt2_checkpoint_XXXXXX";
-    ASSERT_NE(::mkdtemp(templ.data()), nullptr) << "mkdtemp failed for " << templ;
-    dir_ = templ;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
-
-  static std::vector<unsigned char> read_bytes(const std::string& file) {
-    std::ifstream in(file, std::ios::binary);
-    return std::vector<unsigned char>(std::istreambuf_iterator<char>(in),
-                                      std::istreambuf_iterator<char>());
-  }
-  static void write_bytes(const std::string& file, const std::vector<unsigned char>& bytes) {
-    std::ofstream out(file, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    ASSERT_TRUE(out.good()) << file;
-  }
+  CheckpointTest() : ScratchDirTest("gpt2_checkpoint") {}
 
   // Expects read_model_checkpoint to throw gpt2::Error whose message has the path and `problem`.
   void expect_model_rejected(const std::string& file, const std::string& problem) {
@@ -106,8 +86,6 @@ class CheckpointTest : public ::testing::Test {
       EXPECT_NE(what.find(problem), std::string::npos) << what;
     }
   }
-
-  std::string dir_;
 };
 
 void put_le32(std::vector<unsigned char>& out, uint32_t v) {

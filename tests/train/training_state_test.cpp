@@ -32,32 +32,9 @@ namespace {
 
 using testing::tiny_config;
 
-class TrainingStateTest : public ::testing::Test {
+class TrainingStateTest : public testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    std::string base = ::testing::TempDir();
-    while (base.size() > 1 && base.back() == '/') base.pop_back();
-    std::string templ = base + "/gpt2_training_state_XXXXXX";
-    ASSERT_NE(::mkdtemp(templ.data()), nullptr) << "mkdtemp failed for " << templ;
-    dir_ = templ;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
-
-  static std::vector<unsigned char> read_bytes(const std::string& file) {
-    std::ifstream in(file, std::ios::binary);
-    return std::vector<unsigned char>(std::istreambuf_iterator<char>(in),
-                                      std::istreambuf_iterator<char>());
-  }
-  static void write_bytes(const std::string& file, const std::vector<unsigned char>& bytes) {
-    std::ofstream out(file, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(bytes.data()),
-              static_cast<std::streamsize>(bytes.size()));
-    ASSERT_TRUE(out.good()) << file;
-  }
-
-  std::string dir_;
+  TrainingStateTest() : ScratchDirTest("gpt2_training_state") {}
 };
 
 TrainingState sample_state(int64_t num_parameters) {
