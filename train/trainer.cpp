@@ -60,11 +60,13 @@ double seconds_since(Clock::time_point start) {
 // libraries, the data and tokenizer read so far, a resume point's copies) and the fp32 copies
 // of the parameters that initialization (one) or a checkpoint (parameters, m and v: three)
 // makes on the host.
-MemoryPlan run_memory_plan(const TrainConfig& config, const ModelOptions& options, bool resuming) {
+MemoryPlan run_memory_plan(const TrainConfig& config, const ModelOptions& options, bool resuming,
+                           size_t* resident) {
   MemoryPlan plan = plan_model_memory(options, config.device);
+  *resident = 0;
   if (config.device != DeviceKind::kCpu) return plan;
-  plan.add("host", "process before allocation (VmRSS: code, data read so far)",
-           resident_memory_bytes());
+  *resident = resident_memory_bytes();
+  plan.add("host", "process before allocation (VmRSS: code, data read so far)", *resident);
   const size_t param_bytes =
       ParameterLayout::for_config(config.model.config).total * sizeof(float);
   // A resume point's parameters, m and v are resident already (above); the buffers of later
@@ -78,6 +80,19 @@ MemoryPlan run_memory_plan(const TrainConfig& config, const ModelOptions& option
              copies * param_bytes);
   }
   return plan;
+}
+
+// The CPU run's printed plan against the host's memory, before any buffer of it exists: the
+// total the screen shows, less what is resident already (which MemAvailable does not count).
+void check_host_plan_fits(const MemoryPlan& plan, size_t resident) {
+  const size_t available = available_host_memory_bytes();
+  const size_t needed = plan.total() - std::min(resident, plan.total());
+  if (available == 0 || needed <= available) return;
+  GPT2_FAIL("not enough CPU memory: the plan above needs ", plan.total(), " bytes (",
+            format_bytes(plan.total()), ") in total, ", format_bytes(resident), " of it resident "
+            "already; the other ", needed, " bytes (", format_bytes(needed), ") are more than the ",
+            available, " bytes (", format_bytes(available), ") available (MemAvailable in "
+            "/proc/meminfo). Use a smaller --batch-size or --seq-len, or a smaller model");
 }
 
 // A batch as the loader deals it to this rank's replica, (B,T) inputs and targets, and the rows
@@ -286,12 +301,14 @@ class TrainingRun {
     ModelOptions options = config_.model;
     options.comm = &model_comm();
     options.context_comm = context_group_.get();
-    plan_ = run_memory_plan(config_, options, resuming_);
+    size_t resident = 0;
+    plan_ = run_memory_plan(config_, options, resuming_, &resident);
     std::printf("%s\n",
                 plan_.to_string(data_parallel_ ? "memory plan (before allocation, per rank)"
                                                : "memory plan (before allocation)")
                     .c_str());
     std::fflush(stdout);
+    if (config_.device == DeviceKind::kCpu) check_host_plan_fits(plan_, resident);
     model_ = config_.device == DeviceKind::kCuda ? make_cuda_model(options)
                                                  : make_cpu_model(options);
     std::printf("device: %s, attention kernel %s\n", model_->device_name().c_str(),

@@ -1,7 +1,8 @@
 // On the CPU the memory plan a run prints (and reports as planned_mem_bytes) is within 15% of
 // the measured peak (the process's max RSS): besides the model's buffers it counts what the
 // process holds before allocation and the host copies of the parameters that initialization
-// and checkpoints make.
+// and checkpoints make. A plan larger than the host's available memory is refused before any
+// buffer exists, naming the very total the screen shows.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -73,6 +74,26 @@ TEST(CpuMemoryPlan, IsWithin15PercentOfTheMeasuredPeak) {
     }
   }
   std::filesystem::remove_all(dir);
+}
+
+// gpt2-xl at B=64, T=1024 plans far more than any test machine holds: refused with exit 1,
+// the refusal's total the printed plan's.
+TEST(CpuMemoryPlan, APlanThatDoesNotFitIsRefusedWithThePrintedTotal) {
+  const std::string out = scratch_dir("plan_too_large");
+  const auto result = run_trainer({"--device", "cpu", "--model", "gpt2-xl", "--batch-size", "64",
+                                   "--seq-len", "1024", "--steps", "1", "--val-every", "0",
+                                   "--train-data", embedded_train_data(), "--out", out});
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  const size_t total_line = result.output.rfind("\n  total  ");  // the plan's last line
+  ASSERT_NE(total_line, std::string::npos) << result.output;
+  const size_t end = result.output.find('\n', total_line + 1);
+  std::string total = result.output.substr(total_line + 9, end - total_line - 9);
+  total.erase(0, total.find_first_not_of(' '));
+  EXPECT_NE(result.output.find("not enough CPU memory: the plan above needs"), std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("(" + total + ") in total"), std::string::npos)
+      << "printed total " << total << ":\n" << result.output;
+  std::filesystem::remove_all(out);
 }
 
 }  // namespace
