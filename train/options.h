@@ -3,7 +3,8 @@
  * @brief gpt2-train's command line: parsing (syntax and context-free ranges) and resolution.
  *
  * Two stages, both callable in-process by tests:
- *   parse_command_line()  strings -> CommandLine. Checks every value that needs no context:
+ *   parse_command_line()  strings -> CommandLine (a TrainConfig and the options whose
+ *                         defaults depend on others). Checks every value that needs no context:
  *                         numbers are numbers, sizes > 0, counts >= 0, names are known,
  *                         --final-lr-frac in [0, 1], --val-steps > 0 when validating.
  *   resolve_train_config() CommandLine + device availability -> TrainConfig. Fills the
@@ -56,57 +57,11 @@ enum class ModelSource {
 };
 const char* to_string(ModelSource source);  // "init" | "llm.c checkpoint" | "Hugging Face"
 
-/// What the user typed; unset optionals take device-dependent defaults at resolution.
-struct CommandLine {
-  std::string train_data;  // glob; empty = the embedded data (data/paths.h)
-  std::string val_data;    // glob; empty = the embedded data, unless train_data is given
-  bool val_every_given = false;  // --val-every typed (not its default)
-  std::optional<std::string> model;  // dN, alias, checkpoint path, hf:DIR or a directory
-  std::optional<int> max_seq_len;
-  std::string device = "auto";  // auto | cuda | cpu
-  AttentionKind attention = AttentionKind::kFlash;
-  FlashKernelChoice flash_kernel = FlashKernelChoice::kAuto;
-  bool deterministic_attention = false;
-  std::optional<Precision> precision;
-  std::optional<int> batch_size;
-  std::optional<int> seq_len;
-  std::optional<int64_t> total_batch_size;
-  int steps = 50;
-  float lr = 6e-4f;
-  int warmup_steps = 0;
-  LrScheduleKind lr_schedule = LrScheduleKind::kCosine;
-  float final_lr_frac = 0.1f;
-  float weight_decay = 0.1f;
-  float grad_clip = 1.0f;
-  int val_every = 25;
-  int val_steps = 10;
-  int sample_every = 0;
-  int sample_tokens = 64;
-  std::string out_dir = "out";
-  int checkpoint_every = 0;
-  bool save_final = true;  // --save-final
-  int keep_checkpoints = kDefaultKeepCheckpoints;
-  bool resume = false;
-  bool overwrite = false;  // a new run may replace an earlier run's checkpoints in --out
-  NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;
-  uint64_t seed = 1337;
-  std::optional<int> zero_stage;  // 0 | 1
-  std::string comm = "auto";      // auto | nccl
-  int context_parallel = 1;     // --context-parallel N
-  bool overlap_comm = false;    // --overlap-comm: the reductions
-  bool overlap_gather = false;  // and the ZeRO-1 parameter gathers
-  std::optional<GradReduce> grad_reduce;        // --grad-reduce fp32|bf16
-  size_t grad_bucket = 0;                       // --grad-bucket (0: the backend's default)
-  int classifier_chunk_rows = 0;  // 0: automatic
-  bool recompute_fc = false;      // --recompute fc
-  bool cuda_graphs = true;        // --cuda-graph on|off
-  bool help = false;
-};
-
 /// Everything a run needs, with every default filled in and every cross-check done. A new field
 /// belongs in OUT/config.json too (train/run_record.cpp). The model's and the loaders' options
-/// are members, filled once by resolve_train_config and read where they are used; the run
-/// attaches only its communicators (ModelOptions::comm, context_comm), which exist once it runs.
+/// are members, filled once (parse_command_line stores each typed value, resolve_train_config
+/// the defaults that depend on others) and read where they are used; the run attaches only its
+/// communicators (ModelOptions::comm, context_comm), which exist once it runs.
 struct TrainConfig {
   std::string model_name;  // as given/defaulted: preset name, checkpoint path, hf:DIR
   ModelSource model_source = ModelSource::kInit;
@@ -153,6 +108,27 @@ struct TrainConfig {
   uint64_t seed = 0;
 };
 
+/// gpt2-train's command line. Each option is stored once: one whose value needs no context
+/// straight into `config`, where the run reads it; one whose default depends on the device, the
+/// model or other options below, as typed (unset: not typed), for resolve_train_config to
+/// resolve into `config`. config.train_data.pattern and config.val_data.pattern hold the typed
+/// globs (empty: not given; their defaults depend on each other).
+struct CommandLine {
+  TrainConfig config;
+  std::string device = "auto";       // auto | cuda | cpu
+  std::string comm = "auto";         // auto | nccl
+  std::optional<std::string> model;  // dN, alias, checkpoint path, hf:DIR or a directory
+  std::optional<int> max_seq_len;
+  std::optional<Precision> precision;
+  std::optional<GradReduce> grad_reduce;
+  std::optional<int> batch_size;
+  std::optional<int> seq_len;
+  std::optional<int64_t> total_batch_size;
+  std::optional<int> zero_stage;  // 0 | 1
+  bool val_every_given = false;   // --val-every typed (not its default)
+  bool help = false;
+};
+
 /// Whether a CUDA backend can run here, and why not (shown by `--device cuda`).
 struct DeviceAvailability {
   bool cuda = false;
@@ -185,7 +161,7 @@ struct ModelArgument {
 ModelArgument resolve_model_argument(const std::string& name);
 
 /// Throws gpt2::UsageError for bad combinations, gpt2::Error for an unusable device or file.
-TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailability& devices,
+TrainConfig resolve_train_config(CommandLine cli, const DeviceAvailability& devices,
                                  const JobRanks& ranks = {});
 
 /// Numbers of the command line (gpt2-train and gpt2-generate): each throws gpt2::UsageError
