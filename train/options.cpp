@@ -1,8 +1,5 @@
 #include "train/options.h"
 
-#include <cerrno>
-#include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <utility>
@@ -102,51 +99,6 @@ cxxopts::Options make_options() {
 
 }  // namespace
 
-int64_t parse_integer(const std::string& option, const std::string& text, int64_t min_value,
-                      int64_t max_value, const char* expectation) {
-  errno = 0;
-  char* end = nullptr;
-  const long long value = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || end != text.c_str() + text.size() || (errno == ERANGE && value < 0) ||
-      value < min_value) {
-    GPT2_USAGE_FAIL("--", option, " must be ", expectation, " (got '", text, "')");
-  }
-  if (errno == ERANGE || value > max_value)
-    GPT2_USAGE_FAIL("--", option, " is out of range: at most ", max_value, " (got '", text, "')");
-  return value;
-}
-
-int parse_positive_int(const std::string& option, const std::string& text) {
-  return static_cast<int>(
-      parse_integer(option, text, 1, std::numeric_limits<int>::max(), "a positive integer"));
-}
-
-int parse_count(const std::string& option, const std::string& text) {
-  return static_cast<int>(parse_integer(option, text, 0, std::numeric_limits<int>::max(),
-                                        "a non-negative integer"));
-}
-
-float parse_float(const std::string& option, const std::string& text, double min_value,
-                  double max_value, const char* expectation) {
-  errno = 0;
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || std::isnan(value) ||
-      value < min_value) {
-    GPT2_USAGE_FAIL("--", option, " must be ", expectation, " (got '", text, "')");
-  }
-  if (max_value == std::numeric_limits<float>::max() &&
-      (errno == ERANGE || std::isinf(value) || value > max_value)) {
-    // Underflow (ERANGE with a tiny value) is not an error: such a value is as good as 0.
-    if (!(errno == ERANGE && std::fabs(value) < 1.0))
-      GPT2_USAGE_FAIL("--", option, " is out of range: at most ", max_value, " (got '", text,
-                      "')");
-  } else if (value > max_value || !std::isfinite(value)) {
-    GPT2_USAGE_FAIL("--", option, " must be ", expectation, " (got '", text, "')");
-  }
-  return static_cast<float>(value);
-}
-
 AttentionKind parse_attention(const std::string& name) {
   if (name == "naive") return AttentionKind::kNaive;
   if (name == "flash") return AttentionKind::kFlash;
@@ -160,25 +112,10 @@ FlashKernelChoice parse_flash_kernel(const std::string& name) {
   GPT2_USAGE_FAIL("--attn-kernel must be auto, portable or hopper (got '", name, "')");
 }
 
-Precision parse_precision(const std::string& name) {
-  if (name == "fp32") return Precision::kFp32;
-  if (name == "bf16") return Precision::kBf16;
-  GPT2_USAGE_FAIL("--precision must be fp32 or bf16 (got '", name, "')");
-}
-
 NonFinitePolicy parse_nonfinite_policy(const std::string& name) {
   if (name == "stop") return NonFinitePolicy::kStop;
   if (name == "skip-step") return NonFinitePolicy::kSkipStep;
   GPT2_USAGE_FAIL("--on-nonfinite must be stop or skip-step (got '", name, "')");
-}
-
-const char* to_string(ModelSource source) {
-  switch (source) {
-    case ModelSource::kInit: return "init";
-    case ModelSource::kLlmcFile: return "llm.c checkpoint";
-    case ModelSource::kHfDirectory: return "Hugging Face";
-  }
-  return "unknown";
 }
 
 const char* to_string(NonFinitePolicy policy) {
@@ -190,12 +127,6 @@ const char* to_string(NonFinitePolicy policy) {
 }
 
 std::string usage_text() { return make_options().help(); }
-
-DeviceAvailability probe_devices() {
-  DeviceAvailability devices;
-  devices.cuda = cuda_backend_available(&devices.why_not);
-  return devices;
-}
 
 CommandLine parse_command_line(const std::vector<std::string>& args) {
   cxxopts::Options options = make_options();
@@ -225,7 +156,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     cli.model = text("model");
     if (cli.model->empty()) GPT2_USAGE_FAIL("--model is empty");
   }
-  if (given("max-seq-len")) cli.max_seq_len = parse_positive_int("max-seq-len", text("max-seq-len"));
+  if (given("max-seq-len"))
+    cli.max_seq_len = parse_positive_int("max-seq-len", text("max-seq-len"));
 
   cli.device = text("device");
   if (cli.device != "auto" && cli.device != "cuda" && cli.device != "cpu")
@@ -317,57 +249,6 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     GPT2_USAGE_FAIL("--cuda-graph must be on or off (got '", cuda_graph, "')");
   model.cuda_graphs = cuda_graph == "on";
   return cli;
-}
-
-namespace {
-
-// A folder gpt2-train wrote (run.json) without Hugging Face weights: its config.json is the
-// run's record (run_record.h), not a model's configuration.
-bool is_run_folder(const std::string& dir) {
-  std::error_code ec;
-  return std::filesystem::is_directory(dir, ec) && file_exists(run_record_path(dir)) &&
-         !file_exists((std::filesystem::path(dir) / kHfWeightsFile).string());
-}
-
-}  // namespace
-
-ModelArgument resolve_model_argument(const std::string& name) {
-  ModelArgument model;
-  if (is_model_preset(name)) {
-    if (!hf_model_dir_of("./" + name).empty() && !is_run_folder("./" + name))
-      GPT2_USAGE_FAIL("--model ", name, " is both a preset and a directory holding ",
-                      kHfConfigFile, ": write hf:", name, " (or ./", name,
-                      ") for the directory, or run from elsewhere for the preset");
-    return model;
-  }
-  if (is_run_folder(name)) {
-    const std::vector<std::string> states = training_state_files(name);
-    const std::string newest =
-        states.empty() ? std::string("model_<step>.bin")
-                       : model_checkpoint_path(name, std::stoll(states.back().substr(6)));
-    GPT2_FAIL("--model ", name, " is a gpt2-train run folder (its ", kHfConfigFile,
-              " records the run; it is not a Hugging Face model directory): pass one of its "
-              "model files, e.g. ", newest);
-  }
-  // hf:DIR, or a directory holding config.json; throws (exit 1) for an hf: path that is not one.
-  if (const std::string hf_dir = hf_model_dir_of(name); !hf_dir.empty()) {
-    model.source = ModelSource::kHfDirectory;
-    model.path = hf_dir;
-    return model;
-  }
-  if (std::error_code ec; std::filesystem::is_directory(name, ec))
-    GPT2_FAIL("--model ", name, ": a directory without ", kHfConfigFile, " (a Hugging Face model "
-              "directory holds ", kHfConfigFile, " and ", kHfWeightsFile, ")");
-  if (file_exists(name)) {
-    model.source = ModelSource::kLlmcFile;
-    model.path = name;
-    return model;
-  }
-  // A path is a file the machine lacks, not a bad option: exit code 1, like a missing shard.
-  if (name.find('/') != std::string::npos || name.find('.') != std::string::npos)
-    GPT2_FAIL("--model ", name, ": no such file (--model takes a preset name such as d12 or "
-              "gpt2, an llm.c model file, or hf:DIR)");
-  return model;
 }
 
 namespace {

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "data/dataloader.h"
+#include "inference/model_argument.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "train/lr_schedule.h"
@@ -48,14 +49,6 @@ constexpr int kMaxConsecutiveSkippedSteps = 10;
 
 /// --keep-checkpoints default: the newest pair and two to fall back on.
 constexpr int kDefaultKeepCheckpoints = 3;
-
-/// Where the model's parameters come from (--model).
-enum class ModelSource {
-  kInit,         // a preset (dN, gpt2, ...): GPT-2's initialization from --seed
-  kLlmcFile,     // an llm.c model file
-  kHfDirectory,  // a Hugging Face directory: hf:DIR, or a directory holding config.json
-};
-const char* to_string(ModelSource source);  // "init" | "llm.c checkpoint" | "Hugging Face"
 
 /// Everything a run needs, with every default filled in and every cross-check done. A new field
 /// belongs in OUT/config.json too (train/run_record.cpp). The model's and the loaders' options
@@ -129,13 +122,6 @@ struct CommandLine {
   bool help = false;
 };
 
-/// Whether a CUDA backend can run here, and why not (shown by `--device cuda`).
-struct DeviceAvailability {
-  bool cuda = false;
-  std::string why_not;
-};
-DeviceAvailability probe_devices();
-
 /// args excludes the program name. Throws gpt2::UsageError.
 CommandLine parse_command_line(const std::vector<std::string>& args);
 
@@ -148,37 +134,15 @@ struct JobRanks {
   int world_size = 1;
 };
 
-/// What a --model value names (gpt2-train and gpt2-generate): a preset (path empty), an llm.c
-/// model file or a Hugging Face directory (path: the file or directory). Throws
-/// gpt2::UsageError for a preset name that is also a directory holding config.json in the
-/// current folder (ambiguous: "write hf:NAME"), gpt2::Error (exit 1) for a path that is not
-/// there, a directory without config.json, or a bad hf: directory; an unknown name that looks
-/// like no path is left to the preset lookup (kInit, its "unknown model" usage error).
-struct ModelArgument {
-  ModelSource source = ModelSource::kInit;
-  std::string path;
-};
-ModelArgument resolve_model_argument(const std::string& name);
-
 /// Throws gpt2::UsageError for bad combinations, gpt2::Error for an unusable device or file.
 TrainConfig resolve_train_config(CommandLine cli, const DeviceAvailability& devices,
                                  const JobRanks& ranks = {});
 
-/// Numbers of the command line (gpt2-train and gpt2-generate): each throws gpt2::UsageError
-/// naming --option and the text, "must be <expectation>" or "out of range: at most N".
-int64_t parse_integer(const std::string& option, const std::string& text, int64_t min_value,
-                      int64_t max_value, const char* expectation);
-int parse_positive_int(const std::string& option, const std::string& text);
-int parse_count(const std::string& option, const std::string& text);  // >= 0
-/// A float in [min_value, max_value]; max_value = FLT_MAX means "any finite float".
-float parse_float(const std::string& option, const std::string& text, double min_value,
-                  double max_value, const char* expectation);
-
-/// "naive" | "flash", "cpu" | "cuda", "fp32" | "bf16", "stop" | "skip-step"; throw
-/// gpt2::UsageError naming the option.
+/// "naive" | "flash", "auto" | "portable" | "hopper", "stop" | "skip-step"; throw
+/// gpt2::UsageError naming the option (--precision's parse_precision is
+/// inference/model_argument.h's, the numbers' base/command_line.h's).
 AttentionKind parse_attention(const std::string& name);
 FlashKernelChoice parse_flash_kernel(const std::string& name);
-Precision parse_precision(const std::string& name);
 NonFinitePolicy parse_nonfinite_policy(const std::string& name);
 const char* to_string(NonFinitePolicy policy);
 

@@ -26,6 +26,7 @@
 #include "base/version.h"
 #include "data/dataloader.h"
 #include "data/tokenizer.h"
+#include "inference/generation.h"
 #include "parallel/communicator.h"
 #include "parallel/shard_plan.h"
 #include "model/checkpoint.h"
@@ -39,7 +40,6 @@
 #include "train/run_files.h"
 #include "train/run_report.h"
 #include "train/run_record.h"
-#include "train/generation.h"
 #include "train/signals.h"
 
 namespace gpt2 {
