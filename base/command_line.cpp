@@ -1,6 +1,7 @@
 /**
  * @file command_line.cpp
- * @brief parse_tool_options (see command_line.h): the value check, then cxxopts.
+ * @brief parse_tool_options (see command_line.h): the value check, then cxxopts; the number
+ *        parsers.
  *
  * The options' names and kinds come from the cxxopts::Options itself (every group's help
  * details: long and short names, and whether the option is a flag), so a tool declares each
@@ -10,6 +11,10 @@
 #include "base/command_line.h"
 
 #include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
 #include <map>
 
 #include "base/error.h"
@@ -108,6 +113,51 @@ cxxopts::ParseResult parse_tool_options(cxxopts::Options& options, int argc,
                                         const char* const* argv) {
   return parse_tool_options(options,
                             std::vector<std::string>(argv + (argc > 0 ? 1 : 0), argv + argc));
+}
+
+int64_t parse_integer(const std::string& option, const std::string& text, int64_t min_value,
+                      int64_t max_value, const char* expectation) {
+  errno = 0;
+  char* end = nullptr;
+  const long long value = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || end != text.c_str() + text.size() || (errno == ERANGE && value < 0) ||
+      value < min_value) {
+    GPT2_USAGE_FAIL("--", option, " must be ", expectation, " (got '", text, "')");
+  }
+  if (errno == ERANGE || value > max_value)
+    GPT2_USAGE_FAIL("--", option, " is out of range: at most ", max_value, " (got '", text, "')");
+  return value;
+}
+
+int parse_positive_int(const std::string& option, const std::string& text) {
+  return static_cast<int>(
+      parse_integer(option, text, 1, std::numeric_limits<int>::max(), "a positive integer"));
+}
+
+int parse_count(const std::string& option, const std::string& text) {
+  return static_cast<int>(parse_integer(option, text, 0, std::numeric_limits<int>::max(),
+                                        "a non-negative integer"));
+}
+
+float parse_float(const std::string& option, const std::string& text, double min_value,
+                  double max_value, const char* expectation) {
+  errno = 0;
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || std::isnan(value) ||
+      value < min_value) {
+    GPT2_USAGE_FAIL("--", option, " must be ", expectation, " (got '", text, "')");
+  }
+  if (max_value == std::numeric_limits<float>::max() &&
+      (errno == ERANGE || std::isinf(value) || value > max_value)) {
+    // Underflow (ERANGE with a tiny value) is not an error: such a value is as good as 0.
+    if (!(errno == ERANGE && std::fabs(value) < 1.0))
+      GPT2_USAGE_FAIL("--", option, " is out of range: at most ", max_value, " (got '", text,
+                      "')");
+  } else if (value > max_value || !std::isfinite(value)) {
+    GPT2_USAGE_FAIL("--", option, " must be ", expectation, " (got '", text, "')");
+  }
+  return static_cast<float>(value);
 }
 
 }  // namespace gpt2

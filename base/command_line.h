@@ -9,10 +9,13 @@
  *   - a flag given a value ("--resume=1") is "--resume takes no value (got '1')".
  * A value that starts with "--" can still be given as --name=--value. Whatever cxxopts itself
  * throws is rethrown in the same words, with straight quotes and the option as --name.
- * Every failure is a gpt2::UsageError (exit code 2) naming the option.
+ * Every failure is a gpt2::UsageError (exit code 2) naming the option; so are the number
+ * parsers' (parse_integer and friends), which tools use on the values cxxopts hands back as
+ * strings.
  */
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -26,5 +29,15 @@ cxxopts::ParseResult parse_tool_options(cxxopts::Options& options,
 /// argv as main() has it (argv[0] the program).
 cxxopts::ParseResult parse_tool_options(cxxopts::Options& options, int argc,
                                         const char* const* argv);
+
+/// The numbers of a command line: each throws gpt2::UsageError naming --option and the text,
+/// "must be <expectation>" or "is out of range: at most N".
+int64_t parse_integer(const std::string& option, const std::string& text, int64_t min_value,
+                      int64_t max_value, const char* expectation);
+int parse_positive_int(const std::string& option, const std::string& text);
+int parse_count(const std::string& option, const std::string& text);  // >= 0
+/// A float in [min_value, max_value]; max_value = FLT_MAX means "any finite float".
+float parse_float(const std::string& option, const std::string& text, double min_value,
+                  double max_value, const char* expectation);
 
 }  // namespace gpt2

@@ -8,7 +8,7 @@
 //
 // The prompt is encoded with the GPT-2 tokenizer (no <|endoftext|> is added in front); without
 // --prompt / --prompt-file the text starts from <|endoftext|> alone. The B samples are decoded
-// together through the model's generation session (train/generation.h): sample i draws from
+// together through the model's generation session (inference/generation.h): sample i draws from
 // Rng(--seed) jumped i times, so sample 0 is what --num-samples 1 gives with that seed. A
 // sample ends at the <|endoftext|> it produced (not printed) or after --max-new-tokens tokens.
 // stdout holds only the generated text: with one sample, streamed token by token (a UTF-8
@@ -42,12 +42,12 @@
 #include "base/error.h"
 #include "base/file_io.h"
 #include "data/tokenizer.h"
+#include "inference/generation.h"
+#include "inference/model_argument.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/hf_checkpoint.h"
 #include "model/model.h"
-#include "train/generation.h"
-#include "train/options.h"
 
 namespace gpt2 {
 namespace {

@@ -1,10 +1,8 @@
 #include "train/options.h"
 
-#include <cerrno>
-#include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <utility>
 
 #include <cxxopts.hpp>
 
@@ -101,51 +99,6 @@ cxxopts::Options make_options() {
 
 }  // namespace
 
-int64_t parse_integer(const std::string& option, const std::string& text, int64_t min_value,
-                      int64_t max_value, const char* expectation) {
-  errno = 0;
-  char* end = nullptr;
-  const long long value = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || end != text.c_str() + text.size() || (errno == ERANGE && value < 0) ||
-      value < min_value) {
-    GPT2_USAGE_FAIL("--", option, " must be ", expectation, " (got '", text, "')");
-  }
-  if (errno == ERANGE || value > max_value)
-    GPT2_USAGE_FAIL("--", option, " is out of range: at most ", max_value, " (got '", text, "')");
-  return value;
-}
-
-int parse_positive_int(const std::string& option, const std::string& text) {
-  return static_cast<int>(
-      parse_integer(option, text, 1, std::numeric_limits<int>::max(), "a positive integer"));
-}
-
-int parse_count(const std::string& option, const std::string& text) {
-  return static_cast<int>(parse_integer(option, text, 0, std::numeric_limits<int>::max(),
-                                        "a non-negative integer"));
-}
-
-float parse_float(const std::string& option, const std::string& text, double min_value,
-                  double max_value, const char* expectation) {
-  errno = 0;
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || std::isnan(value) ||
-      value < min_value) {
-    GPT2_USAGE_FAIL("--", option, " must be ", expectation, " (got '", text, "')");
-  }
-  if (max_value == std::numeric_limits<float>::max() &&
-      (errno == ERANGE || std::isinf(value) || value > max_value)) {
-    // Underflow (ERANGE with a tiny value) is not an error: such a value is as good as 0.
-    if (!(errno == ERANGE && std::fabs(value) < 1.0))
-      GPT2_USAGE_FAIL("--", option, " is out of range: at most ", max_value, " (got '", text,
-                      "')");
-  } else if (value > max_value || !std::isfinite(value)) {
-    GPT2_USAGE_FAIL("--", option, " must be ", expectation, " (got '", text, "')");
-  }
-  return static_cast<float>(value);
-}
-
 AttentionKind parse_attention(const std::string& name) {
   if (name == "naive") return AttentionKind::kNaive;
   if (name == "flash") return AttentionKind::kFlash;
@@ -159,25 +112,10 @@ FlashKernelChoice parse_flash_kernel(const std::string& name) {
   GPT2_USAGE_FAIL("--attn-kernel must be auto, portable or hopper (got '", name, "')");
 }
 
-Precision parse_precision(const std::string& name) {
-  if (name == "fp32") return Precision::kFp32;
-  if (name == "bf16") return Precision::kBf16;
-  GPT2_USAGE_FAIL("--precision must be fp32 or bf16 (got '", name, "')");
-}
-
 NonFinitePolicy parse_nonfinite_policy(const std::string& name) {
   if (name == "stop") return NonFinitePolicy::kStop;
   if (name == "skip-step") return NonFinitePolicy::kSkipStep;
   GPT2_USAGE_FAIL("--on-nonfinite must be stop or skip-step (got '", name, "')");
-}
-
-const char* to_string(ModelSource source) {
-  switch (source) {
-    case ModelSource::kInit: return "init";
-    case ModelSource::kLlmcFile: return "llm.c checkpoint";
-    case ModelSource::kHfDirectory: return "Hugging Face";
-  }
-  return "unknown";
 }
 
 const char* to_string(NonFinitePolicy policy) {
@@ -189,12 +127,6 @@ const char* to_string(NonFinitePolicy policy) {
 }
 
 std::string usage_text() { return make_options().help(); }
-
-DeviceAvailability probe_devices() {
-  DeviceAvailability devices;
-  devices.cuda = cuda_backend_available(&devices.why_not);
-  return devices;
-}
 
 CommandLine parse_command_line(const std::vector<std::string>& args) {
   cxxopts::Options options = make_options();
@@ -212,26 +144,30 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   if (cli.help) return cli;
   auto text = [&](const char* name) { return result[name].as<std::string>(); };
   auto given = [&](const char* name) { return result.count(name) > 0; };
+  TrainConfig& config = cli.config;
+  ModelOptions& model = config.model;
 
-  if (given("train-data")) cli.train_data = text("train-data");
-  if (given("val-data")) cli.val_data = text("val-data");
-  if (given("train-data") && cli.train_data.empty()) GPT2_USAGE_FAIL("--train-data is empty");
-  if (given("val-data") && cli.val_data.empty()) GPT2_USAGE_FAIL("--val-data is empty");
+  if (given("train-data")) config.train_data.pattern = text("train-data");
+  if (given("val-data")) config.val_data.pattern = text("val-data");
+  if (given("train-data") && config.train_data.pattern.empty())
+    GPT2_USAGE_FAIL("--train-data is empty");
+  if (given("val-data") && config.val_data.pattern.empty()) GPT2_USAGE_FAIL("--val-data is empty");
   if (given("model")) {
     cli.model = text("model");
     if (cli.model->empty()) GPT2_USAGE_FAIL("--model is empty");
   }
-  if (given("max-seq-len")) cli.max_seq_len = parse_positive_int("max-seq-len", text("max-seq-len"));
+  if (given("max-seq-len"))
+    cli.max_seq_len = parse_positive_int("max-seq-len", text("max-seq-len"));
 
   cli.device = text("device");
   if (cli.device != "auto" && cli.device != "cuda" && cli.device != "cpu")
     GPT2_USAGE_FAIL("--device must be auto, cuda or cpu (got '", cli.device, "')");
-  cli.attention = parse_attention(text("attn"));
-  cli.flash_kernel = parse_flash_kernel(text("attn-kernel"));
+  model.attention = parse_attention(text("attn"));
+  model.flash_kernel = parse_flash_kernel(text("attn-kernel"));
   const std::string deterministic = text("attn-deterministic");
   if (deterministic != "0" && deterministic != "1")
     GPT2_USAGE_FAIL("--attn-deterministic must be 0 or 1 (got '", deterministic, "')");
-  cli.deterministic_attention = deterministic == "1";
+  model.deterministic_attention = deterministic == "1";
   if (given("precision")) cli.precision = parse_precision(text("precision"));
 
   if (given("batch-size")) cli.batch_size = parse_positive_int("batch-size", text("batch-size"));
@@ -242,41 +178,42 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
                                          "a positive integer");
   }
 
-  cli.steps = parse_positive_int("steps", text("steps"));
+  config.steps = parse_positive_int("steps", text("steps"));
   constexpr double kMaxFloat = std::numeric_limits<float>::max();
-  cli.lr = parse_float("lr", text("lr"), 0.0, kMaxFloat, "a non-negative number");
-  cli.warmup_steps = parse_count("warmup-steps", text("warmup-steps"));
-  cli.lr_schedule = parse_lr_schedule(text("lr-schedule"));
-  cli.final_lr_frac =
+  LrSchedule& schedule = config.lr_schedule;
+  schedule.max_lr = parse_float("lr", text("lr"), 0.0, kMaxFloat, "a non-negative number");
+  schedule.warmup_steps = parse_count("warmup-steps", text("warmup-steps"));
+  schedule.kind = parse_lr_schedule(text("lr-schedule"));
+  schedule.final_lr_frac =
       parse_float("final-lr-frac", text("final-lr-frac"), 0.0, 1.0, "a number in [0, 1]");
-  cli.weight_decay =
+  config.weight_decay =
       parse_float("weight-decay", text("weight-decay"), 0.0, kMaxFloat, "a non-negative number");
-  cli.grad_clip =
+  config.grad_clip =
       parse_float("grad-clip", text("grad-clip"), 0.0, kMaxFloat, "a non-negative number");
 
-  cli.val_every = parse_count("val-every", text("val-every"));
+  config.val_every = parse_count("val-every", text("val-every"));
   cli.val_every_given = given("val-every");
-  cli.val_steps = parse_count("val-steps", text("val-steps"));
-  if (cli.val_every > 0 && cli.val_steps == 0)
-    GPT2_USAGE_FAIL("--val-steps must be a positive integer when --val-every is ", cli.val_every,
-                    " (got '0'; pass --val-every 0 to disable validation)");
-  cli.sample_every = parse_count("sample-every", text("sample-every"));
-  cli.sample_tokens = parse_positive_int("sample-tokens", text("sample-tokens"));
-  cli.out_dir = text("out");
-  if (cli.out_dir.empty()) GPT2_USAGE_FAIL("--out is empty");
-  cli.checkpoint_every = parse_count("checkpoint-every", text("checkpoint-every"));
+  config.val_steps = parse_count("val-steps", text("val-steps"));
+  if (config.val_every > 0 && config.val_steps == 0)
+    GPT2_USAGE_FAIL("--val-steps must be a positive integer when --val-every is ",
+                    config.val_every, " (got '0'; pass --val-every 0 to disable validation)");
+  config.sample_every = parse_count("sample-every", text("sample-every"));
+  config.sample_tokens = parse_positive_int("sample-tokens", text("sample-tokens"));
+  config.out_dir = text("out");
+  if (config.out_dir.empty()) GPT2_USAGE_FAIL("--out is empty");
+  config.checkpoint_every = parse_count("checkpoint-every", text("checkpoint-every"));
   const std::string save_final = text("save-final");
   if (save_final != "0" && save_final != "1")
     GPT2_USAGE_FAIL("--save-final must be 0 or 1 (got '", save_final, "')");
-  cli.save_final = save_final == "1";
-  cli.keep_checkpoints = parse_count("keep-checkpoints", text("keep-checkpoints"));
-  cli.resume = given("resume");
-  cli.overwrite = given("overwrite");
-  cli.on_nonfinite = parse_nonfinite_policy(text("on-nonfinite"));
+  config.save_final = save_final == "1";
+  config.keep_checkpoints = parse_count("keep-checkpoints", text("keep-checkpoints"));
+  config.resume = given("resume");
+  config.overwrite = given("overwrite");
+  config.on_nonfinite = parse_nonfinite_policy(text("on-nonfinite"));
   // The seed is stored as int64 in the training state, hence the upper bound.
-  cli.seed = static_cast<uint64_t>(parse_integer("seed", text("seed"), 0,
-                                                 std::numeric_limits<int64_t>::max(),
-                                                 "a non-negative integer"));
+  config.seed = static_cast<uint64_t>(parse_integer("seed", text("seed"), 0,
+                                                    std::numeric_limits<int64_t>::max(),
+                                                    "a non-negative integer"));
   if (given("zero")) {
     const std::string zero = text("zero");
     if (zero != "0" && zero != "1") GPT2_USAGE_FAIL("--zero must be 0 or 1 (got '", zero, "')");
@@ -288,9 +225,9 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   const std::string overlap = text("overlap-comm");
   if (overlap != "0" && overlap != "1" && overlap != "reduce" && overlap != "gather")
     GPT2_USAGE_FAIL("--overlap-comm must be 0, 1, reduce or gather (got '", overlap, "')");
-  cli.overlap_comm = overlap == "1" || overlap == "reduce";
-  cli.overlap_gather = overlap == "1" || overlap == "gather";
-  cli.context_parallel = parse_positive_int("context-parallel", text("context-parallel"));
+  model.overlap_communication = overlap == "1" || overlap == "reduce";
+  model.overlap_gather = overlap == "1" || overlap == "gather";
+  config.context_parallel = parse_positive_int("context-parallel", text("context-parallel"));
   if (given("grad-reduce")) {
     const std::string reduce = text("grad-reduce");
     if (reduce != "fp32" && reduce != "bf16")
@@ -298,70 +235,20 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     cli.grad_reduce = reduce == "bf16" ? GradReduce::kBf16 : GradReduce::kFp32;
   }
   if (given("grad-bucket")) {
-    cli.grad_bucket = static_cast<size_t>(parse_integer(
+    model.bucket_elements = static_cast<size_t>(parse_integer(
         "grad-bucket", text("grad-bucket"), 1, int64_t{1} << 40, "a positive integer"));
   }
-  cli.classifier_chunk_rows = parse_count("classifier-chunk-rows", text("classifier-chunk-rows"));
+  model.classifier_chunk_rows =
+      parse_count("classifier-chunk-rows", text("classifier-chunk-rows"));
   const std::string recompute = text("recompute");
   if (recompute != "none" && recompute != "fc")
     GPT2_USAGE_FAIL("--recompute must be none or fc (got '", recompute, "')");
-  cli.recompute_fc = recompute == "fc";
+  model.recompute_fc = recompute == "fc";
   const std::string cuda_graph = text("cuda-graph");
   if (cuda_graph != "on" && cuda_graph != "off")
     GPT2_USAGE_FAIL("--cuda-graph must be on or off (got '", cuda_graph, "')");
-  cli.cuda_graphs = cuda_graph == "on";
+  model.cuda_graphs = cuda_graph == "on";
   return cli;
-}
-
-namespace {
-
-// A folder gpt2-train wrote (run.json) without Hugging Face weights: its config.json is the
-// run's record (run_record.h), not a model's configuration.
-bool is_run_folder(const std::string& dir) {
-  std::error_code ec;
-  return std::filesystem::is_directory(dir, ec) && file_exists(run_record_path(dir)) &&
-         !file_exists((std::filesystem::path(dir) / kHfWeightsFile).string());
-}
-
-}  // namespace
-
-ModelArgument resolve_model_argument(const std::string& name) {
-  ModelArgument model;
-  if (is_model_preset(name)) {
-    if (!hf_model_dir_of("./" + name).empty() && !is_run_folder("./" + name))
-      GPT2_USAGE_FAIL("--model ", name, " is both a preset and a directory holding ",
-                      kHfConfigFile, ": write hf:", name, " (or ./", name,
-                      ") for the directory, or run from elsewhere for the preset");
-    return model;
-  }
-  if (is_run_folder(name)) {
-    const std::vector<std::string> states = training_state_files(name);
-    const std::string newest =
-        states.empty() ? std::string("model_<step>.bin")
-                       : model_checkpoint_path(name, std::stoll(states.back().substr(6)));
-    GPT2_FAIL("--model ", name, " is a gpt2-train run folder (its ", kHfConfigFile,
-              " records the run; it is not a Hugging Face model directory): pass one of its "
-              "model files, e.g. ", newest);
-  }
-  // hf:DIR, or a directory holding config.json; throws (exit 1) for an hf: path that is not one.
-  if (const std::string hf_dir = hf_model_dir_of(name); !hf_dir.empty()) {
-    model.source = ModelSource::kHfDirectory;
-    model.path = hf_dir;
-    return model;
-  }
-  if (std::error_code ec; std::filesystem::is_directory(name, ec))
-    GPT2_FAIL("--model ", name, ": a directory without ", kHfConfigFile, " (a Hugging Face model "
-              "directory holds ", kHfConfigFile, " and ", kHfWeightsFile, ")");
-  if (file_exists(name)) {
-    model.source = ModelSource::kLlmcFile;
-    model.path = name;
-    return model;
-  }
-  // A path is a file the machine lacks, not a bad option: exit code 1, like a missing shard.
-  if (name.find('/') != std::string::npos || name.find('.') != std::string::npos)
-    GPT2_FAIL("--model ", name, ": no such file (--model takes a preset name such as d12 or "
-              "gpt2, an llm.c model file, or hf:DIR)");
-  return model;
 }
 
 namespace {
@@ -423,13 +310,10 @@ void resolve_device_and_job(const CommandLine& cli, const DeviceAvailability& de
                                                                " ranks") : std::string(),
               " needs NCCL, and this build has none (CMake found no nccl.h and libnccl beside "
               "the CUDA toolkit); install NCCL and reconfigure, or use --device cpu");
-  config.model.overlap_communication = cli.overlap_comm;
-  config.model.overlap_gather = cli.overlap_gather;
-  config.context_parallel = cli.context_parallel;
   if (config.world_size % config.context_parallel != 0)
     GPT2_USAGE_FAIL("--context-parallel ", config.context_parallel, " does not divide the job's ",
                     config.world_size, " rank(s): the ranks form groups of that many");
-  if (config.context_parallel > 1 && cli.attention != AttentionKind::kFlash)
+  if (config.context_parallel > 1 && config.model.attention != AttentionKind::kFlash)
     GPT2_USAGE_FAIL("--context-parallel needs --attn flash: naive attention exists to "
                     "materialize each sequence's whole T x T scores, which no rank holds");
   config.model.zero_stage = cli.zero_stage.value_or(config.world_size > 1 ? 1 : 0);
@@ -450,24 +334,18 @@ void resolve_model_options(const CommandLine& cli, TrainConfig& config) {
       config.model.precision != Precision::kBf16)
     GPT2_USAGE_FAIL("--grad-reduce bf16 needs --precision bf16 on the GPU (an fp32 run reduces "
                     "its fp32 gradients in fp32)");
-  config.model.bucket_elements = cli.grad_bucket;
-  config.model.attention = cli.attention;
-  config.model.flash_kernel = cli.flash_kernel;
-  config.model.deterministic_attention = cli.deterministic_attention;
-  config.model.classifier_chunk_rows = cli.classifier_chunk_rows;
-  if (!on_cuda && cli.classifier_chunk_rows != 0)
+  if (!on_cuda && config.model.classifier_chunk_rows != 0)
     GPT2_USAGE_FAIL("--classifier-chunk-rows needs --device cuda (the CPU backend holds the "
                     "logits of the whole micro-batch)");
-  config.model.recompute_fc = cli.recompute_fc;
-  config.model.cuda_graphs = cli.cuda_graphs;
-  if (!on_cuda && cli.recompute_fc)
+  if (!on_cuda && config.model.recompute_fc)
     GPT2_USAGE_FAIL("--recompute fc needs --device cuda (the CPU backend keeps every "
                     "activation)");
-  if (cli.flash_kernel != FlashKernelChoice::kAuto && cli.attention != AttentionKind::kFlash)
-    GPT2_USAGE_FAIL("--attn-kernel ", to_string(cli.flash_kernel), " chooses among the flash "
+  const FlashKernelChoice flash_kernel = config.model.flash_kernel;
+  if (flash_kernel != FlashKernelChoice::kAuto && config.model.attention != AttentionKind::kFlash)
+    GPT2_USAGE_FAIL("--attn-kernel ", to_string(flash_kernel), " chooses among the flash "
                     "kernels; it needs --attn flash");
-  if (!on_cuda && cli.flash_kernel != FlashKernelChoice::kAuto)
-    GPT2_USAGE_FAIL("--attn-kernel ", to_string(cli.flash_kernel),
+  if (!on_cuda && flash_kernel != FlashKernelChoice::kAuto)
+    GPT2_USAGE_FAIL("--attn-kernel ", to_string(flash_kernel),
                     " needs --device cuda (the CPU backend has one kernel per --attn)");
 }
 
@@ -537,64 +415,46 @@ void resolve_batch(const CommandLine& cli, TrainConfig& config) {
 
 // The loaders read B x T windows of tokens below the model's vocabulary; the replicas read
 // different windows, the ranks of a context group the same ones.
-DataLoaderOptions loader_options(const TrainConfig& config, std::string pattern, bool shuffle) {
-  DataLoaderOptions options;
-  options.pattern = std::move(pattern);
-  options.batch_size = config.model.batch_size;
-  options.seq_len = config.model.seq_len;
-  options.vocab_size = config.model.config.vocab_size;
-  options.rank = config.data_parallel_rank();
-  options.world_size = config.data_parallel_size();
-  options.shuffle = shuffle;
-  options.seed = config.seed;
-  return options;
+void shape_loader(const TrainConfig& config, bool shuffle, DataLoaderOptions& loader) {
+  loader.batch_size = config.model.batch_size;
+  loader.seq_len = config.model.seq_len;
+  loader.vocab_size = config.model.config.vocab_size;
+  loader.rank = config.data_parallel_rank();
+  loader.world_size = config.data_parallel_size();
+  loader.shuffle = shuffle;
+  loader.seed = config.seed;
 }
 
-// The data, the schedule, validation, sampling, --out and checkpoints.
+// The data (the typed patterns or their defaults), validation and the schedule's length.
 void resolve_data_and_schedule(const CommandLine& cli, TrainConfig& config) {
-  const std::string train_pattern =
-      cli.train_data.empty() ? default_train_pattern() : cli.train_data;
+  std::string& train_pattern = config.train_data.pattern;
+  std::string& val_pattern = config.val_data.pattern;
   // A user's training data is never validated on the embedded corpus: without --val-data such a
   // run does not validate, and says so first thing.
-  const bool user_data_without_val = !cli.train_data.empty() && cli.val_data.empty();
-  if (user_data_without_val && cli.val_every_given && cli.val_every > 0)
-    GPT2_USAGE_FAIL("--val-every ", cli.val_every, " needs --val-data when --train-data is given "
-                    "(the embedded corpus is no validation set for your data); pass --val-data, "
-                    "or --val-every 0");
-  const std::string val_pattern =
-      cli.val_data.empty() && cli.train_data.empty() ? default_val_pattern() : cli.val_data;
-  config.train_data = loader_options(config, train_pattern, /*shuffle=*/true);
-  config.val_data = loader_options(config, val_pattern, /*shuffle=*/false);
-  config.steps = cli.steps;
-  config.lr_schedule.kind = cli.lr_schedule;
-  config.lr_schedule.max_lr = cli.lr;
-  config.lr_schedule.warmup_steps = cli.warmup_steps;
-  config.lr_schedule.total_steps = cli.steps;
-  config.lr_schedule.final_lr_frac = cli.final_lr_frac;
-  config.weight_decay = cli.weight_decay;
-  config.grad_clip = cli.grad_clip;
-  config.val_every = user_data_without_val ? 0 : cli.val_every;
-  if (user_data_without_val && cli.val_every > 0)
+  const bool user_data_without_val = !train_pattern.empty() && val_pattern.empty();
+  if (user_data_without_val && cli.val_every_given && config.val_every > 0)
+    GPT2_USAGE_FAIL("--val-every ", config.val_every, " needs --val-data when --train-data is "
+                    "given (the embedded corpus is no validation set for your data); pass "
+                    "--val-data, or --val-every 0");
+  if (train_pattern.empty()) {
+    train_pattern = default_train_pattern();
+    if (val_pattern.empty()) val_pattern = default_val_pattern();
+  }
+  shape_loader(config, /*shuffle=*/true, config.train_data);
+  shape_loader(config, /*shuffle=*/false, config.val_data);
+  config.lr_schedule.total_steps = config.steps;
+  if (user_data_without_val && config.val_every > 0)
     config.validation_note = "validation: off: --train-data is given without --val-data (the "
                              "embedded corpus is no validation set for your data); pass "
                              "--val-data to validate";
-  config.val_steps = cli.val_steps;
-  config.sample_every = cli.sample_every;
-  config.sample_tokens = cli.sample_tokens;
-  config.out_dir = cli.out_dir;
-  config.checkpoint_every = cli.checkpoint_every;
-  config.save_final = cli.save_final;
-  config.keep_checkpoints = cli.keep_checkpoints;
-  config.resume = cli.resume;
-  config.overwrite = cli.overwrite;
-  config.on_nonfinite = cli.on_nonfinite;
+  if (user_data_without_val) config.val_every = 0;
 }
 
 }  // namespace
 
-TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailability& devices,
+TrainConfig resolve_train_config(CommandLine cli, const DeviceAvailability& devices,
                                  const JobRanks& ranks) {
-  TrainConfig config;
+  TrainConfig config = std::move(cli.config);
   GPT2_CHECK(ranks.world_size >= 1 && ranks.rank >= 0 && ranks.rank < ranks.world_size,
              "rank ", ranks.rank, " of world size ", ranks.world_size);
   config.rank = ranks.rank;
@@ -603,7 +463,6 @@ TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailabilit
   resolve_model_options(cli, config);
   resolve_model_source(cli, config);
   resolve_batch(cli, config);
-  config.seed = cli.seed;  // before the loaders' options, which shuffle by it
   resolve_data_and_schedule(cli, config);
   refuse_inputs_in_out_dir(config);
   return config;

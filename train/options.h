@@ -3,7 +3,8 @@
  * @brief gpt2-train's command line: parsing (syntax and context-free ranges) and resolution.
  *
  * Two stages, both callable in-process by tests:
- *   parse_command_line()  strings -> CommandLine. Checks every value that needs no context:
+ *   parse_command_line()  strings -> CommandLine (a TrainConfig and the options whose
+ *                         defaults depend on others). Checks every value that needs no context:
  *                         numbers are numbers, sizes > 0, counts >= 0, names are known,
  *                         --final-lr-frac in [0, 1], --val-steps > 0 when validating.
  *   resolve_train_config() CommandLine + device availability -> TrainConfig. Fills the
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "data/dataloader.h"
+#include "inference/model_argument.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "train/lr_schedule.h"
@@ -48,65 +50,11 @@ constexpr int kMaxConsecutiveSkippedSteps = 10;
 /// --keep-checkpoints default: the newest pair and two to fall back on.
 constexpr int kDefaultKeepCheckpoints = 3;
 
-/// Where the model's parameters come from (--model).
-enum class ModelSource {
-  kInit,         // a preset (dN, gpt2, ...): GPT-2's initialization from --seed
-  kLlmcFile,     // an llm.c model file
-  kHfDirectory,  // a Hugging Face directory: hf:DIR, or a directory holding config.json
-};
-const char* to_string(ModelSource source);  // "init" | "llm.c checkpoint" | "Hugging Face"
-
-/// What the user typed; unset optionals take device-dependent defaults at resolution.
-struct CommandLine {
-  std::string train_data;  // glob; empty = the embedded data (data/paths.h)
-  std::string val_data;    // glob; empty = the embedded data, unless train_data is given
-  bool val_every_given = false;  // --val-every typed (not its default)
-  std::optional<std::string> model;  // dN, alias, checkpoint path, hf:DIR or a directory
-  std::optional<int> max_seq_len;
-  std::string device = "auto";  // auto | cuda | cpu
-  AttentionKind attention = AttentionKind::kFlash;
-  FlashKernelChoice flash_kernel = FlashKernelChoice::kAuto;
-  bool deterministic_attention = false;
-  std::optional<Precision> precision;
-  std::optional<int> batch_size;
-  std::optional<int> seq_len;
-  std::optional<int64_t> total_batch_size;
-  int steps = 50;
-  float lr = 6e-4f;
-  int warmup_steps = 0;
-  LrScheduleKind lr_schedule = LrScheduleKind::kCosine;
-  float final_lr_frac = 0.1f;
-  float weight_decay = 0.1f;
-  float grad_clip = 1.0f;
-  int val_every = 25;
-  int val_steps = 10;
-  int sample_every = 0;
-  int sample_tokens = 64;
-  std::string out_dir = "out";
-  int checkpoint_every = 0;
-  bool save_final = true;  // --save-final
-  int keep_checkpoints = kDefaultKeepCheckpoints;
-  bool resume = false;
-  bool overwrite = false;  // a new run may replace an earlier run's checkpoints in --out
-  NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;
-  uint64_t seed = 1337;
-  std::optional<int> zero_stage;  // 0 | 1
-  std::string comm = "auto";      // auto | nccl
-  int context_parallel = 1;     // --context-parallel N
-  bool overlap_comm = false;    // --overlap-comm: the reductions
-  bool overlap_gather = false;  // and the ZeRO-1 parameter gathers
-  std::optional<GradReduce> grad_reduce;        // --grad-reduce fp32|bf16
-  size_t grad_bucket = 0;                       // --grad-bucket (0: the backend's default)
-  int classifier_chunk_rows = 0;  // 0: automatic
-  bool recompute_fc = false;      // --recompute fc
-  bool cuda_graphs = true;        // --cuda-graph on|off
-  bool help = false;
-};
-
 /// Everything a run needs, with every default filled in and every cross-check done. A new field
 /// belongs in OUT/config.json too (train/run_record.cpp). The model's and the loaders' options
-/// are members, filled once by resolve_train_config and read where they are used; the run
-/// attaches only its communicators (ModelOptions::comm, context_comm), which exist once it runs.
+/// are members, filled once (parse_command_line stores each typed value, resolve_train_config
+/// the defaults that depend on others) and read where they are used; the run attaches only its
+/// communicators (ModelOptions::comm, context_comm), which exist once it runs.
 struct TrainConfig {
   std::string model_name;  // as given/defaulted: preset name, checkpoint path, hf:DIR
   ModelSource model_source = ModelSource::kInit;
@@ -153,12 +101,26 @@ struct TrainConfig {
   uint64_t seed = 0;
 };
 
-/// Whether a CUDA backend can run here, and why not (shown by `--device cuda`).
-struct DeviceAvailability {
-  bool cuda = false;
-  std::string why_not;
+/// gpt2-train's command line. Each option is stored once: one whose value needs no context
+/// straight into `config`, where the run reads it; one whose default depends on the device, the
+/// model or other options below, as typed (unset: not typed), for resolve_train_config to
+/// resolve into `config`. config.train_data.pattern and config.val_data.pattern hold the typed
+/// globs (empty: not given; their defaults depend on each other).
+struct CommandLine {
+  TrainConfig config;
+  std::string device = "auto";       // auto | cuda | cpu
+  std::string comm = "auto";         // auto | nccl
+  std::optional<std::string> model;  // dN, alias, checkpoint path, hf:DIR or a directory
+  std::optional<int> max_seq_len;
+  std::optional<Precision> precision;
+  std::optional<GradReduce> grad_reduce;
+  std::optional<int> batch_size;
+  std::optional<int> seq_len;
+  std::optional<int64_t> total_batch_size;
+  std::optional<int> zero_stage;  // 0 | 1
+  bool val_every_given = false;   // --val-every typed (not its default)
+  bool help = false;
 };
-DeviceAvailability probe_devices();
 
 /// args excludes the program name. Throws gpt2::UsageError.
 CommandLine parse_command_line(const std::vector<std::string>& args);
@@ -172,37 +134,15 @@ struct JobRanks {
   int world_size = 1;
 };
 
-/// What a --model value names (gpt2-train and gpt2-generate): a preset (path empty), an llm.c
-/// model file or a Hugging Face directory (path: the file or directory). Throws
-/// gpt2::UsageError for a preset name that is also a directory holding config.json in the
-/// current folder (ambiguous: "write hf:NAME"), gpt2::Error (exit 1) for a path that is not
-/// there, a directory without config.json, or a bad hf: directory; an unknown name that looks
-/// like no path is left to the preset lookup (kInit, its "unknown model" usage error).
-struct ModelArgument {
-  ModelSource source = ModelSource::kInit;
-  std::string path;
-};
-ModelArgument resolve_model_argument(const std::string& name);
-
 /// Throws gpt2::UsageError for bad combinations, gpt2::Error for an unusable device or file.
-TrainConfig resolve_train_config(const CommandLine& cli, const DeviceAvailability& devices,
+TrainConfig resolve_train_config(CommandLine cli, const DeviceAvailability& devices,
                                  const JobRanks& ranks = {});
 
-/// Numbers of the command line (gpt2-train and gpt2-generate): each throws gpt2::UsageError
-/// naming --option and the text, "must be <expectation>" or "out of range: at most N".
-int64_t parse_integer(const std::string& option, const std::string& text, int64_t min_value,
-                      int64_t max_value, const char* expectation);
-int parse_positive_int(const std::string& option, const std::string& text);
-int parse_count(const std::string& option, const std::string& text);  // >= 0
-/// A float in [min_value, max_value]; max_value = FLT_MAX means "any finite float".
-float parse_float(const std::string& option, const std::string& text, double min_value,
-                  double max_value, const char* expectation);
-
-/// "naive" | "flash", "cpu" | "cuda", "fp32" | "bf16", "stop" | "skip-step"; throw
-/// gpt2::UsageError naming the option.
+/// "naive" | "flash", "auto" | "portable" | "hopper", "stop" | "skip-step"; throw
+/// gpt2::UsageError naming the option (--precision's parse_precision is
+/// inference/model_argument.h's, the numbers' base/command_line.h's).
 AttentionKind parse_attention(const std::string& name);
 FlashKernelChoice parse_flash_kernel(const std::string& name);
-Precision parse_precision(const std::string& name);
 NonFinitePolicy parse_nonfinite_policy(const std::string& name);
 const char* to_string(NonFinitePolicy policy);
 

@@ -28,27 +28,6 @@
 namespace gpt2 {
 namespace {
 
-std::string step_file(const std::string& out_dir, const char* prefix, int64_t step) {
-  char name[64];
-  std::snprintf(name, sizeof name, "%s_%08lld.bin", prefix, static_cast<long long>(step));
-  return (std::filesystem::path(out_dir) / name).string();
-}
-
-// Step N of a file named <prefix>_<digits>.bin, or -1.
-int64_t step_file_step(const std::string& name, const std::string& prefix) {
-  const std::string suffix = ".bin";
-  if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
-      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-    return -1;
-  const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-  const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
-  if (digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), is_digit)) return -1;
-  return std::stoll(digits);
-}
-
-int64_t model_file_step(const std::string& name) { return step_file_step(name, "model_"); }
-int64_t state_file_step(const std::string& name) { return step_file_step(name, "state_"); }
-
 // The names of out_dir's regular files.
 std::vector<std::string> file_names(const std::string& out_dir) {
   std::vector<std::string> names;
@@ -76,12 +55,6 @@ bool process_is_running(long pid) {
 
 }  // namespace
 
-std::string model_checkpoint_path(const std::string& out_dir, int64_t step) {
-  return step_file(out_dir, "model", step);
-}
-std::string training_state_path(const std::string& out_dir, int64_t step) {
-  return step_file(out_dir, "state", step);
-}
 std::string metrics_path(const std::string& out_dir) {
   return (std::filesystem::path(out_dir) / "metrics.jsonl").string();
 }
@@ -91,15 +64,11 @@ std::string summary_path(const std::string& out_dir) {
 std::string lock_path(const std::string& out_dir) {
   return (std::filesystem::path(out_dir) / "gpt2-train.lock").string();
 }
-std::string run_record_path(const std::string& out_dir) {
-  return (std::filesystem::path(out_dir) / "run.json").string();
-}
-
 bool is_run_file_name(const std::string& name) {
   for (const char* fixed : {"metrics.jsonl", "summary.json", "run.json", "gpt2-train.lock",
                             "config.json", "loss.svg"})
     if (name == fixed) return true;
-  return model_file_step(name) >= 0 || state_file_step(name) >= 0;
+  return model_checkpoint_step(name) >= 0 || training_state_step(name) >= 0;
 }
 
 uint64_t new_run_id() {
@@ -157,20 +126,10 @@ std::optional<uint64_t> read_run_record_id(const std::string& out_dir) {
   return std::stoull(text, nullptr, 16);
 }
 
-std::vector<std::string> training_state_files(const std::string& out_dir) {
-  std::vector<std::string> names;
-  std::error_code ec;
-  if (!std::filesystem::is_directory(out_dir, ec)) return names;
-  for (const std::string& name : file_names(out_dir))
-    if (state_file_step(name) >= 0) names.push_back(name);
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 int remove_checkpoint_files(const std::string& out_dir) {
   int removed = 0;
   for (const std::string& name : file_names(out_dir)) {
-    if (model_file_step(name) < 0 && state_file_step(name) < 0) continue;
+    if (model_checkpoint_step(name) < 0 && training_state_step(name) < 0) continue;
     const std::string path = (std::filesystem::path(out_dir) / name).string();
     if (::unlink(path.c_str()) != 0 && errno != ENOENT)
       GPT2_FAIL(path, ": cannot remove this checkpoint file of the earlier run: ",
@@ -227,8 +186,8 @@ std::vector<int64_t> prune_checkpoints(const std::string& out_dir, int64_t step,
   if (keep <= 0) return {};
   std::set<int64_t> models, states;
   for (const std::string& name : file_names(out_dir)) {
-    if (const int64_t s = model_file_step(name); s > 0 && s <= step) models.insert(s);
-    if (const int64_t s = state_file_step(name); s > 0 && s <= step) states.insert(s);
+    if (const int64_t s = model_checkpoint_step(name); s > 0 && s <= step) models.insert(s);
+    if (const int64_t s = training_state_step(name); s > 0 && s <= step) states.insert(s);
   }
   std::vector<int64_t> complete;  // newest first
   for (auto it = models.rbegin(); it != models.rend(); ++it)
@@ -257,7 +216,7 @@ ResumeSearch find_resume_point(const std::string& out_dir, std::optional<uint64_
   if (!std::filesystem::is_directory(out_dir, ec)) return search;
   std::vector<int64_t> steps;
   for (const std::string& name : file_names(out_dir))
-    if (const int64_t step = model_file_step(name); step > 0) steps.push_back(step);
+    if (const int64_t step = model_checkpoint_step(name); step > 0) steps.push_back(step);
   std::sort(steps.rbegin(), steps.rend());
 
   for (const int64_t step : steps) {

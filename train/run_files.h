@@ -3,20 +3,20 @@
  * @brief The files of a run in --out: checkpoint names and writing, finding where to resume,
  *        the run's identity, metrics cut.
  *
- * A checkpoint at step N is a pair written in this order: OUT/model_%08d.bin (llm.c fp32)
- * then OUT/state_%08d.bin (optimizer moments, loader position, sampling RNG, and the name, size
- * and hash of the model file it belongs to). Each write is atomic, so a crash between the two
- * leaves a model without its state. find_resume_point() takes the highest N whose pair
- * verifies: both files present and reading cleanly (the state's own hash), the state naming
- * this model file and step, and the model file hashing to what the state recorded. Every newer
- * candidate it passes over is described, with the reason, in `notes`; `rejected` counts those
- * that were present but did not verify (corrupt or mixed pairs), as opposed to incomplete ones.
- * A run has an identity: a random 64-bit run id, drawn when it starts from scratch, kept by
- * every resume, recorded in each training state and in OUT/run.json (the run id and the run's
- * settings), which names the run that last used OUT. find_resume_point() takes only that run's
- * pairs (a pair of another run is passed over, saying so); a state without a run id (version 2)
- * counts as that run's, and without run.json (a folder of an older version, or pairs copied in
- * by hand) every pair is a candidate.
+ * The names of the checkpoint files and of run.json are model/run_folder.h's (gpt2-generate reads
+ * them too). A checkpoint at step N is a pair written in this order: OUT/model_%08d.bin (llm.c
+ * fp32) then OUT/state_%08d.bin (optimizer moments, loader position, sampling RNG, and the name,
+ * size and hash of the model file it belongs to). Each write is atomic, so a crash between the two
+ * leaves a model without its state. find_resume_point() takes the highest N whose pair verifies:
+ * both files present and reading cleanly (the state's own hash), the state naming this model file
+ * and step, and the model file hashing to what the state recorded. Every newer candidate it passes
+ * over is described, with the reason, in `notes`; `rejected` counts those that were present but did
+ * not verify (corrupt or mixed pairs), as opposed to incomplete ones. A run has an identity: a
+ * random 64-bit run id, drawn when it starts from scratch, kept by every resume, recorded in each
+ * training state and in OUT/run.json (the run id and the run's settings), which names the run that
+ * last used OUT. find_resume_point() takes only that run's pairs (a pair of another run is passed
+ * over, saying so); a state without a run id (version 2) counts as that run's, and without run.json
+ * (a folder of an older version, or pairs copied in by hand) every pair is a candidate.
  * The run holds an advisory lock on OUT/gpt2-train.lock (flock, released by the kernel when the
  * process ends, however it ends) for its whole life, so a second run on the same OUT stops at
  * once, naming the first one's pid. Holding it, the run removes the temporary files of its own
@@ -36,6 +36,7 @@
 #include "base/rng.h"
 #include "data/dataloader.h"
 #include "model/checkpoint.h"
+#include "model/run_folder.h"
 #include "parallel/communicator.h"
 #include "train/run_record.h"
 #include "train/training_state.h"
@@ -45,12 +46,9 @@ namespace gpt2 {
 class Model;
 struct TrainConfig;
 
-std::string model_checkpoint_path(const std::string& out_dir, int64_t step);
-std::string training_state_path(const std::string& out_dir, int64_t step);
 std::string metrics_path(const std::string& out_dir);
 std::string summary_path(const std::string& out_dir);
 std::string lock_path(const std::string& out_dir);  // OUT/gpt2-train.lock
-std::string run_record_path(const std::string& out_dir);  // OUT/run.json
 
 /// Whether a file name is one a run writes or removes in OUT: metrics.jsonl, summary.json,
 /// run.json, config.json (run_record.h), loss.svg (loss_plot.h), gpt2-train.lock,
@@ -68,9 +66,6 @@ void write_run_record(const std::string& out_dir, uint64_t run_id, const TrainCo
 /// the file and the field when it is there but unreadable.
 std::optional<uint64_t> read_run_record_id(const std::string& out_dir);
 
-/// The names of OUT's training-state files (state_<digits>.bin), sorted; empty when OUT is
-/// missing. A fresh run refuses an OUT holding any (unless --overwrite).
-std::vector<std::string> training_state_files(const std::string& out_dir);
 /// Removes every checkpoint file of OUT (model_<digits>.bin, state_<digits>.bin); returns how
 /// many (--overwrite).
 int remove_checkpoint_files(const std::string& out_dir);

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/error.h"
@@ -25,6 +26,7 @@
 #include "base/version.h"
 #include "data/dataloader.h"
 #include "data/tokenizer.h"
+#include "inference/generation.h"
 #include "parallel/communicator.h"
 #include "parallel/shard_plan.h"
 #include "model/checkpoint.h"
@@ -38,7 +40,6 @@
 #include "train/run_files.h"
 #include "train/run_report.h"
 #include "train/run_record.h"
-#include "train/generation.h"
 #include "train/signals.h"
 
 namespace gpt2 {
@@ -677,7 +678,7 @@ int train_main(int argc, char** argv) {
       share_cores(*comm);
     }
     std::vector<std::string> args(argv + (argc > 0 ? 1 : 0), argv + argc);
-    const CommandLine cli = parse_command_line(args);
+    CommandLine cli = parse_command_line(args);
     if (cli.help) {
       std::printf("%s", usage_text().c_str());
       return 0;
@@ -686,7 +687,7 @@ int train_main(int argc, char** argv) {
     if (comm->local_size() > 1 && cli.device != "cpu") select_gpu_of_local_rank(comm->local_rank());
     const DeviceAvailability devices = cli.device == "cpu" ? DeviceAvailability{} : probe_devices();
     const JobRanks ranks{comm->rank(), comm->world_size()};
-    return run_training(resolve_train_config(cli, devices, ranks), *comm);
+    return run_training(resolve_train_config(std::move(cli), devices, ranks), *comm);
   } catch (const UsageError& e) {
     exit_code = 2;
     failure = e.what();

@@ -31,7 +31,7 @@
 #include "model/cpu_model.h"
 #include "model/model.h"
 #include "model/parameters.h"
-#include "train/generation.h"
+#include "inference/generation.h"
 
 namespace gpt2::gpu::test {
 namespace {

@@ -32,7 +32,7 @@
 #include "model/hf_checkpoint.h"
 #include "model/model.h"
 #include "model/parameters.h"
-#include "train/generation.h"
+#include "inference/generation.h"
 #include "run_command.h"
 
 namespace gpt2 {

@@ -184,11 +184,11 @@ TEST(TrainOptions, CommAndOverlapOptions) {
   for (const char* bad : {"2", "yes", "", "both"})
     EXPECT_THROW(parse_command_line({"--overlap-comm", bad}), UsageError) << bad;
   const CommandLine reduce_only = parse_command_line({"--overlap-comm", "reduce"});
-  EXPECT_TRUE(reduce_only.overlap_comm);
-  EXPECT_FALSE(reduce_only.overlap_gather);
+  EXPECT_TRUE(reduce_only.config.model.overlap_communication);
+  EXPECT_FALSE(reduce_only.config.model.overlap_gather);
   const CommandLine gather_only = parse_command_line({"--overlap-comm", "gather"});
-  EXPECT_FALSE(gather_only.overlap_comm);
-  EXPECT_TRUE(gather_only.overlap_gather);
+  EXPECT_FALSE(gather_only.config.model.overlap_communication);
+  EXPECT_TRUE(gather_only.config.model.overlap_gather);
 }
 
 // --grad-reduce: bf16 by default with bf16 precision, fp32 otherwise; bf16 on the GPU needs bf16

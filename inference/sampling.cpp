@@ -1,4 +1,4 @@
-#include "train/sampling.h"
+#include "inference/sampling.h"
 
 #include <algorithm>
 #include <cmath>

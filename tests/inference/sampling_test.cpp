@@ -1,8 +1,8 @@
-// TokenSampler (train/sampling.h): the inverse-CDF pick at the boundaries, draw frequencies
+// TokenSampler (inference/sampling.h): the inverse-CDF pick at the boundaries, draw frequencies
 // that follow softmax(logits / temperature), greedy and its equivalents (top-k = 1, a tiny
 // top-p, the lowest id among equal logits), top-k and top-p candidate sets, top-p = 1 keeping
 // every token, one coin per token, and refusing non-finite logits.
-#include "train/sampling.h"
+#include "inference/sampling.h"
 
 #include <gtest/gtest.h>
 

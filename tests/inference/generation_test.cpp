@@ -1,4 +1,4 @@
-// generate() and its helpers (train/generation.h), on the CPU model and on a scripted model:
+// generate() and its helpers (inference/generation.h), on the CPU model and on a scripted model:
 // - per-sequence RNG streams are Rng(seed) jumped i times; the same seed gives the same
 //   tokens, another seed other tokens;
 // - a batch of sequences equals generating each alone with its stream (top-k, top-p and a
@@ -9,7 +9,7 @@
 //   where training samples equal recomputing the latest seq_len tokens at every step (what
 //   the trainer did before the cache);
 // - Utf8Stream never splits a character and passes every byte through.
-#include "train/generation.h"
+#include "inference/generation.h"
 
 #include <gtest/gtest.h>
 

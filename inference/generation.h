@@ -29,7 +29,7 @@
 
 #include "base/rng.h"
 #include "model/model.h"
-#include "train/sampling.h"
+#include "inference/sampling.h"
 
 namespace gpt2 {
 

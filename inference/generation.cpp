@@ -1,4 +1,4 @@
-#include "train/generation.h"
+#include "inference/generation.h"
 
 #include <algorithm>
 #include <chrono>
