@@ -286,7 +286,7 @@ def main():
     if clean is not None:
         md.append("## compute-sanitizer memcheck\n")
         md.append(f"- the 2-GPU tests (CudaDataParallel.TwoGpusGive*, NcclCommunicator.TwoGpus*, "
-                  f"CudaContextParallel.*): "
+                  f"CudaContextParallel.*Fp32): "
                   f"{'clean' if clean == 0 else f'FAILED (exit {clean})'}")
         if clean != 0:
             failures.append(f"memcheck of the 2-GPU tests failed (exit {clean}): a real error, "
