@@ -38,6 +38,7 @@
 #include "train/loss_plot.h"
 #include "train/metrics.h"
 #include "train/run_files.h"
+#include "train/run_memory.h"
 #include "train/run_report.h"
 #include "train/run_record.h"
 #include "train/signals.h"
@@ -53,47 +54,6 @@ constexpr uint64_t kSampleStreamSalt = 0x73616d706c696e67ull;  // "sampling"
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// The plan the run prints and reports. On the GPU it is the backend's (device memory). On the
-// CPU the measured peak is the whole process's high-water mark, so the plan adds what the
-// process holds besides the model's buffers: what is resident before allocation (code,
-// libraries, the data and tokenizer read so far, a resume point's copies) and the fp32 copies
-// of the parameters that initialization (one) or a checkpoint (parameters, m and v: three)
-// makes on the host.
-MemoryPlan run_memory_plan(const TrainConfig& config, const ModelOptions& options, bool resuming,
-                           size_t* resident) {
-  MemoryPlan plan = plan_model_memory(options, config.device);
-  *resident = 0;
-  if (config.device != DeviceKind::kCpu) return plan;
-  *resident = resident_memory_bytes();
-  plan.add("host", "process before allocation (VmRSS: code, data read so far)", *resident);
-  const size_t param_bytes =
-      ParameterLayout::for_config(config.model.config).total * sizeof(float);
-  // A resume point's parameters, m and v are resident already (above); the buffers of later
-  // checkpoints reuse that memory once the model holds them.
-  const bool saves = config.checkpoint_every > 0 || config.save_final;
-  const int copies = resuming ? 0 : saves ? 3 : 1;
-  if (copies > 0) {
-    plan.add("host", str_cat("staging: ", copies, copies == 1 ? " copy" : " copies",
-                             " of the parameters (", copies == 1 ? "initialization" : "checkpoints",
-                             ")"),
-             copies * param_bytes);
-  }
-  return plan;
-}
-
-// The CPU run's printed plan against the host's memory, before any buffer of it exists: the
-// total the screen shows, less what is resident already (which MemAvailable does not count).
-void check_host_plan_fits(const MemoryPlan& plan, size_t resident) {
-  const size_t available = available_host_memory_bytes();
-  const size_t needed = plan.total() - std::min(resident, plan.total());
-  if (available == 0 || needed <= available) return;
-  GPT2_FAIL("not enough CPU memory: the plan above needs ", plan.total(), " bytes (",
-            format_bytes(plan.total()), ") in total, ", format_bytes(resident), " of it resident "
-            "already; the other ", needed, " bytes (", format_bytes(needed), ") are more than the ",
-            available, " bytes (", format_bytes(available), ") available (MemAvailable in "
-            "/proc/meminfo). Use a smaller --batch-size or --seq-len, or a smaller model");
 }
 
 // A batch as the loader deals it to this rank's replica, (B,T) inputs and targets, and the rows
