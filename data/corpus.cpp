@@ -246,23 +246,29 @@ bool DocumentReader::next_whole_file(Document* document) {
   return true;
 }
 
-bool DocumentReader::next_line_document(Document* document) {
-  std::string line;
+bool DocumentReader::next_content_line(std::string* line, Document* document) {
   bool too_long = false;
   for (;;) {
     const int64_t line_number = lines_consumed_ + 1;
-    if (!read_line(&line, &too_long)) return false;
-    if (!too_long && is_blank(line)) continue;
+    if (!read_line(line, &too_long)) return false;
+    if (!too_long && is_blank(*line)) continue;
     document->line = line_number;
     if (too_long) {
       document->problem = str_cat(file_.path, ":", line_number, ": line longer than the ",
                                   options_.max_document_bytes, "-byte limit for one document");
-      return true;
     }
-    strip_carriage_return(&line);
-    document->text = std::move(line);
     return true;
   }
+}
+
+bool DocumentReader::next_line_document(Document* document) {
+  std::string line;
+  if (!next_content_line(&line, document)) return false;
+  if (document->problem.empty()) {
+    strip_carriage_return(&line);
+    document->text = std::move(line);
+  }
+  return true;
 }
 
 bool DocumentReader::next_blank_line_document(Document* document) {
@@ -348,45 +354,35 @@ bool DocumentReader::next_literal_document(Document* document) {
 
 bool DocumentReader::next_json_document(Document* document) {
   std::string line;
-  bool too_long = false;
-  for (;;) {
-    const int64_t line_number = lines_consumed_ + 1;
-    if (!read_line(&line, &too_long)) return false;
-    if (!too_long && is_blank(line)) continue;
-    document->line = line_number;
-    const std::string where = str_cat(file_.path, ":", line_number, ": ");
-    if (too_long) {
-      document->problem = str_cat(where, "line longer than the ", options_.max_document_bytes,
-                                  "-byte limit for one document");
-      return true;
-    }
-    nlohmann::json value;
-    try {
-      value = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      document->problem = str_cat(where, "invalid JSON: ", json_error_text(e));
-      return true;
-    }
-    const std::string& field = options_.jsonl_field;
-    if (!value.is_object()) {
-      document->problem = str_cat(where, "a JSON ", value.type_name(), " where each line must be "
-                                  "a JSON object (with a string field \"", field, "\")");
-      return true;
-    }
-    const auto found = value.find(field);
-    if (found == value.end()) {
-      document->problem = str_cat(where, "no field \"", field, "\" (choose the field with "
-                                  "--jsonl-field)");
-      return true;
-    }
-    if (!found->is_string()) {
-      document->problem = str_cat(where, "field \"", field, "\" is a JSON ", found->type_name(),
-                                  ", not a string");
-      return true;
-    }
-    document->text = std::move(found->get_ref<std::string&>());
+  if (!next_content_line(&line, document)) return false;
+  if (!document->problem.empty()) return true;
+  const std::string where = str_cat(file_.path, ":", document->line, ": ");
+  nlohmann::json value;
+  try {
+    value = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception& e) {
+    document->problem = str_cat(where, "invalid JSON: ", json_error_text(e));
     return true;
   }
+  const std::string& field = options_.jsonl_field;
+  if (!value.is_object()) {
+    document->problem = str_cat(where, "a JSON ", value.type_name(), " where each line must be "
+                                "a JSON object (with a string field \"", field, "\")");
+    return true;
+  }
+  const auto found = value.find(field);
+  if (found == value.end()) {
+    document->problem = str_cat(where, "no field \"", field, "\" (choose the field with "
+                                "--jsonl-field)");
+    return true;
+  }
+  if (!found->is_string()) {
+    document->problem = str_cat(where, "field \"", field, "\" is a JSON ", found->type_name(),
+                                ", not a string");
+    return true;
+  }
+  document->text = std::move(found->get_ref<std::string&>());
+  return true;
 }
 
 }  // namespace gpt2

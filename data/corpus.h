@@ -96,6 +96,9 @@ class DocumentReader {
   bool fill();  // appends the next piece of data to buffer_; false at the end of the data
   bool read_line(std::string* line, bool* too_long);
   bool next_whole_file(Document* document);
+  /// The next line that is not blank into *line, its number in document->line; a line over
+  /// the limit sets document->problem instead. false at the end of the file.
+  bool next_content_line(std::string* line, Document* document);
   bool next_line_document(Document* document);
   bool next_blank_line_document(Document* document);
   bool next_literal_document(Document* document);
