@@ -1,0 +1,29 @@
+/**
+ * @file fp8_cast.cuh
+ * @brief FP8 operands for Hopper's FP8 GEMMs: a tensor cast to E4M3 or E5M2 in both row orders
+ *        and its amax, in one pass (issue 22). CPU twin: cpu::fp8_cast_transpose (fp8.h).
+ *
+ * fp8_cast_transpose(in (rows, cols) bf16 or fp32, scale, format, out, out_t, amax):
+ *   out (rows, cols) and out_t (cols, rows) (either may be null) = the code of in * (*scale),
+ *   converted as __nv_cvt_float_to_fp8(x, __NV_SATFINITE, format) converts (round to nearest
+ *   even, saturating to the largest finite); *amax = max(*amax, max |in| over the finite
+ *   elements): zero it before a fresh reduction. scale and amax are device pointers, so that a
+ *   delayed scale updated on the device needs no host round trip. 64 x 64 tiles through shared
+ *   memory, so both outputs are written in whole rows. Any rows, cols >= 0.
+ */
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "kernels/cpu/fp8.h"
+
+namespace gpt2::gpu {
+
+template <typename T_>
+void fp8_cast_transpose(const T_* in, int64_t rows, int64_t cols, const float* scale,
+                        cpu::Fp8Format format, uint8_t* out, uint8_t* out_t, float* amax,
+                        cudaStream_t stream);
+
+}  // namespace gpt2::gpu
