@@ -60,6 +60,8 @@ class Context {
   /// matmul.cu's cuBLASLt descriptors and algorithm per GEMM shape, chosen once: made by
   /// matmul.cu on first use (opaque here), freed with the Context.
   std::shared_ptr<void>& matmul_plans() const { return matmul_plans_; }
+  /// The same for matmul_fp8.cu's FP8 GEMMs.
+  std::shared_ptr<void>& fp8_matmul_plans() const { return fp8_matmul_plans_; }
 
  private:
   void release() noexcept;  // frees what exists; used by the destructor and a failed constructor
@@ -73,6 +75,7 @@ class Context {
   size_t lt_workspace_bytes_ = 0;
   bool use_cublaslt_ = true;
   mutable std::shared_ptr<void> matmul_plans_;
+  mutable std::shared_ptr<void> fp8_matmul_plans_;
 };
 
 }  // namespace gpt2::gpu

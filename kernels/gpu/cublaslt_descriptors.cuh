@@ -1,0 +1,55 @@
+/**
+ * @file cublaslt_descriptors.cuh
+ * @brief What the cuBLASLt GEMMs (matmul.cu, matmul_fp8.cu) share: descriptors owned for a
+ *        shape's lifetime, attribute setters that check, and a pointer's alignment. Internal to
+ *        kernels/gpu.
+ */
+#pragma once
+
+#include <cstdint>
+
+#include <cublasLt.h>
+
+#include "base/error.h"
+#include "kernels/gpu/context.cuh"
+
+namespace gpt2::gpu {
+
+/// Largest power of two (up to 256) dividing the address: what cuBLASLt may assume.
+inline uint32_t alignment_bytes(const void* ptr) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(ptr);
+  uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+/// Owns the cuBLASLt descriptors of one GEMM shape (destroyed also when a check throws).
+struct LtDescriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
+  LtDescriptors() = default;
+  LtDescriptors(const LtDescriptors&) = delete;
+  LtDescriptors& operator=(const LtDescriptors&) = delete;
+  ~LtDescriptors() {
+    if (preference) cublasLtMatmulPreferenceDestroy(preference);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+template <typename Value>
+void set_desc(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attribute,
+              const Value& value) {
+  GPT2_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, attribute, &value, sizeof(value)));
+}
+
+inline void set_preference(cublasLtMatmulPreference_t preference,
+                           cublasLtMatmulPreferenceAttributes_t attribute, uint32_t value) {
+  GPT2_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value)));
+}
+
+}  // namespace gpt2::gpu

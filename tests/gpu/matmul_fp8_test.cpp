@@ -1,0 +1,152 @@
+// gpu::matmul_fp8 (kernels/gpu/matmul_fp8.cuh) against the fp64 product of its dequantized
+// operands: codes cast on the host (cpu::fp8_cast_transpose, with delayed power-of-two scales),
+// the reference decodes them, multiplies by the inverse scales and sums in double. The bound
+// per element, from the formats: the products of two FP8 values are exact in fp32 and the
+// tensor cores add them in fp32 (K additions, each within 2^-24 of the running sum: within
+// K 2^-24 sum_k |a_k b_k|, taken as 2^-20 sum_k |a_k b_k| for the K here), then the output is
+// rounded once to bf16 (within 2^-9 |ref|, taken as 2^-8). E4M3 x E4M3 (the forward),
+// E5M2 x E4M3 and E4M3 x E5M2 (the backward's gradient operands), with and without the bias,
+// at small, odd-M and model shapes. Skips without an FP8-capable GPU (sm_89+).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include "gpu/gpu_test_util.h"
+#include "kernels/cpu/fp8.h"
+#include "kernels/gpu/context.cuh"
+#include "kernels/gpu/matmul_fp8.cuh"
+
+namespace gpt2::gpu::test {
+namespace {
+
+using cpu::Fp8Format;
+
+bool fp8_gpu(std::string* why) {
+  int device = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    *why = "no CUDA device";
+    return false;
+  }
+  if (prop.major * 10 + prop.minor < 89) {
+    *why = str_cat(prop.name, " is sm_", prop.major, prop.minor, "; FP8 needs sm_89 or newer");
+    return false;
+  }
+  return true;
+}
+
+#define GPT2_REQUIRE_FP8_GPU()                                          \
+  do {                                                                  \
+    GPT2_REQUIRE_GPU();                                                 \
+    std::string gpt2_why_;                                              \
+    if (!fp8_gpu(&gpt2_why_)) GTEST_SKIP() << gpt2_why_;                \
+  } while (0)
+
+// A tensor cast as the FP8 path casts it: its codes and the inverse of its scale.
+struct Cast {
+  std::vector<uint8_t> codes;
+  float inverse = 1.0f;
+};
+
+Cast cast(const std::vector<float>& values, int64_t rows, int64_t cols, Fp8Format format) {
+  float amax = 0.0f;
+  cpu::fp8_cast_transpose(values.data(), rows, cols, 1.0f, format, nullptr, nullptr, &amax);
+  cpu::Fp8Scale scale(format, 1);
+  scale.record(amax);
+  Cast c;
+  c.codes.resize(static_cast<size_t>(rows * cols));
+  cpu::fp8_cast_transpose(values.data(), rows, cols, scale.scale(), format, c.codes.data(),
+                          nullptr, nullptr);
+  c.inverse = scale.inverse();
+  return c;
+}
+
+void check_fp8_gemm(int M, int N, int K, Fp8Format a_format, Fp8Format b_format, bool bias,
+                    uint64_t seed) {
+  const std::vector<float> x = random_normal(int64_t{M} * K, seed, 2.0);
+  const std::vector<float> w = random_normal(int64_t{N} * K, seed + 1, 0.05);
+  const std::vector<float> bias_values = round_through<bf16>(random_normal(N, seed + 2, 0.1));
+  const Cast a = cast(x, M, K, a_format);
+  const Cast b = cast(w, N, K, b_format);
+  Context ctx;
+  DeviceBuffer<uint8_t> d_a(int64_t{M} * K), d_b(int64_t{N} * K);
+  DeviceBuffer<float> d_inverse(2);
+  DeviceBuffer<bf16> d_bias(N), d_out(int64_t{M} * N);
+  d_a.upload(a.codes);
+  d_b.upload(b.codes);
+  d_inverse.upload({a.inverse, b.inverse});
+  upload_floats(d_bias, bias_values);
+  d_out.poison();
+  matmul_fp8(d_out.get(), Fp8Operand{d_a.get(), a_format, d_inverse.get()},
+             Fp8Operand{d_b.get(), b_format, d_inverse.get() + 1}, bias ? d_bias.get() : nullptr,
+             M, N, K, ctx);
+  ctx.synchronize();
+  const std::vector<float> got = download_floats(d_out);
+  // The dequantized operands, decoded once.
+  auto dequantized = [](const Cast& c, Fp8Format format) {
+    std::vector<double> values(c.codes.size());
+    for (size_t i = 0; i < values.size(); ++i)
+      values[i] = double(cpu::fp8_decode(c.codes[i], format)) * c.inverse;
+    return values;
+  };
+  const std::vector<double> av = dequantized(a, a_format), bv = dequantized(b, b_format);
+  int64_t bad = 0;
+  double worst = 0.0;
+  for (int m = 0; m < M; ++m) {
+    for (int n = 0; n < N; ++n) {
+      double sum = bias ? bias_values[static_cast<size_t>(n)] : 0.0, magnitude = std::fabs(sum);
+      const double* arow = av.data() + static_cast<size_t>(m) * K;
+      const double* brow = bv.data() + static_cast<size_t>(n) * K;
+      for (int k = 0; k < K; ++k) {
+        sum += arow[k] * brow[k];
+        magnitude += std::fabs(arow[k] * brow[k]);
+      }
+      const double error = std::fabs(got[static_cast<size_t>(m) * N + n] - sum);
+      const double allowed = 0x1p-8 * std::fabs(sum) + 0x1p-20 * magnitude + 1e-30;
+      worst = std::max(worst, error / allowed);
+      if (!(error <= allowed) && bad++ < 5)
+        ADD_FAILURE() << "out[" << m << "," << n << "] = " << got[static_cast<size_t>(m) * N + n]
+                      << ", fp64 " << sum << ", allowed " << allowed;
+    }
+  }
+  std::printf("[ fp8 gemm ] M=%d N=%d K=%d %s x %s%s: worst error / bound %.3f\n", M, N, K,
+              cpu::to_string(a_format), cpu::to_string(b_format), bias ? " + bias" : "", worst);
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(GpuMatmulFp8, MatchesTheFp64ProductOfItsDequantizedOperands) {
+  GPT2_REQUIRE_FP8_GPU();
+  const Fp8Format e4 = Fp8Format::kE4M3, e5 = Fp8Format::kE5M2;
+  uint64_t seed = 10;
+  for (const auto& [a_format, b_format] : {std::pair{e4, e4}, std::pair{e5, e4},
+                                          std::pair{e4, e5}}) {
+    check_fp8_gemm(1, 16, 16, a_format, b_format, false, ++seed);
+    check_fp8_gemm(37, 48, 64, a_format, b_format, true, ++seed);
+    check_fp8_gemm(128, 768, 768, a_format, b_format, true, ++seed);
+    check_fp8_gemm(300, 2304, 768, a_format, b_format, false, ++seed);
+  }
+}
+
+TEST(GpuMatmulFp8, ShapesAndFormatsItCannotTakeAreRefused) {
+  GPT2_REQUIRE_FP8_GPU();
+  Context ctx;
+  DeviceBuffer<uint8_t> codes(64 * 64);
+  DeviceBuffer<float> inverse(1);
+  DeviceBuffer<bf16> out(64 * 64);
+  const Fp8Operand e4{codes.get(), Fp8Format::kE4M3, inverse.get()};
+  const Fp8Operand e5{codes.get(), Fp8Format::kE5M2, inverse.get()};
+  EXPECT_THROW(matmul_fp8(out.get(), e5, e5, nullptr, 64, 64, 64, ctx), Error);
+  EXPECT_THROW(matmul_fp8(out.get(), e4, e4, nullptr, 64, 64, 40, ctx), Error);  // K % 16
+  EXPECT_THROW(matmul_fp8(out.get(), e4, e4, nullptr, 64, 40, 64, ctx), Error);  // N % 16
+}
+
+}  // namespace
+}  // namespace gpt2::gpu::test
