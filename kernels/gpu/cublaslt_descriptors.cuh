@@ -52,4 +52,17 @@ inline void set_preference(cublasLtMatmulPreference_t preference,
       cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value)));
 }
 
+/// The heuristic's first algorithm for desc's shape, D also as C, within desc's preference;
+/// false when cuBLASLt has none.
+inline bool first_algorithm(const Context& ctx, const LtDescriptors& desc,
+                            cublasLtMatmulAlgo_t* algo) {
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int num_results = 0;
+  const cublasStatus_t found = cublasLtMatmulAlgoGetHeuristic(
+      ctx.cublaslt(), desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference, 1, &heuristic,
+      &num_results);
+  *algo = heuristic.algo;
+  return found == CUBLAS_STATUS_SUCCESS && num_results > 0;
+}
+
 }  // namespace gpt2::gpu

@@ -152,13 +152,7 @@ const LtPlan& lt_plan(const Context& ctx, const Gemm& g, cublasLtEpilogue_t epil
   // output-type schemes add the partial products up in bf16, one rounding per split.
   set_preference(desc.preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                  CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int num_results = 0;
-  const cublasStatus_t found = cublasLtMatmulAlgoGetHeuristic(
-      ctx.cublaslt(), desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference, 1, &heuristic,
-      &num_results);
-  plan->found = found == CUBLAS_STATUS_SUCCESS && num_results > 0;
-  plan->algo = heuristic.algo;
+  plan->found = first_algorithm(ctx, desc, &plan->algo);
   entry = std::move(plan);
   return *entry;
 }

@@ -62,13 +62,7 @@ const Fp8Plan& fp8_plan(const Context& ctx, const Fp8Operand& a, const Fp8Operan
   GPT2_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
       sizeof(workspace_bytes)));
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int num_results = 0;
-  const cublasStatus_t found = cublasLtMatmulAlgoGetHeuristic(
-      ctx.cublaslt(), desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference, 1, &heuristic,
-      &num_results);
-  plan->found = found == CUBLAS_STATUS_SUCCESS && num_results > 0;
-  plan->algo = heuristic.algo;
+  plan->found = first_algorithm(ctx, desc, &plan->algo);
   entry = std::move(plan);
   return *entry;
 }
