@@ -290,7 +290,8 @@ std::vector<RunResult> read_results_csv(const std::string& path, std::string* de
   return results;
 }
 
-int sweep_main(int argc, char** argv) {
+/// gpt2-sweep's command line.
+cxxopts::Options sweep_command_line() {
   cxxopts::Options cli("gpt2-sweep",
                        "Train a model briefly at several context lengths with naive and flash "
                        "attention; report tokens/s (median step, warm-up excluded), measured "
@@ -320,11 +321,11 @@ int sweep_main(int argc, char** argv) {
       ("date", "with --replot: date for the heading when the CSV has none",
        cxxopts::value<std::string>()->default_value(""))
       ("h,help", "print this help");
-  const cxxopts::ParseResult args = parse_tool_options(cli, argc, argv);
-  if (args.count("help")) {
-    std::printf("%s\n", cli.help().c_str());
-    return 0;
-  }
+  return cli;
+}
+
+/// The sweep's options from its command line; throws UsageError for a bad one.
+SweepOptions resolve_sweep_options(const cxxopts::ParseResult& args) {
   SweepOptions o;
   o.model = args["model"].as<std::string>();
   for (const std::string& t : split(args["seq-lens"].as<std::string>(), ',')) {
@@ -378,12 +379,18 @@ int sweep_main(int argc, char** argv) {
   } else if (args.count("launcher")) {
     GPT2_USAGE_FAIL("--launcher starts the ranks of --context-parallel N > 1");
   }
-  make_directories(o.out_dir);
+  return o;
+}
+
+/// The points' results: run now, or read back from a sweep.csv (--replot, which also gives the
+/// points' lengths and kinds); *device and *date as the results name them.
+std::vector<RunResult> sweep_results(const cxxopts::ParseResult& args, SweepOptions& o,
+                                     std::string* device, std::string* date) {
   std::vector<RunResult> results;
-  std::string device = args["device-name"].as<std::string>();
-  std::string date = args["date"].as<std::string>();
+  *device = args["device-name"].as<std::string>();
+  *date = args["date"].as<std::string>();
   if (args.count("replot")) {
-    results = read_results_csv(args["replot"].as<std::string>(), &device, &date);
+    results = read_results_csv(args["replot"].as<std::string>(), device, date);
     o.seq_lens.clear();
     o.attns.clear();
     for (const RunResult& r : results) {
@@ -401,17 +408,20 @@ int sweep_main(int argc, char** argv) {
     for (int T : o.seq_lens)
       for (const std::string& attn : o.attns) results.push_back(run_one(o, T, attn));
     for (const RunResult& r : results)
-      if (!r.device_name.empty()) device = r.device_name;
-    date = today();
+      if (!r.device_name.empty()) *device = r.device_name;
+    *date = today();
   }
-  if (device.empty()) device = "unknown device";
-  if (date.empty()) date = today();
+  return results;
+}
+
+/// OUT/sweep.csv, sweep.md (printed too) and sweep.svg of the results.
+void write_sweep_outputs(const SweepOptions& o, const std::vector<RunResult>& results,
+                         const std::string& device, const std::string& date) {
   auto find = [&](int T, const std::string& attn) -> const RunResult* {
     for (const RunResult& r : results)
       if (r.seq_len == T && r.attn == attn) return &r;
     return nullptr;
   };
-
   std::ostringstream csv;
   csv << "seq_len,batch_size,attn,status,tokens_per_s,median_step_ms,peak_mem_bytes,"
          "planned_mem_bytes,mfu,final_train_loss,device,date\n";
@@ -449,6 +459,10 @@ int sweep_main(int argc, char** argv) {
   write_text(o.out_dir + "/sweep.svg", svg_plot(o, results, heading));
   std::printf("\n%s\nwrote %s/sweep.csv, sweep.md, sweep.svg\n", md.str().c_str(),
               o.out_dir.c_str());
+}
+
+/// The exit code (see the file comment), after saying what did not succeed.
+int sweep_outcome(const std::vector<RunResult>& results, bool replot) {
   int succeeded = 0, out_of_memory = 0;
   std::vector<std::string> failed_logs;
   for (const RunResult& r : results) {
@@ -462,11 +476,28 @@ int sweep_main(int argc, char** argv) {
   if (out_of_memory > 0)
     std::printf("%d point(s) ran out of memory (OOM: expected at the device's limit)\n",
                 out_of_memory);
-  if (args.count("replot") || failed_logs.empty()) return 0;
+  if (replot || failed_logs.empty()) return 0;
   std::printf("%zu point(s) FAILED for a reason other than memory; their logs:\n",
               failed_logs.size());
   for (const std::string& log : failed_logs) std::printf("  %s\n", log.c_str());
   return 1;
+}
+
+int sweep_main(int argc, char** argv) {
+  cxxopts::Options cli = sweep_command_line();
+  const cxxopts::ParseResult args = parse_tool_options(cli, argc, argv);
+  if (args.count("help")) {
+    std::printf("%s\n", cli.help().c_str());
+    return 0;
+  }
+  SweepOptions o = resolve_sweep_options(args);
+  make_directories(o.out_dir);
+  std::string device, date;
+  const std::vector<RunResult> results = sweep_results(args, o, &device, &date);
+  if (device.empty()) device = "unknown device";
+  if (date.empty()) date = today();
+  write_sweep_outputs(o, results, device, date);
+  return sweep_outcome(results, args.count("replot") > 0);
 }
 
 }  // namespace
