@@ -181,7 +181,71 @@ struct Timing {
   int sets = 0;
 };
 
-int bench_main(int argc, char** argv) {
+/// One kernel's timings at one shape (B, T, NH, HS over `sets` rotated input sets, as many as
+/// fit), then a forward and backward on set 0 whose out and dqkv land in *out and *dqkv for the
+/// validation; false (a NaN row) when even one set does not fit in free memory.
+bool time_kernel(const BenchKernel& kernel, int B, int T, int NH, int HS, int sets,
+                 const std::vector<uint16_t>& random_values, int warmup, int repeats, int burst,
+                 const gpu::Context& ctx, Timing* timing, std::vector<float>* out,
+                 std::vector<float>* dqkv) {
+  const int C = NH * HS;
+  const size_t n_out = size_t(B) * T * C;
+  cudaStream_t stream = ctx.stream();
+  gpu::AttentionConfig config;
+  config.B = B;
+  config.T = T;
+  config.C = C;
+  config.NH = NH;
+  config.bf16 = true;
+  config.kernel = kernel.kernel;
+  config.deterministic = kernel.deterministic;
+  config.forward_shape = kernel.forward_shape;
+  const size_t saved_bytes = gpu::attention_saved_bytes(config);
+  const size_t workspace_bytes = gpu::attention_workspace_bytes(config);
+  size_t free_bytes = 0, total_bytes = 0;
+  GPT2_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  auto fits = [&](int n) {
+    return n * (8 * n_out * 2 + saved_bytes) + workspace_bytes + (size_t(1) << 30) <= free_bytes;
+  };
+  int kernel_sets = sets;
+  while (kernel_sets > 1 && !fits(kernel_sets)) --kernel_sets;
+  if (!fits(kernel_sets)) return false;  // NaN row: does not fit
+  std::vector<std::unique_ptr<InputSet>> inputs;
+  for (int i = 0; i < kernel_sets; ++i) {
+    inputs.push_back(std::make_unique<InputSet>(n_out, saved_bytes));
+    upload_rotated(inputs.back()->qkv, random_values, 3 * n_out, 7919 * (2 * i));
+    upload_rotated(inputs.back()->dout, random_values, n_out, 7919 * (2 * i + 1));
+  }
+  Buffer workspace(workspace_bytes);
+  auto tensors_of = [&](int i) {
+    InputSet& set = *inputs[i % kernel_sets];
+    gpu::AttentionTensors t;
+    t.qkv = set.qkv.ptr;
+    t.out = set.out.ptr;
+    t.saved = set.saved.ptr;
+    t.dout = set.dout.ptr;
+    t.dqkv = set.dqkv.ptr;
+    t.workspace = workspace.ptr;
+    return t;
+  };
+  auto forward = [&](int i) { gpu::attention_forward(config, tensors_of(i), ctx); };
+  auto backward = [&](int i) { gpu::attention_backward(config, tensors_of(i), ctx); };
+  for (int i = 0; i < kernel_sets; ++i) forward(i);  // every set holds its forward outputs
+  timing->sets = kernel_sets;
+  timing->fwd_ms = median_ms(forward, warmup, repeats, burst, stream);
+  timing->bwd_ms = median_ms(backward, warmup, repeats, burst, stream);
+  timing->fwdbwd_ms = median_ms([&](int i) { forward(i); backward(i); }, warmup, repeats,
+                                burst, stream);
+  forward(0);  // fresh outputs of set 0 for the validation
+  backward(0);
+  GPT2_CUDA_CHECK(cudaStreamSynchronize(stream));
+  *out = download_bf16(inputs[0]->out, n_out);
+  *dqkv = download_bf16(inputs[0]->dqkv, 3 * n_out);
+  return true;
+}
+
+/// gpt2-attention-bench's command line.
+cxxopts::Options bench_command_line() {
   cxxopts::Options cli("gpt2-attention-bench",
                        "Time the attention kernels (bf16, causal): forward, backward and both, "
                        "with CUDA events; median of repeated runs after warm-up, inputs rotated.");
@@ -197,6 +261,11 @@ int bench_main(int argc, char** argv) {
       ("burst", "calls per timed run, back to back (the time reported per call)", cxxopts::value<int>()->default_value("4"))
       ("csv", "CSV output", cxxopts::value<std::string>()->default_value("out/attention_bench.csv"))
       ("h,help", "print this help");
+  return cli;
+}
+
+int bench_main(int argc, char** argv) {
+  cxxopts::Options cli = bench_command_line();
   const cxxopts::ParseResult args = parse_tool_options(cli, argc, argv);
   if (args.count("help")) {
     std::printf("%s\n", cli.help().c_str());
@@ -221,7 +290,6 @@ int bench_main(int argc, char** argv) {
   check_output_path("--csv", args["csv"].as<std::string>());
 
   gpu::Context ctx;
-  cudaStream_t stream = ctx.stream();
   cudaDeviceProp prop{};
   GPT2_CUDA_CHECK(cudaGetDeviceProperties(&prop, ctx.device()));
   std::printf("gpt2-attention-bench on %s: bf16, causal, NH=%d, median of %d runs of %d calls "
@@ -261,59 +329,12 @@ int bench_main(int argc, char** argv) {
       std::vector<float> ref_out, ref_dqkv;
       std::string ref_name;
       for (size_t k = 0; k < kernels.size(); ++k) {
-        gpu::AttentionConfig config;
-        config.B = B;
-        config.T = T;
-        config.C = C;
-        config.NH = NH;
-        config.bf16 = true;
-        config.kernel = kernels[k].kernel;
-        config.deterministic = kernels[k].deterministic;
-        config.forward_shape = kernels[k].forward_shape;
-        const size_t saved_bytes = gpu::attention_saved_bytes(config);
-        const size_t workspace_bytes = gpu::attention_workspace_bytes(config);
-        size_t free_bytes = 0, total_bytes = 0;
-        GPT2_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-        auto fits = [&](int n) {
-          return n * (8 * n_out * 2 + saved_bytes) + workspace_bytes + (size_t(1) << 30) <= free_bytes;
-        };
-        int kernel_sets = sets;
-        while (kernel_sets > 1 && !fits(kernel_sets)) --kernel_sets;
-        if (!fits(kernel_sets)) continue;  // NaN row: does not fit
-        std::vector<std::unique_ptr<InputSet>> inputs;
-        for (int i = 0; i < kernel_sets; ++i) {
-          inputs.push_back(std::make_unique<InputSet>(n_out, saved_bytes));
-          upload_rotated(inputs.back()->qkv, random_values, 3 * n_out, 7919 * (2 * i));
-          upload_rotated(inputs.back()->dout, random_values, n_out, 7919 * (2 * i + 1));
-        }
-        Buffer workspace(workspace_bytes);
-        auto tensors_of = [&](int i) {
-          InputSet& set = *inputs[i % kernel_sets];
-          gpu::AttentionTensors t;
-          t.qkv = set.qkv.ptr;
-          t.out = set.out.ptr;
-          t.saved = set.saved.ptr;
-          t.dout = set.dout.ptr;
-          t.dqkv = set.dqkv.ptr;
-          t.workspace = workspace.ptr;
-          return t;
-        };
-        auto forward = [&](int i) { gpu::attention_forward(config, tensors_of(i), ctx); };
-        auto backward = [&](int i) { gpu::attention_backward(config, tensors_of(i), ctx); };
-        for (int i = 0; i < kernel_sets; ++i) forward(i);  // every set holds its forward outputs
-        Timing& timing = timings[k];
-        timing.sets = kernel_sets;
-        timing.fwd_ms = median_ms(forward, warmup, repeats, burst, stream);
-        timing.bwd_ms = median_ms(backward, warmup, repeats, burst, stream);
-        timing.fwdbwd_ms = median_ms([&](int i) { forward(i); backward(i); }, warmup, repeats,
-                                     burst, stream);
-
         // Validation on set 0 (fresh outputs), against the first kernel that ran.
-        forward(0);
-        backward(0);
-        GPT2_CUDA_CHECK(cudaStreamSynchronize(stream));
-        std::vector<float> out = download_bf16(inputs[0]->out, n_out);
-        std::vector<float> dqkv = download_bf16(inputs[0]->dqkv, 3 * n_out);
+        std::vector<float> out, dqkv;
+        if (!time_kernel(kernels[k], B, T, NH, HS, sets, random_values, warmup, repeats, burst,
+                         ctx, &timings[k], &out, &dqkv))
+          continue;
+        Timing& timing = timings[k];
         if (ref_name.empty()) {
           ref_name = kernels[k].name;
           ref_out = std::move(out);

@@ -128,25 +128,21 @@ const char* to_string(NonFinitePolicy policy) {
 
 std::string usage_text() { return make_options().help(); }
 
-CommandLine parse_command_line(const std::vector<std::string>& args) {
-  cxxopts::Options options = make_options();
-  options.allow_unrecognised_options();
-  const cxxopts::ParseResult result = parse_tool_options(options, args);
-  // Unrecognised options are collected rather than thrown so that the message can say
-  // "unknown option" in our words; stray positional arguments land here too.
-  for (const std::string& extra : result.unmatched()) {
-    if (!extra.empty() && extra[0] == '-') GPT2_USAGE_FAIL("unknown option '", extra, "'");
-    GPT2_USAGE_FAIL("unexpected argument '", extra, "' (options take the form --name value)");
-  }
+namespace {
 
-  CommandLine cli;
-  cli.help = result.count("help") > 0;
-  if (cli.help) return cli;
-  auto text = [&](const char* name) { return result[name].as<std::string>(); };
-  auto given = [&](const char* name) { return result.count(name) > 0; };
+/// The parsed command line's values by option name.
+struct ParsedOptions {
+  const cxxopts::ParseResult& result;
+  std::string text(const char* name) const { return result[name].as<std::string>(); }
+  bool given(const char* name) const { return result.count(name) > 0; }
+};
+
+// The data, the model and its shape, the device, attention and precision.
+void parse_model_and_shape(const ParsedOptions& o, CommandLine& cli) {
+  auto text = [&](const char* name) { return o.text(name); };
+  auto given = [&](const char* name) { return o.given(name); };
   TrainConfig& config = cli.config;
   ModelOptions& model = config.model;
-
   if (given("train-data")) config.train_data.pattern = text("train-data");
   if (given("val-data")) config.val_data.pattern = text("val-data");
   if (given("train-data") && config.train_data.pattern.empty())
@@ -177,7 +173,13 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
                                          std::numeric_limits<int64_t>::max(),
                                          "a positive integer");
   }
+}
 
+// The schedule, validation, sampling and the run's files.
+void parse_schedule_and_run(const ParsedOptions& o, CommandLine& cli) {
+  auto text = [&](const char* name) { return o.text(name); };
+  auto given = [&](const char* name) { return o.given(name); };
+  TrainConfig& config = cli.config;
   config.steps = parse_positive_int("steps", text("steps"));
   constexpr double kMaxFloat = std::numeric_limits<float>::max();
   LrSchedule& schedule = config.lr_schedule;
@@ -214,6 +216,14 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   config.seed = static_cast<uint64_t>(parse_integer("seed", text("seed"), 0,
                                                     std::numeric_limits<int64_t>::max(),
                                                     "a non-negative integer"));
+}
+
+// Data and context parallelism, and the CUDA model's knobs.
+void parse_parallel_and_kernels(const ParsedOptions& o, CommandLine& cli) {
+  auto text = [&](const char* name) { return o.text(name); };
+  auto given = [&](const char* name) { return o.given(name); };
+  TrainConfig& config = cli.config;
+  ModelOptions& model = config.model;
   if (given("zero")) {
     const std::string zero = text("zero");
     if (zero != "0" && zero != "1") GPT2_USAGE_FAIL("--zero must be 0 or 1 (got '", zero, "')");
@@ -248,6 +258,28 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   if (cuda_graph != "on" && cuda_graph != "off")
     GPT2_USAGE_FAIL("--cuda-graph must be on or off (got '", cuda_graph, "')");
   model.cuda_graphs = cuda_graph == "on";
+}
+
+}  // namespace
+
+CommandLine parse_command_line(const std::vector<std::string>& args) {
+  cxxopts::Options options = make_options();
+  options.allow_unrecognised_options();
+  const cxxopts::ParseResult result = parse_tool_options(options, args);
+  // Unrecognised options are collected rather than thrown so that the message can say
+  // "unknown option" in our words; stray positional arguments land here too.
+  for (const std::string& extra : result.unmatched()) {
+    if (!extra.empty() && extra[0] == '-') GPT2_USAGE_FAIL("unknown option '", extra, "'");
+    GPT2_USAGE_FAIL("unexpected argument '", extra, "' (options take the form --name value)");
+  }
+
+  CommandLine cli;
+  cli.help = result.count("help") > 0;
+  if (cli.help) return cli;
+  const ParsedOptions parsed{result};
+  parse_model_and_shape(parsed, cli);
+  parse_schedule_and_run(parsed, cli);
+  parse_parallel_and_kernels(parsed, cli);
   return cli;
 }
 
