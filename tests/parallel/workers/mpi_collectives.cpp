@@ -31,15 +31,13 @@ int failures = 0;
     }                                                                            \
   } while (0)
 
-void check_collectives(gpt2::Communicator& comm) {
+constexpr size_t kBlock = 257;  // elements per rank of the scattered and gathered tests
+
+/// float and double all-reduces of exactly representable values.
+void check_all_reduce(gpt2::Communicator& comm) {
   using gpt2::ReduceOp;
   const int rank = comm.rank(), world = comm.world_size();
   const size_t n = 1000 + 3;  // not a multiple of anything in particular
-  CHECK_THAT(std::string(comm.backend()) == "mpi", comm.backend());
-  CHECK_THAT(world == std::atoi(std::getenv("OMPI_COMM_WORLD_SIZE")), world);
-  CHECK_THAT(comm.local_size() == world && comm.local_rank() == rank, "one node: local ",
-             comm.local_rank(), " of ", comm.local_size());
-
   // all_reduce, sums and maxima of exactly representable values, float and double.
   std::vector<float> f(n);
   std::vector<double> d(n);
@@ -58,9 +56,14 @@ void check_collectives(gpt2::Communicator& comm) {
   comm.all_reduce(f.data(), n, ReduceOp::kMax);
   for (size_t i = 0; i < n; ++i)
     CHECK_THAT(f[i] == static_cast<float>(10 * (world - 1)) - static_cast<float>(i), "max f[", i, "]");
+}
 
+/// fp32 reduce-scatter, out of place and in place.
+void check_reduce_scatter(gpt2::Communicator& comm) {
+  using gpt2::ReduceOp;
+  const int rank = comm.rank(), world = comm.world_size();
+  const size_t block = kBlock;
   // reduce_scatter_sum, out of place and in place: send[j] = rank + j.
-  const size_t block = 257;
   std::vector<float> send(block * world), recv(block, -1.0f);
   for (size_t j = 0; j < send.size(); ++j) send[j] = static_cast<float>(rank + static_cast<int>(j));
   std::vector<float> in_place = send;
@@ -72,7 +75,13 @@ void check_collectives(gpt2::Communicator& comm) {
     CHECK_THAT(recv[i] == expected, "reduce_scatter recv[", i, "]=", recv[i], " != ", expected);
     CHECK_THAT(in_place[rank * block + i] == expected, "in place [", i, "]");
   }
+}
 
+/// bf16 all-reduce and reduce-scatter.
+void check_bf16_sums(gpt2::Communicator& comm) {
+  using gpt2::ReduceOp;
+  const int rank = comm.rank(), world = comm.world_size();
+  const size_t block = kBlock;
   // bf16 sums, all-reduce and reduce-scatter (out of place and in place), of values whose sums
   // over up to 8 ranks are exact in bf16 (so any grouping of the additions gives them):
   // 1 + rank/8 + (j % 8)/8.
@@ -98,7 +107,13 @@ void check_collectives(gpt2::Communicator& comm) {
       CHECK_THAT(halves_in_place[j] == expected, "bf16 reduce_scatter in place [", j, "]");
     }
   }
+}
 
+/// all_gather and all_gather_bytes.
+void check_all_gather(gpt2::Communicator& comm) {
+  using gpt2::ReduceOp;
+  const int rank = comm.rank(), world = comm.world_size();
+  const size_t block = kBlock;
   // all_gather, out of place and in place.
   std::vector<float> mine(block), gathered(block * world, -1.0f), gathered_in_place(block * world);
   for (size_t i = 0; i < block; ++i) mine[i] = static_cast<float>(1000 * rank + static_cast<int>(i));
@@ -125,7 +140,12 @@ void check_collectives(gpt2::Communicator& comm) {
       CHECK_THAT(bytes[r * kBytes + i] == expected, "all_gather_bytes [", r, ",", i, "]");
       CHECK_THAT(bytes_in_place[r * kBytes + i] == expected, "in place bytes [", r, ",", i, "]");
     }
+}
 
+/// broadcast, the bits of repeated sums, sum_in_rank_order.
+void check_broadcast_and_sum_order(gpt2::Communicator& comm) {
+  using gpt2::ReduceOp;
+  const int rank = comm.rank(), world = comm.world_size();
   // broadcast from the last rank.
   char text[32] = {};
   if (rank == world - 1) std::snprintf(text, sizeof text, "from rank %d", rank);
@@ -152,7 +172,12 @@ void check_collectives(gpt2::Communicator& comm) {
   for (int r = 0; r < world; ++r) expected += 0.1 * (r + 1) + 1e-17 * r;
   const double got = gpt2::sum_in_rank_order(comm, value);
   CHECK_THAT(got == expected, "sum_in_rank_order ", got, " != ", expected);
+}
 
+/// split into groups, and a sum inside a group.
+void check_split(gpt2::Communicator& comm) {
+  using gpt2::ReduceOp;
+  const int rank = comm.rank(), world = comm.world_size();
   // split: groups of consecutive ranks (rank / 2), numbered in reverse by key; a sum inside a
   // group adds only its ranks.
   {
@@ -169,7 +194,21 @@ void check_collectives(gpt2::Communicator& comm) {
     CHECK_THAT(group_value == expected_sum, "group sum ", group_value, " != ", expected_sum);
     CHECK_THAT(std::string(group->backend()) == "mpi", group->backend());
   }
+}
 
+void check_collectives(gpt2::Communicator& comm) {
+  const int rank = comm.rank(), world = comm.world_size();
+  CHECK_THAT(std::string(comm.backend()) == "mpi", comm.backend());
+  CHECK_THAT(world == std::atoi(std::getenv("OMPI_COMM_WORLD_SIZE")), world);
+  CHECK_THAT(comm.local_size() == world && comm.local_rank() == rank, "one node: local ",
+             comm.local_rank(), " of ", comm.local_size());
+
+  check_all_reduce(comm);
+  check_reduce_scatter(comm);
+  check_bf16_sums(comm);
+  check_all_gather(comm);
+  check_broadcast_and_sum_order(comm);
+  check_split(comm);
   comm.barrier();
   CHECK_THAT(comm.stats().calls == 19, "calls ", comm.stats().calls);
   CHECK_THAT(comm.stats().bytes > 0, "bytes ", comm.stats().bytes);
