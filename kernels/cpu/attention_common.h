@@ -25,6 +25,15 @@ inline Real attention_score(const Real* q, const Real* k, int HS, Real scale) {
   return dot * scale;
 }
 
+/// Head bh of the B*NH heads, numbered b * NH + h: its sequence b and head h.
+struct HeadIndex {
+  int64_t b;
+  int h;
+};
+inline HeadIndex head_index(int64_t bh, int NH) {
+  return HeadIndex{bh / NH, static_cast<int>(bh % NH)};
+}
+
 inline void check_attention_shape(int B, int T, int C, int NH) {
   GPT2_CHECK(B > 0 && T > 0 && NH > 0 && C > 0 && C % NH == 0, "B=", B, " T=", T, " C=", C,
              " NH=", NH);

@@ -26,8 +26,7 @@
 namespace gpt2::cpu {
 namespace {
 
-using detail::attention_score;
-using detail::kMinParallelWork;
+using namespace detail;  // attention_common.h: what the CPU attentions share
 
 void check_shapes(int B, int T, int C, int NH, FlashBlocks blocks) {
   detail::check_attention_shape(B, T, C, NH);
@@ -128,8 +127,9 @@ void attention_flash_backward(Real* dqkv, const Real* dout, const Real* qkv, con
     std::vector<double> ds(static_cast<size_t>(block_q) * block_k);      // dS tile
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < num_heads; ++bh) {
-      const int64_t b = bh / NH;
-      const int h = static_cast<int>(bh % NH);
+      const HeadIndex head = head_index(bh, NH);
+      const int64_t b = head.b;
+      const int h = head.h;
       const Real* base = qkv + b * T * C3;
       Real* dbase = dqkv + b * T * C3;
       auto q_of = [&](int t) { return base + t * C3 + h * HS; };

@@ -27,8 +27,7 @@
 namespace gpt2::cpu {
 namespace {
 
-using detail::attention_score;
-using detail::kMinParallelWork;
+using namespace detail;  // attention_common.h: what the CPU attentions share
 
 // One query row: o = sum_j p_j v_j with p = softmax_j(scale q.k_j) over the n keys
 // k_j = k + j*kv_stride, v_j = v + j*kv_stride; max, exponentials and sums in double. Writes
@@ -104,8 +103,9 @@ void attention_naive_backward(Real* dqkv, const Real* dout, const Real* qkv, con
     std::vector<double> dv(static_cast<size_t>(T) * HS);
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < num_heads; ++bh) {
-      const int64_t b = bh / NH;
-      const int h = static_cast<int>(bh % NH);
+      const HeadIndex head = head_index(bh, NH);
+      const int64_t b = head.b;
+      const int h = head.h;
       const Real* base = qkv + b * T * C3;
       Real* dbase = dqkv + b * T * C3;
       std::fill(dk.begin(), dk.end(), 0.0);
@@ -187,8 +187,9 @@ void attention_decode_forward(Real* out, const Real* qkv, const Real* k_cache,
     std::vector<double> acc(HS);
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < num_heads; ++bh) {
-      const int64_t b = bh / NH;
-      const int h = static_cast<int>(bh % NH);
+      const HeadIndex head = head_index(bh, NH);
+      const int64_t b = head.b;
+      const int h = head.h;
       const int64_t row0 = bh * capacity;  // cache row of position 0
       attention_row_forward(out + b * C + h * HS, static_cast<Real*>(nullptr),
                             qkv + b * C3 + h * HS, k_cache + row0 * HS, v_cache + row0 * HS,
