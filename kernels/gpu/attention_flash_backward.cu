@@ -91,21 +91,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
   float* dsum_smem = lse_smem + 2 * kBlockM;
 
   const int n_block = blockIdx.x;
-  const int bh = blockIdx.y;
-  const int b = bh / p.NH;
-  const int h = bh % p.NH;
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
   const int T = p.T;
 
-  const int64_t qkv_stride = 3LL * p.C;
-  const bf16* q_base = p.qkv + static_cast<int64_t>(b) * T * qkv_stride + h * kHeadDim;
-  const bf16* k_base = q_base + p.C;
-  const bf16* v_base = q_base + 2 * p.C;
-  const bf16* do_base = p.dout + static_cast<int64_t>(b) * T * p.C + h * kHeadDim;
-  const float* lse_row = p.lse + static_cast<int64_t>(bh) * T;
-  const float* dsum_row = p.dsum + static_cast<int64_t>(bh) * T;
+  const flash::BlockHead<kHeadDim> head(p.qkv, T, p.C, p.NH);
+  const int64_t qkv_stride = head.qkv_stride;
+  const bf16 *q_base = head.q_base, *k_base = head.k_base, *v_base = head.v_base;
+  const bf16* do_base = p.dout + static_cast<int64_t>(head.b) * T * p.C + head.h * kHeadDim;
+  const float* lse_row = p.lse + static_cast<int64_t>(head.bh) * T;
+  const float* dsum_row = p.dsum + static_cast<int64_t>(head.bh) * T;
 
   const int n0 = n_block * kBlockN;
   const int m_begin = n0 / kBlockM;  // first query block holding a query >= n0
@@ -161,24 +157,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
 #pragma unroll
       for (int e = 0; e < 4; ++e) pt[j][e] = dpt[j][e] = 0.f;
     }
-#pragma unroll(Traits::kScoreUnroll)
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      uint32_t k_frag[4];
-      uint32_t v_frag[4];
-      flash::load_a_fragment<kRowChunks>(k_frag, k_tile, warp * 16, kk, lane);
-      flash::load_a_fragment<kRowChunks>(v_frag, v_tile, warp * 16, kk, lane);
-#pragma unroll
-      for (int nn = 0; nn < kBlockM / 16; ++nn) {
-        uint32_t q_frag[4];
-        uint32_t do_frag[4];
-        flash::load_b_fragments_nk<kRowChunks>(q_frag, q_tile, nn * 16, kk, lane);
-        flash::load_b_fragments_nk<kRowChunks>(do_frag, do_tile, nn * 16, kk, lane);
-        mma::mma_bf16_16816(pt[2 * nn], k_frag, q_frag[0], q_frag[1]);
-        mma::mma_bf16_16816(pt[2 * nn + 1], k_frag, q_frag[2], q_frag[3]);
-        mma::mma_bf16_16816(dpt[2 * nn], v_frag, do_frag[0], do_frag[1]);
-        mma::mma_bf16_16816(dpt[2 * nn + 1], v_frag, do_frag[2], do_frag[3]);
-      }
-    }
+    flash::mma_pair_loop<kHeadDim / 16, kBlockM / 16, Traits::kScoreUnroll>(
+        pt, dpt,
+        [&](int kk, uint32_t(&k_frag)[4], uint32_t(&v_frag)[4]) {
+          flash::load_a_fragment<kRowChunks>(k_frag, k_tile, warp * 16, kk, lane);
+          flash::load_a_fragment<kRowChunks>(v_frag, v_tile, warp * 16, kk, lane);
+        },
+        [&](int kk, int nn, uint32_t(&q_frag)[4], uint32_t(&do_frag)[4]) {
+          flash::load_b_fragments_nk<kRowChunks>(q_frag, q_tile, nn * 16, kk, lane);
+          flash::load_b_fragments_nk<kRowChunks>(do_frag, do_tile, nn * 16, kk, lane);
+        });
 
     // P^T from the saved lse (0 above the diagonal and for queries past T); dS^T = P^T (dP^T - D).
 #pragma unroll
@@ -197,24 +185,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
     }
 
     // dV += P^T dO and dK += dS^T Q (A operands straight from the accumulators).
-#pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk) {
-      uint32_t p_frag[4];
-      uint32_t ds_frag[4];
-      flash::accumulators_to_a_fragment(p_frag, pt[2 * kk], pt[2 * kk + 1]);
-      flash::accumulators_to_a_fragment(ds_frag, dpt[2 * kk], dpt[2 * kk + 1]);
-#pragma unroll
-      for (int dd = 0; dd < kHeadDim / 16; ++dd) {
-        uint32_t do_frag[4];
-        uint32_t q_frag[4];
-        flash::load_b_fragments_kn<kRowChunks>(do_frag, do_tile, kk * 16, dd, lane);
-        flash::load_b_fragments_kn<kRowChunks>(q_frag, q_tile, kk * 16, dd, lane);
-        mma::mma_bf16_16816(dv_acc[2 * dd], p_frag, do_frag[0], do_frag[1]);
-        mma::mma_bf16_16816(dv_acc[2 * dd + 1], p_frag, do_frag[2], do_frag[3]);
-        mma::mma_bf16_16816(dk_acc[2 * dd], ds_frag, q_frag[0], q_frag[1]);
-        mma::mma_bf16_16816(dk_acc[2 * dd + 1], ds_frag, q_frag[2], q_frag[3]);
-      }
-    }
+    flash::mma_pair_loop<kBlockM / 16, kHeadDim / 16, kBlockM / 16>(
+        dv_acc, dk_acc,
+        [&](int kk, uint32_t(&p_frag)[4], uint32_t(&ds_frag)[4]) {
+          flash::accumulators_to_a_fragment(p_frag, pt[2 * kk], pt[2 * kk + 1]);
+          flash::accumulators_to_a_fragment(ds_frag, dpt[2 * kk], dpt[2 * kk + 1]);
+        },
+        [&](int kk, int dd, uint32_t(&do_frag)[4], uint32_t(&q_frag)[4]) {
+          flash::load_b_fragments_kn<kRowChunks>(do_frag, do_tile, kk * 16, dd, lane);
+          flash::load_b_fragments_kn<kRowChunks>(q_frag, q_tile, kk * 16, dd, lane);
+        });
 
     // dS^T (bf16) to shared memory, rows = this block's keys, columns = the block's queries.
 #pragma unroll
@@ -250,15 +230,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
           uint32_t k_frag[4];
           flash::load_b_fragments_kn<kRowChunks>(k_frag, k_tile, kk * 16, dim_tile0 / 2 + dd,
                                                  lane);
-          mma::mma_bf16_16816(dq_acc[2 * dd], ds_frag, k_frag[0], k_frag[1]);
-          mma::mma_bf16_16816(dq_acc[2 * dd + 1], ds_frag, k_frag[2], k_frag[3]);
+          flash::mma_two_n_tiles(dq_acc + 2 * dd, ds_frag, k_frag);
         }
       }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int query = m0 + m_tile * 16 + g + 8 * r;
         if (query < T) {
-          float* dq_row = p.dq_accum + (static_cast<int64_t>(b) * T + query) * p.C + h * kHeadDim;
+          float* dq_row =
+              p.dq_accum + (static_cast<int64_t>(head.b) * T + query) * p.C + head.h * kHeadDim;
 #pragma unroll
           for (int d = 0; d < Traits::kDqDimTiles; ++d) {
             atomicAdd(dq_row + (dim_tile0 + d) * 8 + col_pair, dq_acc[d][2 * r]);
@@ -275,8 +255,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
   for (int r = 0; r < 2; ++r) {
     const int key = warp_key0 + g + 8 * r;
     if (key < T) {
-      bf16* dk_row = p.dqkv + (static_cast<int64_t>(b) * T + key) * qkv_stride + p.C +
-                     h * kHeadDim;
+      bf16* dk_row = p.dqkv + (static_cast<int64_t>(head.b) * T + key) * qkv_stride + p.C +
+                     head.h * kHeadDim;
       bf16* dv_row = dk_row + p.C;
 #pragma unroll
       for (int d = 0; d < kDimTiles; ++d) {

@@ -64,18 +64,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
   const uint32_t v_tiles = k_tiles + 2 * Traits::kTileKVBytes;
 
   const int m_block = gridDim.x - 1 - blockIdx.x;
-  const int bh = blockIdx.y;
-  const int b = bh / p.NH;
-  const int h = bh % p.NH;
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
   const int T = p.T;
 
-  const int64_t row_stride = 3LL * p.C;
-  const bf16* q_base = p.qkv + static_cast<int64_t>(b) * T * row_stride + h * kHeadDim;
-  const bf16* k_base = q_base + p.C;
-  const bf16* v_base = q_base + 2 * p.C;
+  const flash::BlockHead<kHeadDim> head(p.qkv, T, p.C, p.NH);
+  const int64_t row_stride = head.qkv_stride;
+  const bf16 *q_base = head.q_base, *k_base = head.k_base, *v_base = head.v_base;
 
   const int m0 = m_block * kBlockM;
   const int warp_row0 = m0 + warp * 16;
@@ -132,8 +128,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
       for (int nn = 0; nn < kBlockN / 16; ++nn) {
         uint32_t k_frag[4];
         flash::load_b_fragments_nk<kRowChunks>(k_frag, k_tile, nn * 16, kk, lane);
-        mma::mma_bf16_16816(s[2 * nn], q_frag[kk], k_frag[0], k_frag[1]);
-        mma::mma_bf16_16816(s[2 * nn + 1], q_frag[kk], k_frag[2], k_frag[3]);
+        flash::mma_two_n_tiles(s + 2 * nn, q_frag[kk], k_frag);
       }
     }
 
@@ -200,8 +195,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
       for (int dd = 0; dd < kHeadDim / 16; ++dd) {
         uint32_t v_frag[4];
         flash::load_b_fragments_kn<kRowChunks>(v_frag, v_tile, kk * 16, dd, lane);
-        mma::mma_bf16_16816(o_acc[2 * dd], p_frag, v_frag[0], v_frag[1]);
-        mma::mma_bf16_16816(o_acc[2 * dd + 1], p_frag, v_frag[2], v_frag[3]);
+        flash::mma_two_n_tiles(o_acc + 2 * dd, p_frag, v_frag);
       }
     }
     __syncthreads();  // the next iteration's prefetch overwrites this stage
@@ -215,7 +209,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
     const int row = warp_row0 + g + 8 * r;
     if (row < T) {
       const float inv_sum = 1.f / row_sum[r];
-      bf16* out_row = p.out + (static_cast<int64_t>(b) * T + row) * p.C + h * kHeadDim;
+      bf16* out_row = p.out + (static_cast<int64_t>(head.b) * T + row) * p.C + head.h * kHeadDim;
 #pragma unroll
       for (int d = 0; d < kDimTiles; ++d) {
         *reinterpret_cast<__nv_bfloat162*>(out_row + d * 8 + col_pair) =
@@ -223,7 +217,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2)
       }
       if (lane % 4 == 0) {
         const float m = row_max[r] == -INFINITY ? 0.f : row_max[r];
-        p.lse[static_cast<int64_t>(bh) * T + row] = m * flash::kLn2 + logf(row_sum[r]);
+        p.lse[static_cast<int64_t>(head.bh) * T + row] = m * flash::kLn2 + logf(row_sum[r]);
       }
     }
   }

@@ -34,6 +34,20 @@ __device__ __forceinline__ float group_sum(float v) {
   return v;
 }
 
+// The group's two dot products a.x and b.y over the head's channels, each lane adding its share.
+template <int kGroup>
+__device__ __forceinline__ void group_dot_pair(const float* a, const float* x, const float* b,
+                                               const float* y, float* ax, float* by) {
+  float sum_ax = 0.f, sum_by = 0.f;
+#pragma unroll
+  for (int d = 0; d < kLaneDims; ++d) {
+    sum_ax += a[d] * x[d];
+    sum_by += b[d] * y[d];
+  }
+  *ax = group_sum<kGroup>(sum_ax);
+  *by = group_sum<kGroup>(sum_by);
+}
+
 // Rows [row0, row0 + kTileRows) of one head (row stride `stride` floats) into smem, 0 past T.
 template <int kHeadDim>
 __device__ __forceinline__ void load_tile(float* tile, const float* head_base, int64_t stride,
@@ -59,62 +73,70 @@ struct RowGroup {
       : bh(blockIdx.y), b(bh / NH), h(bh % NH), part(threadIdx.x % kGroup),
         row0(blockIdx.x * kRowsPerBlock), row(row0 + threadIdx.x / kGroup), stride(3LL * C),
         q_base(qkv + static_cast<int64_t>(b) * T * stride + h * kHeadDim) {}
+  // This lane's share of channel d of the group's row in qkv's part `which` (0 q, 1 k, 2 v);
+  // 0 past T.
+  __device__ float own(int which, int d, int T, int C) const {
+    return row < T ? q_base[static_cast<int64_t>(row) * stride + which * C + part * kLaneDims + d]
+                   : 0.f;
+  }
 };
+
+// Streams the head's keys [0, key_end) through shared memory, kTileRows at a time (0 past T),
+// and calls visit(key, k_row, v_row) with this lane's share of each key's and value's channels.
+template <int kHeadDim, typename Visit>
+__device__ __forceinline__ void for_each_key(const RowGroup<kHeadDim>& g, int T, int C,
+                                             int key_end, Visit visit) {
+  __shared__ float k_tile[kTileRows * kHeadDim];
+  __shared__ float v_tile[kTileRows * kHeadDim];
+  for (int n0 = 0; n0 < key_end; n0 += kTileRows) {
+    load_tile<kHeadDim>(k_tile, g.q_base + C, g.stride, n0, T);
+    load_tile<kHeadDim>(v_tile, g.q_base + 2 * C, g.stride, n0, T);
+    __syncthreads();
+    for (int j = 0; j < kTileRows; ++j)
+      visit(n0 + j, k_tile + j * kHeadDim + g.part * kLaneDims,
+            v_tile + j * kHeadDim + g.part * kLaneDims);
+    __syncthreads();
+  }
+}
 
 template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads)
     flash_forward_simt_kernel(float* out, float* lse, const float* qkv, int T, int C, int NH,
                               float scale) {
   constexpr int kGroup = RowGroup<kHeadDim>::kGroup;
-  constexpr int kRowsPerBlock = RowGroup<kHeadDim>::kRowsPerBlock;
-  __shared__ float k_tile[kTileRows * kHeadDim];
-  __shared__ float v_tile[kTileRows * kHeadDim];
-
   const RowGroup<kHeadDim> g(qkv, T, C, NH);
-  const int bh = g.bh, b = g.b, h = g.h, part = g.part, q0 = g.row0, query = g.row;
-  const int64_t stride = g.stride;
-  const float* q_base = g.q_base;
-
+  const int query = g.row;
   float q[kLaneDims];
   float o[kLaneDims];
 #pragma unroll
   for (int d = 0; d < kLaneDims; ++d) {
-    q[d] = query < T ? q_base[static_cast<int64_t>(query) * stride + part * kLaneDims + d] : 0.f;
+    q[d] = g.own(0, d, T, C);
     o[d] = 0.f;
   }
   float row_max = -INFINITY;
   float row_sum = 0.f;
-  const int key_end = min(T, q0 + kRowsPerBlock);
-  for (int n0 = 0; n0 < key_end; n0 += kTileRows) {
-    load_tile<kHeadDim>(k_tile, q_base + C, stride, n0, T);
-    load_tile<kHeadDim>(v_tile, q_base + 2 * C, stride, n0, T);
-    __syncthreads();
-    for (int j = 0; j < kTileRows; ++j) {
-      const float* k_row = k_tile + j * kHeadDim + part * kLaneDims;
-      float dot = 0.f;
+  const int key_end = min(T, g.row0 + RowGroup<kHeadDim>::kRowsPerBlock);
+  for_each_key(g, T, C, key_end, [&](int key, const float* k_row, const float* v_row) {
+    float dot = 0.f;
 #pragma unroll
-      for (int d = 0; d < kLaneDims; ++d) dot += q[d] * k_row[d];
-      const float s = group_sum<kGroup>(dot) * scale;
-      const int key = n0 + j;
-      if (key <= query && key < T) {
-        const float new_max = fmaxf(row_max, s);
-        const float correction = expf(row_max - new_max);
-        const float prob = expf(s - new_max);
-        row_sum = row_sum * correction + prob;
-        const float* v_row = v_tile + j * kHeadDim + part * kLaneDims;
+    for (int d = 0; d < kLaneDims; ++d) dot += q[d] * k_row[d];
+    const float s = group_sum<kGroup>(dot) * scale;
+    if (key <= query && key < T) {
+      const float new_max = fmaxf(row_max, s);
+      const float correction = expf(row_max - new_max);
+      const float prob = expf(s - new_max);
+      row_sum = row_sum * correction + prob;
 #pragma unroll
-        for (int d = 0; d < kLaneDims; ++d) o[d] = o[d] * correction + prob * v_row[d];
-        row_max = new_max;
-      }
+      for (int d = 0; d < kLaneDims; ++d) o[d] = o[d] * correction + prob * v_row[d];
+      row_max = new_max;
     }
-    __syncthreads();
-  }
+  });
   if (query < T) {
-    float* out_row = out + (static_cast<int64_t>(b) * T + query) * C + h * kHeadDim;
+    float* out_row = out + (static_cast<int64_t>(g.b) * T + query) * C + g.h * kHeadDim;
     const float inv_sum = 1.f / row_sum;
 #pragma unroll
-    for (int d = 0; d < kLaneDims; ++d) out_row[part * kLaneDims + d] = o[d] * inv_sum;
-    if (part == 0) lse[static_cast<int64_t>(bh) * T + query] = row_max + logf(row_sum);
+    for (int d = 0; d < kLaneDims; ++d) out_row[g.part * kLaneDims + d] = o[d] * inv_sum;
+    if (g.part == 0) lse[static_cast<int64_t>(g.bh) * T + query] = row_max + logf(row_sum);
   }
 }
 
@@ -159,9 +181,8 @@ __global__ void __launch_bounds__(kThreads)
   float k[kLaneDims], v[kLaneDims], dk[kLaneDims], dv[kLaneDims];
 #pragma unroll
   for (int d = 0; d < kLaneDims; ++d) {
-    const int64_t offset = static_cast<int64_t>(key) * stride + part * kLaneDims + d;
-    k[d] = key < T ? q_base[offset + C] : 0.f;
-    v[d] = key < T ? q_base[offset + 2 * C] : 0.f;
+    k[d] = g.own(1, d, T, C);
+    v[d] = g.own(2, d, T, C);
     dk[d] = dv[d] = 0.f;
   }
   for (int m0 = k0 / kTileRows * kTileRows; m0 < T; m0 += kTileRows) {
@@ -175,14 +196,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = 0; i < kTileRows; ++i) {
       const float* q_row = q_tile + i * kHeadDim + part * kLaneDims;
       const float* do_row = do_tile + i * kHeadDim + part * kLaneDims;
-      float qk = 0.f, dov = 0.f;
-#pragma unroll
-      for (int d = 0; d < kLaneDims; ++d) {
-        qk += q_row[d] * k[d];
-        dov += do_row[d] * v[d];
-      }
-      qk = group_sum<kGroup>(qk);
-      dov = group_sum<kGroup>(dov);
+      float qk, dov;
+      group_dot_pair<kGroup>(q_row, k, do_row, v, &qk, &dov);
       const int query = m0 + i;
       if (query >= key && query < T && key < T) {
         const float prob = expf(qk * scale - lse_tile[i]);
@@ -214,19 +229,12 @@ __global__ void __launch_bounds__(kThreads)
                                  const float* lse, const float* dsum, int T, int C, int NH,
                                  float scale) {
   constexpr int kGroup = RowGroup<kHeadDim>::kGroup;
-  constexpr int kRowsPerBlock = RowGroup<kHeadDim>::kRowsPerBlock;
-  __shared__ float k_tile[kTileRows * kHeadDim];
-  __shared__ float v_tile[kTileRows * kHeadDim];
-
   const RowGroup<kHeadDim> g(qkv, T, C, NH);
-  const int bh = g.bh, b = g.b, h = g.h, part = g.part, q0 = g.row0, query = g.row;
-  const int64_t stride = g.stride;
-  const float* q_base = g.q_base;
-
+  const int bh = g.bh, b = g.b, h = g.h, part = g.part, query = g.row;
   float q[kLaneDims], dov[kLaneDims], dq[kLaneDims];
 #pragma unroll
   for (int d = 0; d < kLaneDims; ++d) {
-    q[d] = query < T ? q_base[static_cast<int64_t>(query) * stride + part * kLaneDims + d] : 0.f;
+    q[d] = g.own(0, d, T, C);
     dov[d] = query < T ? dout[(static_cast<int64_t>(b) * T + query) * C + h * kHeadDim +
                               part * kLaneDims + d]
                        : 0.f;
@@ -234,33 +242,18 @@ __global__ void __launch_bounds__(kThreads)
   }
   const float row_lse = query < T ? lse[static_cast<int64_t>(bh) * T + query] : 0.f;
   const float row_dsum = query < T ? dsum[static_cast<int64_t>(bh) * T + query] : 0.f;
-  const int key_end = min(T, q0 + kRowsPerBlock);
-  for (int n0 = 0; n0 < key_end; n0 += kTileRows) {
-    load_tile<kHeadDim>(k_tile, q_base + C, stride, n0, T);
-    load_tile<kHeadDim>(v_tile, q_base + 2 * C, stride, n0, T);
-    __syncthreads();
-    for (int j = 0; j < kTileRows; ++j) {
-      const float* k_row = k_tile + j * kHeadDim + part * kLaneDims;
-      const float* v_row = v_tile + j * kHeadDim + part * kLaneDims;
-      float qk = 0.f, dp = 0.f;
+  const int key_end = min(T, g.row0 + RowGroup<kHeadDim>::kRowsPerBlock);
+  for_each_key(g, T, C, key_end, [&](int key, const float* k_row, const float* v_row) {
+    float qk, dp;
+    group_dot_pair<kGroup>(q, k_row, dov, v_row, &qk, &dp);
+    if (key <= query && query < T) {
+      const float ds = expf(qk * scale - row_lse) * (dp - row_dsum);
 #pragma unroll
-      for (int d = 0; d < kLaneDims; ++d) {
-        qk += q[d] * k_row[d];
-        dp += dov[d] * v_row[d];
-      }
-      qk = group_sum<kGroup>(qk);
-      dp = group_sum<kGroup>(dp);
-      const int key = n0 + j;
-      if (key <= query && query < T) {
-        const float ds = expf(qk * scale - row_lse) * (dp - row_dsum);
-#pragma unroll
-        for (int d = 0; d < kLaneDims; ++d) dq[d] += ds * k_row[d];
-      }
+      for (int d = 0; d < kLaneDims; ++d) dq[d] += ds * k_row[d];
     }
-    __syncthreads();
-  }
+  });
   if (query < T) {
-    float* dq_row = dqkv + (static_cast<int64_t>(b) * T + query) * stride + h * kHeadDim +
+    float* dq_row = dqkv + (static_cast<int64_t>(b) * T + query) * g.stride + h * kHeadDim +
                     part * kLaneDims;
 #pragma unroll
     for (int d = 0; d < kLaneDims; ++d) dq_row[d] = dq[d] * scale;

@@ -96,6 +96,48 @@ __device__ __forceinline__ void accumulators_to_a_fragment(uint32_t (&frag)[4],
   frag[3] = mma::pack_bf16x2(hi[2], hi[3]);
 }
 
+/// acc[0] and acc[1], two 8-column n-tiles, += a (a 16x16 A fragment) times the two n-tiles of
+/// b (the four registers load_b_fragments_nk/_kn give).
+__device__ __forceinline__ void mma_two_n_tiles(float (*acc)[4], const uint32_t (&a)[4],
+                                                const uint32_t (&b)[4]) {
+  mma::mma_bf16_16816(acc[0], a, b[0], b[1]);
+  mma::mma_bf16_16816(acc[1], a, b[2], b[3]);
+}
+
+/// Two GEMM slices in one loop, as the backward's S^T/dP^T and dV/dK are computed: for each of
+/// kSteps k-steps (unrolled by kUnroll), load_a(kk, a_x, a_y) gives two A fragments, and for each
+/// of kNPairs pairs of n-tiles load_b(kk, nn, b_x, b_y) two B fragments;
+/// acc_x[2nn, 2nn+1] += a_x b_x and acc_y[2nn, 2nn+1] += a_y b_y.
+template <int kSteps, int kNPairs, int kUnroll, typename LoadA, typename LoadB>
+__device__ __forceinline__ void mma_pair_loop(float (*acc_x)[4], float (*acc_y)[4], LoadA load_a,
+                                              LoadB load_b) {
+#pragma unroll(kUnroll)
+  for (int kk = 0; kk < kSteps; ++kk) {
+    uint32_t a_x[4], a_y[4];
+    load_a(kk, a_x, a_y);
+#pragma unroll
+    for (int nn = 0; nn < kNPairs; ++nn) {
+      uint32_t b_x[4], b_y[4];
+      load_b(kk, nn, b_x, b_y);
+      mma_two_n_tiles(acc_x + 2 * nn, a_x, b_x);
+      mma_two_n_tiles(acc_y + 2 * nn, a_y, b_y);
+    }
+  }
+}
+
+/// The head a thread block works on (blockIdx.y = b * NH + h) and where its rows of Q, K and V
+/// start in qkv (B, T, 3C), row stride 3C.
+template <int kHeadDim>
+struct BlockHead {
+  int bh, b, h;
+  int64_t qkv_stride;
+  const __nv_bfloat16 *q_base, *k_base, *v_base;
+  __device__ BlockHead(const __nv_bfloat16* qkv, int T, int C, int NH)
+      : bh(blockIdx.y), b(bh / NH), h(bh % NH), qkv_stride(3LL * C),
+        q_base(qkv + static_cast<int64_t>(b) * T * qkv_stride + h * kHeadDim),
+        k_base(q_base + C), v_base(q_base + 2 * C) {}
+};
+
 // ---------------------------------------------------------------------------------------------
 // Host side, shared by the flash launchers (bf16 tensor-core and fp32 SIMT)
 
