@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <limits>
 #include <map>
+#include <sstream>
 
 #include "base/error.h"
 
@@ -137,6 +138,19 @@ int parse_positive_int(const std::string& option, const std::string& text) {
 int parse_count(const std::string& option, const std::string& text) {
   return static_cast<int>(parse_integer(option, text, 0, std::numeric_limits<int>::max(),
                                         "a non-negative integer"));
+}
+
+std::vector<int> parse_positive_int_list(const std::string& option, const std::string& text) {
+  std::vector<int> values;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ','))
+    values.push_back(static_cast<int>(
+        parse_integer(option, item, 1, 1 << 24, "a comma-separated list of positive integers")));
+  if (values.empty())
+    GPT2_USAGE_FAIL("--", option, " must be a comma-separated list of positive integers (got '",
+                    text, "')");
+  return values;
 }
 
 float parse_float(const std::string& option, const std::string& text, double min_value,

@@ -36,6 +36,8 @@ int64_t parse_integer(const std::string& option, const std::string& text, int64_
                       int64_t max_value, const char* expectation);
 int parse_positive_int(const std::string& option, const std::string& text);
 int parse_count(const std::string& option, const std::string& text);  // >= 0
+/// A comma-separated list of positive integers (each at most 2^24), e.g. --seq-lens 512,1024.
+std::vector<int> parse_positive_int_list(const std::string& option, const std::string& text);
 /// A float in [min_value, max_value]; max_value = FLT_MAX means "any finite float".
 float parse_float(const std::string& option, const std::string& text, double min_value,
                   double max_value, const char* expectation);

@@ -36,6 +36,7 @@
 #include "base/error.h"
 #include "base/file_io.h"
 #include "base/rng.h"
+#include "bench/gpu_timing.h"
 #include "kernels/gpu/attention.cuh"
 #include "kernels/gpu/context.cuh"
 
@@ -45,13 +46,8 @@ namespace {
 using gpu::AttentionKernel;
 using gpu::HopperForwardShape;
 
-struct Buffer {
-  explicit Buffer(size_t bytes) { GPT2_CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(bytes, 1))); }
-  ~Buffer() { GPT2_CUDA_CHECK_NOTHROW(cudaFree(ptr)); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  void* ptr = nullptr;
-};
+using bench::Buffer;
+using bench::median_ms;
 
 std::vector<uint16_t> random_bf16(size_t n, uint64_t seed) {
   Rng rng(seed);
@@ -83,46 +79,6 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
     norm += double(b[i]) * b[i];
   }
   return std::sqrt(diff / std::max(norm, 1e-300));
-}
-
-/// Median over `repeats` event-timed runs of `burst` back-to-back calls launch(i) (per call),
-/// after `warmup` untimed calls; i counts every call, so the input sets rotate.
-template <typename F>
-double median_ms(F&& launch, int warmup, int repeats, int burst, cudaStream_t stream) {
-  cudaEvent_t start, stop;
-  GPT2_CUDA_CHECK(cudaEventCreate(&start));
-  GPT2_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < warmup; ++i) launch(i);
-  std::vector<double> times;
-  int call = warmup;
-  for (int i = 0; i < repeats; ++i) {
-    GPT2_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int j = 0; j < burst; ++j) launch(call++);
-    GPT2_CUDA_CHECK(cudaEventRecord(stop, stream));
-    GPT2_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    GPT2_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms / burst);
-  }
-  GPT2_CUDA_CHECK(cudaEventDestroy(start));
-  GPT2_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
-std::vector<int> parse_int_list(const std::string& text, const char* option) {
-  std::vector<int> values;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
-    char* end = nullptr;
-    const long value = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || value < 1 || value > (1 << 24))
-      GPT2_USAGE_FAIL("--", option, " must be a comma-separated list of positive integers (got '",
-                      text, "')");
-    values.push_back(static_cast<int>(value));
-  }
-  return values;
 }
 
 /// A kernel as benchmarked: the Hopper backward once in each dQ mode; the Hopper forward with
@@ -274,8 +230,8 @@ int bench_main(int argc, char** argv) {
   const int NH = args["heads"].as<int>();
   const int warmup = args["warmup"].as<int>(), repeats = args["repeats"].as<int>();
   const int burst = args["burst"].as<int>();
-  const std::vector<int> head_sizes = parse_int_list(args["head-sizes"].as<std::string>(), "head-sizes");
-  const std::vector<int> seq_lens = parse_int_list(args["seq-lens"].as<std::string>(), "seq-lens");
+  const std::vector<int> head_sizes = parse_positive_int_list("head-sizes", args["head-sizes"].as<std::string>());
+  const std::vector<int> seq_lens = parse_positive_int_list("seq-lens", args["seq-lens"].as<std::string>());
   if (NH < 1 || repeats < 1 || burst < 1 || warmup < 0 || args["sets"].as<int>() < 0)
     GPT2_USAGE_FAIL("need --heads >= 1, --repeats >= 1, --burst >= 1, --warmup >= 0, --sets >= 0");
   for (int hs : head_sizes)

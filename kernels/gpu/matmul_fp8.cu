@@ -6,13 +6,15 @@
  * matrix D = B_c^T A_c, with A_c (K, M) and B_c (K, N) the column-major views of A and B:
  * cuBLASLt's m = N, n = M, k = K, A operand = B transposed ("T"), B operand = A ("N"), leading
  * dimensions K, K and N. The scales go in as CUBLASLT_MATMUL_DESC_{A,B}_SCALE_POINTER (the
- * multipliers that dequantize each operand). Descriptors and the heuristic's algorithm are made
- * once per shape and kept in the Context (fp8_matmul_plans).
+ * multipliers that dequantize each operand). Descriptors and the heuristic's candidate algorithms
+ * are made once per shape and kept in the Context (fp8_matmul_plans); the first candidate that
+ * runs is kept.
  */
 #include "kernels/gpu/matmul_fp8.cuh"
 
 #include <memory>
 #include <unordered_map>
+#include <vector>
 
 #include "base/error.h"
 #include "kernels/gpu/context.cuh"
@@ -25,23 +27,30 @@ cudaDataType_t cuda_type(cpu::Fp8Format format) {
   return format == cpu::Fp8Format::kE4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
 }
 
+// cuBLASLt's heuristic may rank first an algorithm that cublasLtMatmul then refuses for an FP8
+// shape ("not supported"), so a plan keeps the heuristic's first few and settles on the first
+// that runs (tried at the plan's first call; each refusal launches nothing).
+constexpr int kCandidateAlgorithms = 8;
+
 struct Fp8Plan {
   LtDescriptors desc;
-  bool found = false;
-  cublasLtMatmulAlgo_t algo{};
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  size_t chosen = 0;  // index into candidates; settled once one has run
+  bool settled = false;
 };
 
 using Fp8PlanCache = std::unordered_map<uint64_t, std::unique_ptr<Fp8Plan>>;
 
-const Fp8Plan& fp8_plan(const Context& ctx, const Fp8Operand& a, const Fp8Operand& b,
-                        bool bias, int M, int N, int K) {
+Fp8Plan& fp8_plan(const Context& ctx, const Fp8Operand& a, const Fp8Operand& b, bool bias,
+                  bool accumulate, int M, int N, int K) {
   std::shared_ptr<void>& slot = ctx.fp8_matmul_plans();
   if (!slot) slot = std::make_shared<Fp8PlanCache>();
   Fp8PlanCache& cache = *static_cast<Fp8PlanCache*>(slot.get());
-  // M, N, K < 2^20 each (checked by the caller), the formats and the bias in the low bits.
-  const uint64_t key = (uint64_t(M) << 43) | (uint64_t(N) << 23) | (uint64_t(K) << 3) |
-                       (uint64_t(a.format == cpu::Fp8Format::kE5M2) << 2) |
-                       (uint64_t(b.format == cpu::Fp8Format::kE5M2) << 1) | uint64_t(bias);
+  // M, N, K < 2^20 each (checked by the caller); formats, bias and accumulation in the low bits.
+  const uint64_t key = (uint64_t(M) << 44) | (uint64_t(N) << 24) | (uint64_t(K) << 4) |
+                       (uint64_t(a.format == cpu::Fp8Format::kE5M2) << 3) |
+                       (uint64_t(b.format == cpu::Fp8Format::kE5M2) << 2) |
+                       (uint64_t(bias) << 1) | uint64_t(accumulate);
   std::unique_ptr<Fp8Plan>& entry = cache[key];
   if (entry) return *entry;
   auto plan = std::make_unique<Fp8Plan>();
@@ -62,7 +71,13 @@ const Fp8Plan& fp8_plan(const Context& ctx, const Fp8Operand& a, const Fp8Operan
   GPT2_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
       sizeof(workspace_bytes)));
-  plan->found = first_algorithm(ctx, desc, &plan->algo);
+  cublasLtMatmulHeuristicResult_t results[kCandidateAlgorithms] = {};
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      ctx.cublaslt(), desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference,
+      kCandidateAlgorithms, results, &found);
+  if (status == CUBLAS_STATUS_SUCCESS)
+    for (int i = 0; i < found; ++i) plan->candidates.push_back(results[i].algo);
   entry = std::move(plan);
   return *entry;
 }
@@ -70,7 +85,8 @@ const Fp8Plan& fp8_plan(const Context& ctx, const Fp8Operand& a, const Fp8Operan
 }  // namespace
 
 void matmul_fp8(__nv_bfloat16* out, const Fp8Operand& a, const Fp8Operand& b,
-                const __nv_bfloat16* bias, int M, int N, int K, const Context& ctx) {
+                const __nv_bfloat16* bias, int M, int N, int K, const Context& ctx,
+                bool accumulate) {
   GPT2_CHECK(M >= 1 && N >= 1 && K >= 1 && M < (1 << 20) && N < (1 << 20) && K < (1 << 20),
              "an FP8 GEMM of M=", M, " N=", N, " K=", K);
   GPT2_CHECK(K % 16 == 0 && N % 16 == 0, "FP8 GEMMs need K and N multiples of 16 (K=", K,
@@ -79,20 +95,27 @@ void matmul_fp8(__nv_bfloat16* out, const Fp8Operand& a, const Fp8Operand& b,
              "an FP8 GEMM of two E5M2 operands (no tensor-core path takes it)");
   GPT2_CHECK(a.codes && b.codes && a.inverse_scale && b.inverse_scale && out,
              "an FP8 GEMM without its operands, scales or output");
-  const Fp8Plan& plan = fp8_plan(ctx, a, b, bias != nullptr, M, N, K);
-  if (!plan.found)
-    GPT2_FAIL("cuBLASLt has no FP8 GEMM for M=", M, " N=", N, " K=", K, " (",
-              cpu::to_string(a.format), " x ", cpu::to_string(b.format),
-              ") on this GPU: FP8 tensor cores need sm_89 or newer");
+  Fp8Plan& plan = fp8_plan(ctx, a, b, bias != nullptr, accumulate, M, N, K);
   // The descriptor's pointers for this call: cuBLASLt's A operand is our B.
   set_desc(plan.desc.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, b.inverse_scale);
   set_desc(plan.desc.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, a.inverse_scale);
   if (bias) set_desc(plan.desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  const float alpha = 1.0f, beta = 0.0f;
-  GPT2_CUBLAS_CHECK(cublasLtMatmul(ctx.cublaslt(), plan.desc.op, &alpha, b.codes, plan.desc.a,
-                                   a.codes, plan.desc.b, &beta, out, plan.desc.d, out,
-                                   plan.desc.d, &plan.algo, ctx.lt_workspace(),
-                                   ctx.lt_workspace_bytes(), ctx.stream()));
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED;
+  for (; plan.chosen < plan.candidates.size(); ++plan.chosen) {
+    status = cublasLtMatmul(ctx.cublaslt(), plan.desc.op, &alpha, b.codes, plan.desc.a, a.codes,
+                            plan.desc.b, &beta, out, plan.desc.d, out, plan.desc.d,
+                            &plan.candidates[plan.chosen], ctx.lt_workspace(),
+                            ctx.lt_workspace_bytes(), ctx.stream());
+    if (status != CUBLAS_STATUS_NOT_SUPPORTED || plan.settled) break;
+  }
+  if (plan.chosen == plan.candidates.size())
+    GPT2_FAIL("cuBLASLt has no FP8 GEMM that runs for M=", M, " N=", N, " K=", K, " (",
+              cpu::to_string(a.format), " x ", cpu::to_string(b.format), ", ",
+              plan.candidates.size(), " candidates) on this GPU: FP8 tensor cores need sm_89 "
+              "or newer");
+  GPT2_CUBLAS_CHECK(status);
+  plan.settled = true;
 }
 
 }  // namespace gpt2::gpu

@@ -3,8 +3,9 @@
  * @brief FP8 GEMMs on Hopper through cuBLASLt (issue 22): E4M3 or E5M2 operands, per-tensor
  *        scales, fp32 accumulation, bf16 output.
  *
- * matmul_fp8(out, a, b, M, N, K, ...): out (M, N) bf16, row-major, =
+ * matmul_fp8(out, a, b, M, N, K, ...): out (M, N) bf16, row-major, = (or += with accumulate)
  *   (a_inverse * A) (b_inverse * B)^T  [+ bias (N) bf16 broadcast over rows]
+ * (accumulate: out's bf16 values are C with beta = 1, as in the bf16 GEMMs' +=).
  * with A (M, K) and B (N, K) FP8 codes (kernels/cpu/fp8.h), row-major: both K-major, the only
  * layout Hopper's FP8 tensor cores take (cuBLAS's "TN"), which is why the casts write each
  * tensor in both orders (fp8_cast.cuh). a_inverse and b_inverse are device floats: 1 / the
@@ -33,6 +34,7 @@ struct Fp8Operand {
 };
 
 void matmul_fp8(__nv_bfloat16* out, const Fp8Operand& a, const Fp8Operand& b,
-                const __nv_bfloat16* bias, int M, int N, int K, const Context& ctx);
+                const __nv_bfloat16* bias, int M, int N, int K, const Context& ctx,
+                bool accumulate = false);
 
 }  // namespace gpt2::gpu

@@ -6,7 +6,9 @@
 // K 2^-24 sum_k |a_k b_k|, taken as 2^-20 sum_k |a_k b_k| for the K here), then the output is
 // rounded once to bf16 (within 2^-9 |ref|, taken as 2^-8). E4M3 x E4M3 (the forward),
 // E5M2 x E4M3 and E4M3 x E5M2 (the backward's gradient operands), with and without the bias,
-// at small, odd-M and model shapes. Skips without an FP8-capable GPU (sm_89+).
+// at small, odd-M and model shapes, and the weight gradient's += (out holding bf16 values first:
+// up to two roundings, so twice the bf16 term). Each case reports its own failure (a refused
+// shape included). Skips without an FP8-capable GPU (sm_89+).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -70,7 +72,10 @@ Cast cast(const std::vector<float>& values, int64_t rows, int64_t cols, Fp8Forma
 }
 
 void check_fp8_gemm(int M, int N, int K, Fp8Format a_format, Fp8Format b_format, bool bias,
-                    uint64_t seed) {
+                    bool accumulate, uint64_t seed) {
+  SCOPED_TRACE(str_cat("M=", M, " N=", N, " K=", K, " ", cpu::to_string(a_format), " x ",
+                       cpu::to_string(b_format), bias ? " + bias" : "",
+                       accumulate ? " accumulated" : ""));
   const std::vector<float> x = random_normal(int64_t{M} * K, seed, 2.0);
   const std::vector<float> w = random_normal(int64_t{N} * K, seed + 1, 0.05);
   const std::vector<float> bias_values = round_through<bf16>(random_normal(N, seed + 2, 0.1));
@@ -84,11 +89,22 @@ void check_fp8_gemm(int M, int N, int K, Fp8Format a_format, Fp8Format b_format,
   d_b.upload(b.codes);
   d_inverse.upload({a.inverse, b.inverse});
   upload_floats(d_bias, bias_values);
-  d_out.poison();
-  matmul_fp8(d_out.get(), Fp8Operand{d_a.get(), a_format, d_inverse.get()},
-             Fp8Operand{d_b.get(), b_format, d_inverse.get() + 1}, bias ? d_bias.get() : nullptr,
-             M, N, K, ctx);
-  ctx.synchronize();
+  // Accumulating: out starts as bf16 values the product is added to; otherwise as NaNs.
+  const std::vector<float> initial =
+      round_through<bf16>(random_normal(int64_t{M} * N, seed + 3, 1.0));
+  if (accumulate)
+    upload_floats(d_out, initial);
+  else
+    d_out.poison();
+  try {
+    matmul_fp8(d_out.get(), Fp8Operand{d_a.get(), a_format, d_inverse.get()},
+               Fp8Operand{d_b.get(), b_format, d_inverse.get() + 1},
+               bias ? d_bias.get() : nullptr, M, N, K, ctx, accumulate);
+    ctx.synchronize();
+  } catch (const Error& e) {
+    ADD_FAILURE() << e.what();
+    return;
+  }
   const std::vector<float> got = download_floats(d_out);
   // The dequantized operands, decoded once.
   auto dequantized = [](const Cast& c, Fp8Format format) {
@@ -102,7 +118,9 @@ void check_fp8_gemm(int M, int N, int K, Fp8Format a_format, Fp8Format b_format,
   double worst = 0.0;
   for (int m = 0; m < M; ++m) {
     for (int n = 0; n < N; ++n) {
-      double sum = bias ? bias_values[static_cast<size_t>(n)] : 0.0, magnitude = std::fabs(sum);
+      double sum = bias ? bias_values[static_cast<size_t>(n)] : 0.0;
+      if (accumulate) sum += initial[static_cast<size_t>(m) * N + n];
+      double magnitude = std::fabs(sum);
       const double* arow = av.data() + static_cast<size_t>(m) * K;
       const double* brow = bv.data() + static_cast<size_t>(n) * K;
       for (int k = 0; k < K; ++k) {
@@ -110,15 +128,18 @@ void check_fp8_gemm(int M, int N, int K, Fp8Format a_format, Fp8Format b_format,
         magnitude += std::fabs(arow[k] * brow[k]);
       }
       const double error = std::fabs(got[static_cast<size_t>(m) * N + n] - sum);
-      const double allowed = 0x1p-8 * std::fabs(sum) + 0x1p-20 * magnitude + 1e-30;
+      // Accumulating may round twice (the product, then the sum): twice the bf16 term.
+      const double allowed =
+          (accumulate ? 0x1p-7 : 0x1p-8) * std::fabs(sum) + 0x1p-20 * magnitude + 1e-30;
       worst = std::max(worst, error / allowed);
       if (!(error <= allowed) && bad++ < 5)
         ADD_FAILURE() << "out[" << m << "," << n << "] = " << got[static_cast<size_t>(m) * N + n]
                       << ", fp64 " << sum << ", allowed " << allowed;
     }
   }
-  std::printf("[ fp8 gemm ] M=%d N=%d K=%d %s x %s%s: worst error / bound %.3f\n", M, N, K,
-              cpu::to_string(a_format), cpu::to_string(b_format), bias ? " + bias" : "", worst);
+  std::printf("[ fp8 gemm ] M=%d N=%d K=%d %s x %s%s%s: worst error / bound %.3f\n", M, N, K,
+              cpu::to_string(a_format), cpu::to_string(b_format), bias ? " + bias" : "",
+              accumulate ? " accumulated" : "", worst);
   EXPECT_EQ(bad, 0);
 }
 
@@ -128,11 +149,15 @@ TEST(GpuMatmulFp8, MatchesTheFp64ProductOfItsDequantizedOperands) {
   uint64_t seed = 10;
   for (const auto& [a_format, b_format] : {std::pair{e4, e4}, std::pair{e5, e4},
                                           std::pair{e4, e5}}) {
-    check_fp8_gemm(1, 16, 16, a_format, b_format, false, ++seed);
-    check_fp8_gemm(37, 48, 64, a_format, b_format, true, ++seed);
-    check_fp8_gemm(128, 768, 768, a_format, b_format, true, ++seed);
-    check_fp8_gemm(300, 2304, 768, a_format, b_format, false, ++seed);
+    check_fp8_gemm(1, 16, 16, a_format, b_format, false, false, ++seed);
+    check_fp8_gemm(16, 16, 16, a_format, b_format, false, false, ++seed);
+    check_fp8_gemm(37, 48, 64, a_format, b_format, true, false, ++seed);
+    check_fp8_gemm(128, 768, 768, a_format, b_format, true, false, ++seed);
+    check_fp8_gemm(300, 2304, 768, a_format, b_format, false, false, ++seed);
   }
+  // The weight gradient's shape and +=: dW (OC, IC) += dY^T X, K = B*T.
+  check_fp8_gemm(768, 256, 4096, e5, e4, false, true, ++seed);
+  check_fp8_gemm(64, 48, 1024, e5, e4, false, false, ++seed);
 }
 
 TEST(GpuMatmulFp8, ShapesAndFormatsItCannotTakeAreRefused) {

@@ -1,0 +1,56 @@
+/**
+ * @file gpu_timing.h
+ * @brief What the kernel benchmarks share: a device allocation owned for a scope, and the median
+ *        of event-timed runs after warm-up. Header-only; bench/ only.
+ */
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "base/error.h"
+
+namespace gpt2::bench {
+
+/// cudaMalloc'ed bytes, freed at scope exit.
+struct Buffer {
+  explicit Buffer(size_t bytes) { GPT2_CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(bytes, 1))); }
+  ~Buffer() { GPT2_CUDA_CHECK_NOTHROW(cudaFree(ptr)); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr);
+  }
+  void* ptr = nullptr;
+};
+
+/// Median over `repeats` event-timed runs of `burst` back-to-back calls launch(i) (per call),
+/// after `warmup` untimed calls; i counts every call, so the input sets rotate.
+template <typename F>
+double median_ms(F&& launch, int warmup, int repeats, int burst, cudaStream_t stream) {
+  cudaEvent_t start, stop;
+  GPT2_CUDA_CHECK(cudaEventCreate(&start));
+  GPT2_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < warmup; ++i) launch(i);
+  std::vector<double> times;
+  int call = warmup;
+  for (int i = 0; i < repeats; ++i) {
+    GPT2_CUDA_CHECK(cudaEventRecord(start, stream));
+    for (int j = 0; j < burst; ++j) launch(call++);
+    GPT2_CUDA_CHECK(cudaEventRecord(stop, stream));
+    GPT2_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    GPT2_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms / burst);
+  }
+  GPT2_CUDA_CHECK(cudaEventDestroy(start));
+  GPT2_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace gpt2::bench
