@@ -43,6 +43,8 @@ using bench::Buffer;
 using bf16 = __nv_bfloat16;
 using cpu::Fp8Format;
 
+constexpr int kScalars = 8;
+
 /// A bf16 tensor of random normal values times `scale`, on the device.
 void fill_random(const Buffer& buffer, size_t n, double scale, uint64_t seed) {
   Rng rng(seed);
@@ -78,30 +80,34 @@ LayerTimes time_layer(int M, int OC, int IC, const Timer& timer, const gpu::Cont
   fill_random(bias, OC, 0.02, 3);
   fill_random(dy, m * OC, 1e-4, 4);
   Buffer x8(m * IC), x8t(m * IC), w8(size_t(OC) * IC), w8t(size_t(OC) * IC), dy8(m * OC),
-      dy8t(m * OC), scalars(8 * sizeof(float));
-  // Scales: 1 for the inputs and weights, 2^14 for the small gradients; amaxes after them.
-  const float host_scalars[8] = {1.f, 1.f, 16384.f, 1.f, 1.f, 1.f / 16384.f, 0.f, 0.f};
-  GPT2_CUDA_CHECK(cudaMemcpy(scalars.ptr, host_scalars, sizeof(host_scalars),
+      dy8t(m * OC), scalars(kScalars * 4 * sizeof(float));
+  // Scales of x, w and dy (1, 1, 2^14 for the small gradients), their inverses, two amaxes;
+  // each on its own 16 bytes (cuBLASLt reads the inverses only there).
+  const float values[kScalars] = {1.f, 1.f, 16384.f, 1.f, 1.f, 1.f / 16384.f, 0.f, 0.f};
+  std::vector<float> host_scalars(kScalars * 4, 0.f);
+  for (int i = 0; i < kScalars; ++i) host_scalars[size_t(i) * 4] = values[i];
+  GPT2_CUDA_CHECK(cudaMemcpy(scalars.ptr, host_scalars.data(), host_scalars.size() * 4,
                              cudaMemcpyHostToDevice));
-  const float* s = scalars.as<float>();
-  float* amax = scalars.as<float>() + 6;
+  const float* base = scalars.as<float>();
+  auto s = [&](int i) { return base + 4 * i; };
+  float* amax = scalars.as<float>() + 4 * 6;
   const cudaStream_t stream = ctx.stream();
   const Fp8Format e4 = Fp8Format::kE4M3, e5 = Fp8Format::kE5M2;
-  gpu::fp8_cast_transpose(w.as<bf16>(), OC, IC, s + 1, e4, w8.as<uint8_t>(), w8t.as<uint8_t>(),
+  gpu::fp8_cast_transpose(w.as<bf16>(), OC, IC, s(1), e4, w8.as<uint8_t>(), w8t.as<uint8_t>(),
                           amax, stream);
   auto cast_input = [&] {
-    gpu::fp8_cast_transpose(x.as<bf16>(), M, IC, s, e4, x8.as<uint8_t>(), x8t.as<uint8_t>(),
+    gpu::fp8_cast_transpose(x.as<bf16>(), M, IC, s(0), e4, x8.as<uint8_t>(), x8t.as<uint8_t>(),
                             amax, stream);
   };
   auto cast_grad = [&] {
-    gpu::fp8_cast_transpose(dy.as<bf16>(), M, OC, s + 2, e5, dy8.as<uint8_t>(),
-                            dy8t.as<uint8_t>(), amax + 1, stream);
+    gpu::fp8_cast_transpose(dy.as<bf16>(), M, OC, s(2), e5, dy8.as<uint8_t>(),
+                            dy8t.as<uint8_t>(), amax + 4, stream);
   };
   cast_input();
   cast_grad();
-  const gpu::Fp8Operand x_op{x8.as<uint8_t>(), e4, s + 3}, x_t{x8t.as<uint8_t>(), e4, s + 3};
-  const gpu::Fp8Operand w_op{w8.as<uint8_t>(), e4, s + 4}, w_t{w8t.as<uint8_t>(), e4, s + 4};
-  const gpu::Fp8Operand dy_op{dy8.as<uint8_t>(), e5, s + 5}, dy_t{dy8t.as<uint8_t>(), e5, s + 5};
+  const gpu::Fp8Operand x_op{x8.as<uint8_t>(), e4, s(3)}, x_t{x8t.as<uint8_t>(), e4, s(3)};
+  const gpu::Fp8Operand w_op{w8.as<uint8_t>(), e4, s(4)}, w_t{w8t.as<uint8_t>(), e4, s(4)};
+  const gpu::Fp8Operand dy_op{dy8.as<uint8_t>(), e5, s(5)}, dy_t{dy8t.as<uint8_t>(), e5, s(5)};
 
   LayerTimes t;
   t.bf16_forward = timer([&] {

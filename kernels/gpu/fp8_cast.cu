@@ -1,12 +1,15 @@
 /**
  * @file fp8_cast.cu
- * @brief fp8_cast_transpose (fp8_cast.cuh): a block per 64 x 64 tile, 256 threads.
+ * @brief fp8_cast_transpose (fp8_cast.cuh): a block of 256 threads per 64 x 128 tile.
  *
- * Each thread converts 16 elements of the tile read row by row (coalesced along cols) and
- * writes their codes to `out` and to a shared tile; after one barrier it reads the shared tile
- * column by column and writes `out_t` along its rows (coalesced along rows). amax: a max over
- * the thread's finite |x|, then over the warp by shuffles, then one atomicMax per warp on the
- * float's bits (non-negative floats order as their bit patterns do).
+ * Load: each thread takes runs of 8 columns of one row (4 runs): one 16-byte load when the run
+ * is whole and aligned (bf16; two for fp32), converts, writes the 8 codes to `out` in one
+ * 8-byte store and to a shared tile. Transpose: after one barrier each thread gathers runs of
+ * 16 rows of one column from the tile and writes them to `out_t` in one 16-byte store. Ragged
+ * or unaligned runs go element by element. amax: the thread's finite |x|, reduced over the
+ * warp by shuffles and over the block in shared memory, then one atomicMax per block on the
+ * float's bits (non-negative floats order as their bit patterns do), skipped when the stored
+ * value is already as large.
  */
 #include "kernels/gpu/fp8_cast.cuh"
 
@@ -19,53 +22,122 @@
 namespace gpt2::gpu {
 namespace {
 
-constexpr int kTile = 64;
-constexpr int kThreads = 256;  // 4 rows of 64 per pass, 16 passes
+constexpr int kTileRows = 64;
+constexpr int kTileCols = 128;
+constexpr int kThreads = 256;
+constexpr int kRun = 8;         // columns per load run
+constexpr int kColumnRun = 16;  // rows per transposed store run
+
+struct CastShape {
+  int64_t rows, cols;
+  bool vector_in, vector_out, vector_out_t;  // whole runs may use 16/8/16-byte accesses
+};
+
+__device__ __forceinline__ void load_run(const __nv_bfloat16* p, float (&x)[kRun]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int j = 0; j < kRun / 2; ++j) {
+    const float2 f = __bfloat1622float2(pairs[j]);
+    x[2 * j] = f.x;
+    x[2 * j + 1] = f.y;
+  }
+}
+
+__device__ __forceinline__ void load_run(const float* p, float (&x)[kRun]) {
+  const float4 lo = reinterpret_cast<const float4*>(p)[0];
+  const float4 hi = reinterpret_cast<const float4*>(p)[1];
+  x[0] = lo.x, x[1] = lo.y, x[2] = lo.z, x[3] = lo.w;
+  x[4] = hi.x, x[5] = hi.y, x[6] = hi.z, x[7] = hi.w;
+}
 
 template <typename T_, __nv_fp8_interpretation_t kFormat>
 __global__ void __launch_bounds__(kThreads)
-    fp8_cast_transpose_kernel(const T_* in, int64_t rows, int64_t cols, const float* scale,
-                              uint8_t* out, uint8_t* out_t, float* amax) {
-  __shared__ uint8_t tile[kTile][kTile + 4];  // + 4: the column reads hit distinct banks
-  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kTile;
-  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
+    fp8_cast_transpose_kernel(const T_* in, const CastShape shape, const float* scale, uint8_t* out,
+                              uint8_t* out_t, float* amax) {
+  // + 4 bytes a row: the column gathers of the transpose fall on distinct banks.
+  __shared__ __align__(16) uint8_t tile[kTileRows][kTileCols + 4];
+  __shared__ float warp_largest[kThreads / 32];
+  const int64_t rows = shape.rows, cols = shape.cols;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTileRows;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kTileCols;
   const float s = *scale;
   float largest = 0.0f;
-  for (int r = ty; r < kTile; r += kThreads / kTile) {
-    const int64_t row = row0 + r, col = col0 + tx;
-    if (row >= rows || col >= cols) continue;
-    const float x = to_float(in[row * cols + col]);
-    if (isfinite(x)) largest = fmaxf(largest, fabsf(x));
-    const auto code =
-        static_cast<uint8_t>(__nv_cvt_float_to_fp8(x * s, __NV_SATFINITE, kFormat));
-    if (out != nullptr) out[row * cols + col] = code;
-    tile[r][tx] = code;
+  constexpr int kRunsPerRow = kTileCols / kRun;
+  for (int i = threadIdx.x; i < kTileRows * kRunsPerRow; i += kThreads) {
+    const int r = i / kRunsPerRow, c = (i % kRunsPerRow) * kRun;
+    const int64_t row = row0 + r, col = col0 + c;
+    uint8_t codes[kRun] = {};
+    if (row < rows && col < cols) {
+      const bool whole = col + kRun <= cols;
+      float x[kRun];
+      if (whole && shape.vector_in) {
+        load_run(in + row * cols + col, x);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kRun; ++j)
+          x[j] = col + j < cols ? to_float(in[row * cols + col + j]) : 0.f;
+      }
+#pragma unroll
+      for (int j = 0; j < kRun; ++j) {
+        if (isfinite(x[j])) largest = fmaxf(largest, fabsf(x[j]));
+        codes[j] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(x[j] * s, __NV_SATFINITE, kFormat));
+      }
+      if (out != nullptr) {
+        if (whole && shape.vector_out) {
+          *reinterpret_cast<uint2*>(out + row * cols + col) = *reinterpret_cast<uint2*>(codes);
+        } else {
+          for (int j = 0; j < kRun && col + j < cols; ++j) out[row * cols + col + j] = codes[j];
+        }
+      }
+    }
+    *reinterpret_cast<uint2*>(&tile[r][c]) = *reinterpret_cast<uint2*>(codes);
   }
   if (out_t != nullptr) {
     __syncthreads();
-    for (int c = ty; c < kTile; c += kThreads / kTile) {
-      const int64_t col = col0 + c, row = row0 + tx;
-      if (row < rows && col < cols) out_t[col * rows + row] = tile[tx][c];
+    constexpr int kRunsPerColumn = kTileRows / kColumnRun;
+    for (int i = threadIdx.x; i < kTileCols * kRunsPerColumn; i += kThreads) {
+      const int c = i / kRunsPerColumn, r = (i % kRunsPerColumn) * kColumnRun;
+      const int64_t col = col0 + c, row = row0 + r;
+      if (col >= cols || row >= rows) continue;
+      __align__(16) uint8_t codes[kColumnRun];
+#pragma unroll
+      for (int j = 0; j < kColumnRun; ++j) codes[j] = tile[r + j][c];
+      if (row + kColumnRun <= rows && shape.vector_out_t) {
+        *reinterpret_cast<uint4*>(out_t + col * rows + row) = *reinterpret_cast<uint4*>(codes);
+      } else {
+        for (int j = 0; j < kColumnRun && row + j < rows; ++j)
+          out_t[col * rows + row + j] = codes[j];
+      }
     }
   }
   if (amax != nullptr) {
     for (int offset = 16; offset > 0; offset /= 2)
       largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
-    if (threadIdx.x % 32 == 0 && largest > 0.0f)
-      atomicMax(reinterpret_cast<int*>(amax), __float_as_int(largest));
+    if (threadIdx.x % 32 == 0) warp_largest[threadIdx.x / 32] = largest;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < kThreads / 32; ++w) largest = fmaxf(largest, warp_largest[w]);
+      if (largest > 0.0f && largest > *reinterpret_cast<volatile float*>(amax))
+        atomicMax(reinterpret_cast<int*>(amax), __float_as_int(largest));
+    }
   }
 }
+
+bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 template <typename T_, __nv_fp8_interpretation_t kFormat>
 void launch(const T_* in, int64_t rows, int64_t cols, const float* scale, uint8_t* out,
             uint8_t* out_t, float* amax, cudaStream_t stream) {
-  const int64_t tiles_y = ceil_div(rows, kTile), tiles_x = ceil_div(cols, kTile);
-  GPT2_CHECK(tiles_y <= 65535 && tiles_x < (int64_t{1} << 31), "an fp8 cast of ", rows, " x ",
-             cols, " exceeds the grid");
+  const int64_t tiles_y = ceil_div(rows, kTileRows), tiles_x = ceil_div(cols, kTileCols);
+  GPT2_CHECK(tiles_y <= 65535 && tiles_x < (int64_t{1} << 31), "an fp8 cast of ", rows, " x ", cols,
+             " exceeds the grid");
+  const CastShape shape{rows, cols, cols % kRun == 0 && aligned(in, 16),
+                        cols % kRun == 0 && aligned(out, 8),
+                        rows % kColumnRun == 0 && aligned(out_t, 16)};
   const dim3 grid(static_cast<unsigned>(tiles_x), static_cast<unsigned>(tiles_y));
   fp8_cast_transpose_kernel<T_, kFormat>
-      <<<grid, kThreads, 0, stream>>>(in, rows, cols, scale, out, out_t, amax);
+      <<<grid, kThreads, 0, stream>>>(in, shape, scale, out, out_t, amax);
   GPT2_CUDA_CHECK_LAUNCH();
 }
 
@@ -86,10 +158,9 @@ void fp8_cast_transpose(const T_* in, int64_t rows, int64_t cols, const float* s
 }
 
 template void fp8_cast_transpose<float>(const float*, int64_t, int64_t, const float*,
-                                        cpu::Fp8Format, uint8_t*, uint8_t*, float*,
-                                        cudaStream_t);
+                                        cpu::Fp8Format, uint8_t*, uint8_t*, float*, cudaStream_t);
 template void fp8_cast_transpose<__nv_bfloat16>(const __nv_bfloat16*, int64_t, int64_t,
-                                                const float*, cpu::Fp8Format, uint8_t*,
-                                                uint8_t*, float*, cudaStream_t);
+                                                const float*, cpu::Fp8Format, uint8_t*, uint8_t*,
+                                                float*, cudaStream_t);
 
 }  // namespace gpt2::gpu

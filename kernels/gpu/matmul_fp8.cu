@@ -95,6 +95,9 @@ void matmul_fp8(__nv_bfloat16* out, const Fp8Operand& a, const Fp8Operand& b,
              "an FP8 GEMM of two E5M2 operands (no tensor-core path takes it)");
   GPT2_CHECK(a.codes && b.codes && a.inverse_scale && b.inverse_scale && out,
              "an FP8 GEMM without its operands, scales or output");
+  // cuBLASLt refuses ("not supported") scale pointers off a 16-byte boundary (CUDA 13.0, H200).
+  GPT2_CHECK(alignment_bytes(a.inverse_scale) >= 16 && alignment_bytes(b.inverse_scale) >= 16,
+             "FP8 GEMM scales must sit on 16-byte boundaries");
   Fp8Plan& plan = fp8_plan(ctx, a, b, bias != nullptr, accumulate, M, N, K);
   // The descriptor's pointers for this call: cuBLASLt's A operand is our B.
   set_desc(plan.desc.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, b.inverse_scale);

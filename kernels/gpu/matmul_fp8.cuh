@@ -9,7 +9,7 @@
  * with A (M, K) and B (N, K) FP8 codes (kernels/cpu/fp8.h), row-major: both K-major, the only
  * layout Hopper's FP8 tensor cores take (cuBLAS's "TN"), which is why the casts write each
  * tensor in both orders (fp8_cast.cuh). a_inverse and b_inverse are device floats: 1 / the
- * scale each operand was cast with. Not both operands E5M2 (no such tensor-core path). K and
+ * scale each operand was cast with, each on a 16-byte boundary (cuBLASLt refuses others). Not both operands E5M2 (no such tensor-core path). K and
  * N multiples of 16 (cuBLASLt's FP8 leading dimensions). fp32 accumulation throughout (fast
  * accumulation off). Throws gpt2::Error when cuBLASLt offers no algorithm (a GPU before sm_89).
  * CPU reference: the dequantized operands' product in fp64 (tests/gpu/matmul_fp8_test.cpp).

@@ -51,7 +51,8 @@ void check_cast(int64_t rows, int64_t cols, float scale, Fp8Format format, uint6
 TEST(GpuFp8Cast, MatchesItsCpuTwinBitForBit) {
   GPT2_REQUIRE_GPU();
   const std::pair<int64_t, int64_t> shapes[] = {{1, 1}, {3, 5}, {64, 64}, {65, 129},
-                                                {1000, 37}, {7, 1000}, {128, 768}};
+                                                {1000, 37}, {7, 1000}, {128, 768},
+                                                {48, 136}, {200, 1032}};
   uint64_t seed = 1;
   for (const Fp8Format format : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
     for (const auto& [rows, cols] : shapes) {
