@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = threadIdx.x; i < kTileRows * kRunsPerRow; i += kThreads) {
     const int r = i / kRunsPerRow, c = (i % kRunsPerRow) * kRun;
     const int64_t row = row0 + r, col = col0 + c;
-    uint8_t codes[kRun] = {};
+    __align__(8) uint8_t codes[kRun] = {};
     if (row < rows && col < cols) {
       const bool whole = col + kRun <= cols;
       float x[kRun];
@@ -91,7 +91,10 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
-    *reinterpret_cast<uint2*>(&tile[r][c]) = *reinterpret_cast<uint2*>(codes);
+    // Two 4-byte stores: the padded rows (132 bytes) keep 4-byte alignment only.
+    const uint2 packed = *reinterpret_cast<uint2*>(codes);
+    *reinterpret_cast<uint32_t*>(&tile[r][c]) = packed.x;
+    *reinterpret_cast<uint32_t*>(&tile[r][c + 4]) = packed.y;
   }
   if (out_t != nullptr) {
     __syncthreads();
