@@ -95,10 +95,13 @@ void fp8_cast_transpose(const float* in, int64_t rows, int64_t cols, float scale
   if (amax != nullptr) *amax = largest;
 }
 
-Fp8Scale::Fp8Scale(Fp8Format format, int history, int margin, bool power_of_two)
+Fp8Scale::Fp8Scale(Fp8Format format, int history, int margin, bool power_of_two,
+                   float initial_scale)
     : format_(format), history_(static_cast<size_t>(history)), margin_(margin),
-      power_of_two_(power_of_two) {
+      power_of_two_(power_of_two), scale_(initial_scale) {
   GPT2_CHECK(history >= 1, "an amax history of ", history, " values");
+  GPT2_CHECK(initial_scale > 0.0f && std::isfinite(initial_scale), "an FP8 scale of ",
+             initial_scale);
 }
 
 void Fp8Scale::record(float amax) {

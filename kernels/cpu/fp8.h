@@ -49,9 +49,10 @@ void fp8_cast_transpose(const float* in, int64_t rows, int64_t cols, float scale
 /// A tensor's delayed scale (see the file comment).
 class Fp8Scale {
  public:
-  Fp8Scale(Fp8Format format, int history, int margin = 0, bool power_of_two = true);
+  Fp8Scale(Fp8Format format, int history, int margin = 0, bool power_of_two = true,
+           float initial_scale = 1.0f);
 
-  /// The scale the next cast multiplies by (1 until an amax is recorded).
+  /// The scale the next cast multiplies by (initial_scale until an amax is recorded).
   float scale() const { return scale_; }
   /// What a decode multiplies by: 1 / scale().
   float inverse() const { return 1.0f / scale_; }
@@ -64,7 +65,7 @@ class Fp8Scale {
   int margin_;
   bool power_of_two_;
   std::deque<float> amaxes_;
-  float scale_ = 1.0f;
+  float scale_;
 };
 
 }  // namespace gpt2::cpu

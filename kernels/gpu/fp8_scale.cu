@@ -1,0 +1,57 @@
+/**
+ * @file fp8_scale.cu
+ * @brief fp8_update_scales (fp8_scale.cuh): one thread per tensor, cpu::Fp8Scale's arithmetic.
+ */
+#include "kernels/gpu/fp8_scale.cuh"
+
+#include <cmath>
+
+#include "base/error.h"
+#include "kernels/gpu/common.cuh"
+
+namespace gpt2::gpu {
+namespace {
+
+__global__ void fp8_update_scales_kernel(Fp8ScaleState* states, int count, int slot,
+                                         int margin) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  Fp8ScaleState& s = states[i];
+  s.history[slot] = s.amax;
+  s.amax = 0.0f;
+  float largest = 0.0f;
+  for (int h = 0; h < kFp8History; ++h)
+    if (isfinite(s.history[h])) largest = fmaxf(largest, s.history[h]);
+  if (!(largest > 0.0f)) return;  // nothing to scale by: keep the scale
+  double next = double(s.fp8_max) / double(largest) / ldexp(1.0, margin);
+  next = ldexp(1.0, static_cast<int>(floor(log2(next))));
+  const float scale = static_cast<float>(next);
+  if (!isfinite(scale) || scale == 0.0f) return;
+  s.scale = scale;
+  s.inverse = 1.0f / scale;
+}
+
+}  // namespace
+
+Fp8ScaleState fp8_initial_state(cpu::Fp8Format format, float scale) {
+  GPT2_CHECK(scale > 0.0f && std::isfinite(scale), "an FP8 scale of ", scale);
+  Fp8ScaleState state;
+  state.scale = scale;
+  state.inverse = 1.0f / scale;
+  state.fp8_max = cpu::fp8_max(format);
+  return state;
+}
+
+void fp8_update_scales(Fp8ScaleState* states, int count, int64_t update, int margin,
+                       cudaStream_t stream) {
+  GPT2_CHECK(count >= 0 && update >= 0, "fp8_update_scales of ", count, " states, update ",
+             update);
+  if (count == 0) return;
+  const int threads = 128;
+  fp8_update_scales_kernel<<<static_cast<unsigned>(ceil_div(count, threads)), threads, 0,
+                             stream>>>(states, count, static_cast<int>(update % kFp8History),
+                                       margin);
+  GPT2_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace gpt2::gpu

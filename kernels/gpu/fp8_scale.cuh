@@ -1,0 +1,44 @@
+/**
+ * @file fp8_scale.cuh
+ * @brief Delayed FP8 scaling on the device (issue 22): each tensor's scale, its inverse and its
+ *        amax history, updated once per optimizer step without a host round trip. CPU twin:
+ *        cpu::Fp8Scale (kernels/cpu/fp8.h); the two give the same bits.
+ *
+ * An Fp8ScaleState per tensor (16-byte aligned, so that `inverse` can be a cuBLASLt scale
+ * pointer, matmul_fp8.cuh): the casts multiply by `scale` and atomically raise `amax`
+ * (fp8_cast.cuh); the GEMMs multiply by `inverse`. fp8_update_scales(states, n, update) then,
+ * for every tensor: history[update % kFp8History] = amax, amax = 0, and from the largest
+ * finite history value m > 0 the next scale fp8_max / m / 2^margin, rounded down to a power of
+ * two (exact scaling), kept only when finite and non-zero (cpu::Fp8Scale::record with the same
+ * history length; a slot never written holds 0 and so never counts). One thread per tensor;
+ * graph-capturable.
+ */
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "kernels/cpu/fp8.h"
+
+namespace gpt2::gpu {
+
+constexpr int kFp8History = 16;
+
+struct alignas(16) Fp8ScaleState {
+  float inverse = 1.0f;  // 1 / scale: what a GEMM multiplies by (first: 16-byte aligned)
+  float scale = 1.0f;    // what a cast multiplies by
+  float amax = 0.0f;     // since the last update: the casts' largest finite |x|
+  float fp8_max = 0.0f;  // the format's largest finite value (448 or 57344)
+  float history[kFp8History] = {};
+};
+static_assert(sizeof(Fp8ScaleState) % 16 == 0, "states must stay 16-byte aligned in an array");
+
+/// A fresh state for a tensor of `format` cast with `scale` until its first update.
+Fp8ScaleState fp8_initial_state(cpu::Fp8Format format, float scale);
+
+/// The update above, the `update`-th (0, 1, ...) of these states, with `margin`.
+void fp8_update_scales(Fp8ScaleState* states, int count, int64_t update, int margin,
+                       cudaStream_t stream);
+
+}  // namespace gpt2::gpu
