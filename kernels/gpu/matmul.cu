@@ -261,6 +261,16 @@ bool input_gradient(T_* dinp, const T_* dout, const T_* weight, const T_* dgelu_
   return true;
 }
 
+/// dbias += column sums of dout (BT, OC): two passes, no atomics.
+template <typename T_>
+void bias_gradient(T_* dbias, const T_* dout, int BT, int OC, float* dbias_scratch,
+                   const Context& ctx) {
+  const int64_t chunks = ceil_div(BT, kColumnSumRowsPerChunk);
+  GPT2_CHECK(chunks <= 65535, "B*T = ", BT, " exceeds the column-sum grid");
+  launch_column_partial_sums(dbias_scratch, dout, BT, OC, ctx.stream());
+  launch_add_column_partials(dbias, dbias_scratch, chunks, OC, ctx.stream());
+}
+
 /// dweight += dout^T @ inp; dbias += column sums of dout (when dbias is set).
 template <typename T_>
 void parameter_gradients(T_* dweight, T_* dbias, const T_* dout, const T_* inp, int BT, int C,
@@ -270,15 +280,18 @@ void parameter_gradients(T_* dweight, T_* dbias, const T_* dout, const T_* inp, 
                  dweight, C, /*beta=*/1.0f, nullptr};
     if (!(ctx.use_cublaslt() && gemm_cublaslt(ctx, g))) gemm_cublas(ctx, g);
   }
-  if (dbias) {
-    const int64_t chunks = ceil_div(BT, kColumnSumRowsPerChunk);
-    GPT2_CHECK(chunks <= 65535, "B*T = ", BT, " exceeds the column-sum grid");
-    launch_column_partial_sums(dbias_scratch, dout, BT, OC, ctx.stream());
-    launch_add_column_partials(dbias, dbias_scratch, chunks, OC, ctx.stream());
-  }
+  if (dbias) bias_gradient(dbias, dout, BT, OC, dbias_scratch, ctx);
 }
 
 }  // namespace
+
+template <typename T_>
+void matmul_bias_backward(T_* dbias, const T_* dout, int B, int T, int OC, float* dbias_scratch,
+                          const Context& ctx) {
+  check_shapes(B, T, 1, OC);
+  GPT2_CHECK(dbias != nullptr && dout != nullptr && dbias_scratch != nullptr);
+  bias_gradient(dbias, dout, B * T, OC, dbias_scratch, ctx);
+}
 
 template <typename T_>
 void matmul_backward(T_* dinp, T_* dweight, T_* dbias, const T_* dout, const T_* inp,
@@ -331,6 +344,10 @@ template void matmul_backward_gelu<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*
                                                   const __nv_bfloat16*, const __nv_bfloat16*,
                                                   const __nv_bfloat16*, int, int, int, int,
                                                   float*, const Context&);
+template void matmul_bias_backward<float>(float*, const float*, int, int, int, float*,
+                                          const Context&);
+template void matmul_bias_backward<__nv_bfloat16>(__nv_bfloat16*, const __nv_bfloat16*, int, int,
+                                                  int, float*, const Context&);
 template void matmul_backward<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*,
                                              const __nv_bfloat16*, const __nv_bfloat16*,
                                              const __nv_bfloat16*, int, int, int, int, float*,

@@ -50,6 +50,12 @@ void matmul_forward_gelu(T_* out_gelu, T_* pre_gelu, const T_* inp, const T_* we
 /// Floats of dbias_scratch matmul_backward needs.
 int64_t matmul_backward_scratch_floats(int B, int T, int OC);
 
+/// dbias += sum_bt dout (dout (B,T,OC)): matmul_backward's bias gradient alone (the same
+/// two-pass column sum), for GEMMs made elsewhere (the FP8 path, model/cuda_fp8_linears.cuh).
+template <typename T_>
+void matmul_bias_backward(T_* dbias, const T_* dout, int B, int T, int OC, float* dbias_scratch,
+                          const Context& ctx);
+
 template <typename T_>
 void matmul_backward(T_* dinp, T_* dweight, T_* dbias, const T_* dout, const T_* inp,
                      const T_* weight, int B, int T, int C, int OC, float* dbias_scratch,

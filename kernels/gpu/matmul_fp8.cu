@@ -1,14 +1,18 @@
 /**
  * @file matmul_fp8.cu
- * @brief matmul_fp8 (matmul_fp8.cuh) through cuBLASLt.
+ * @brief matmul_fp8 and try_matmul_fp8 (matmul_fp8.cuh) through cuBLASLt.
  *
  * Row-major to column-major as in matmul.cu: out (M, N) row-major is the column-major (N, M)
  * matrix D = B_c^T A_c, with A_c (K, M) and B_c (K, N) the column-major views of A and B:
  * cuBLASLt's m = N, n = M, k = K, A operand = B transposed ("T"), B operand = A ("N"), leading
  * dimensions K, K and N. The scales go in as CUBLASLT_MATMUL_DESC_{A,B}_SCALE_POINTER (the
- * multipliers that dequantize each operand). Descriptors and the heuristic's candidate algorithms
- * are made once per shape and kept in the Context (fp8_matmul_plans); the first candidate that
- * runs is kept.
+ * multipliers that dequantize each operand); the epilogues (bias, GELU with its aux output,
+ * DGELU) and beta = 1 as matmul.cu uses them, the aux matrix bf16 with out's layout. Split-K
+ * only with fp32 partials, as in matmul.cu. Descriptors and the heuristic's candidate
+ * algorithms are made once per shape, epilogue and alignment and kept in the Context
+ * (fp8_matmul_plans); the heuristic may rank first an algorithm that cublasLtMatmul then
+ * refuses ("not supported"), so the first candidate that runs is kept (each refusal launches
+ * nothing).
  */
 #include "kernels/gpu/matmul_fp8.cuh"
 
@@ -23,14 +27,17 @@
 namespace gpt2::gpu {
 namespace {
 
+constexpr int kCandidateAlgorithms = 8;
+
 cudaDataType_t cuda_type(cpu::Fp8Format format) {
   return format == cpu::Fp8Format::kE4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
 }
 
-// cuBLASLt's heuristic may rank first an algorithm that cublasLtMatmul then refuses for an FP8
-// shape ("not supported"), so a plan keeps the heuristic's first few and settles on the first
-// that runs (tried at the plan's first call; each refusal launches nothing).
-constexpr int kCandidateAlgorithms = 8;
+cublasLtEpilogue_t epilogue_of(const Fp8Epilogue& e) {
+  if (e.gelu_aux) return e.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  if (e.dgelu_aux) return CUBLASLT_EPILOGUE_DGELU;
+  return e.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
 
 struct Fp8Plan {
   LtDescriptors desc;
@@ -39,18 +46,50 @@ struct Fp8Plan {
   bool settled = false;
 };
 
-using Fp8PlanCache = std::unordered_map<uint64_t, std::unique_ptr<Fp8Plan>>;
+struct Fp8PlanKey {
+  int m, n, k;
+  bool a_e5m2, b_e5m2, accumulate;
+  cublasLtEpilogue_t epilogue;
+  uint32_t align_a, align_b, align_d;
+  bool operator==(const Fp8PlanKey& o) const {
+    return m == o.m && n == o.n && k == o.k && a_e5m2 == o.a_e5m2 && b_e5m2 == o.b_e5m2 &&
+           accumulate == o.accumulate && epilogue == o.epilogue && align_a == o.align_a &&
+           align_b == o.align_b && align_d == o.align_d;
+  }
+};
 
-Fp8Plan& fp8_plan(const Context& ctx, const Fp8Operand& a, const Fp8Operand& b, bool bias,
-                  bool accumulate, int M, int N, int K) {
+struct Fp8PlanKeyHash {
+  size_t operator()(const Fp8PlanKey& key) const {
+    uint64_t h = 1469598103934665603ull;
+    for (const uint64_t v :
+         {uint64_t(key.m), uint64_t(key.n), uint64_t(key.k), uint64_t(key.a_e5m2),
+          uint64_t(key.b_e5m2), uint64_t(key.accumulate), uint64_t(key.epilogue),
+          uint64_t(key.align_a), uint64_t(key.align_b), uint64_t(key.align_d)})
+      h = (h ^ v) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+
+using Fp8PlanCache = std::unordered_map<Fp8PlanKey, std::unique_ptr<Fp8Plan>, Fp8PlanKeyHash>;
+
+void set_call_pointers(cublasLtMatmulDesc_t op, const Fp8Operand& a, const Fp8Operand& b,
+                       const Fp8Epilogue& e) {
+  // cuBLASLt's A operand is our B.
+  set_desc(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, b.inverse_scale);
+  set_desc(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, a.inverse_scale);
+  if (e.bias) set_desc(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, e.bias);
+  if (e.gelu_aux) set_desc(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, e.gelu_aux);
+  if (e.dgelu_aux) set_desc(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, e.dgelu_aux);
+}
+
+Fp8Plan& fp8_plan(const Context& ctx, __nv_bfloat16* out, const Fp8Operand& a,
+                  const Fp8Operand& b, const Fp8Epilogue& e, int M, int N, int K) {
   std::shared_ptr<void>& slot = ctx.fp8_matmul_plans();
   if (!slot) slot = std::make_shared<Fp8PlanCache>();
   Fp8PlanCache& cache = *static_cast<Fp8PlanCache*>(slot.get());
-  // M, N, K < 2^20 each (checked by the caller); formats, bias and accumulation in the low bits.
-  const uint64_t key = (uint64_t(M) << 44) | (uint64_t(N) << 24) | (uint64_t(K) << 4) |
-                       (uint64_t(a.format == cpu::Fp8Format::kE5M2) << 3) |
-                       (uint64_t(b.format == cpu::Fp8Format::kE5M2) << 2) |
-                       (uint64_t(bias) << 1) | uint64_t(accumulate);
+  const Fp8PlanKey key{N, M, K, a.format == cpu::Fp8Format::kE5M2,
+                       b.format == cpu::Fp8Format::kE5M2, e.accumulate, epilogue_of(e),
+                       alignment_bytes(b.codes), alignment_bytes(a.codes), alignment_bytes(out)};
   std::unique_ptr<Fp8Plan>& entry = cache[key];
   if (entry) return *entry;
   auto plan = std::make_unique<Fp8Plan>();
@@ -58,11 +97,15 @@ Fp8Plan& fp8_plan(const Context& ctx, const Fp8Operand& a, const Fp8Operand& b, 
   GPT2_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set_desc(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
   set_desc(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
-  set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE,
-           bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
+  set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, key.epilogue);
   const int8_t fast_accumulation = 0;
   set_desc(desc.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast_accumulation);
-  if (bias) set_desc(desc.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_16BF);
+  if (e.bias) set_desc(desc.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_16BF);
+  if (e.gelu_aux || e.dgelu_aux) {
+    set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(N));
+    set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, CUDA_R_16BF);
+  }
+  set_call_pointers(desc.op, a, b, e);
   GPT2_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.a, cuda_type(b.format), K, N, K));
   GPT2_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.b, cuda_type(a.format), K, M, K));
   GPT2_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.d, CUDA_R_16BF, N, M, N));
@@ -71,6 +114,12 @@ Fp8Plan& fp8_plan(const Context& ctx, const Fp8Operand& a, const Fp8Operand& b, 
   GPT2_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
       sizeof(workspace_bytes)));
+  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a);
+  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b);
+  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d);
+  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
+  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                 CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
   cublasLtMatmulHeuristicResult_t results[kCandidateAlgorithms] = {};
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
@@ -84,11 +133,9 @@ Fp8Plan& fp8_plan(const Context& ctx, const Fp8Operand& a, const Fp8Operand& b, 
 
 }  // namespace
 
-void matmul_fp8(__nv_bfloat16* out, const Fp8Operand& a, const Fp8Operand& b,
-                const __nv_bfloat16* bias, int M, int N, int K, const Context& ctx,
-                bool accumulate) {
-  GPT2_CHECK(M >= 1 && N >= 1 && K >= 1 && M < (1 << 20) && N < (1 << 20) && K < (1 << 20),
-             "an FP8 GEMM of M=", M, " N=", N, " K=", K);
+bool try_matmul_fp8(__nv_bfloat16* out, const Fp8Operand& a, const Fp8Operand& b, int M, int N,
+                    int K, const Fp8Epilogue& epilogue, const Context& ctx) {
+  GPT2_CHECK(M >= 1 && N >= 1 && K >= 1, "an FP8 GEMM of M=", M, " N=", N, " K=", K);
   GPT2_CHECK(K % 16 == 0 && N % 16 == 0, "FP8 GEMMs need K and N multiples of 16 (K=", K,
              ", N=", N, ")");
   GPT2_CHECK(!(a.format == cpu::Fp8Format::kE5M2 && b.format == cpu::Fp8Format::kE5M2),
@@ -98,27 +145,33 @@ void matmul_fp8(__nv_bfloat16* out, const Fp8Operand& a, const Fp8Operand& b,
   // cuBLASLt refuses ("not supported") scale pointers off a 16-byte boundary (CUDA 13.0, H200).
   GPT2_CHECK(alignment_bytes(a.inverse_scale) >= 16 && alignment_bytes(b.inverse_scale) >= 16,
              "FP8 GEMM scales must sit on 16-byte boundaries");
-  Fp8Plan& plan = fp8_plan(ctx, a, b, bias != nullptr, accumulate, M, N, K);
-  // The descriptor's pointers for this call: cuBLASLt's A operand is our B.
-  set_desc(plan.desc.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, b.inverse_scale);
-  set_desc(plan.desc.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, a.inverse_scale);
-  if (bias) set_desc(plan.desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED;
+  GPT2_CHECK(!(epilogue.gelu_aux && epilogue.dgelu_aux), "GELU and DGELU in one FP8 GEMM");
+  Fp8Plan& plan = fp8_plan(ctx, out, a, b, epilogue, M, N, K);
+  set_call_pointers(plan.desc.op, a, b, epilogue);
+  const float alpha = 1.0f, beta = epilogue.accumulate ? 1.0f : 0.0f;
   for (; plan.chosen < plan.candidates.size(); ++plan.chosen) {
-    status = cublasLtMatmul(ctx.cublaslt(), plan.desc.op, &alpha, b.codes, plan.desc.a, a.codes,
-                            plan.desc.b, &beta, out, plan.desc.d, out, plan.desc.d,
-                            &plan.candidates[plan.chosen], ctx.lt_workspace(),
-                            ctx.lt_workspace_bytes(), ctx.stream());
-    if (status != CUBLAS_STATUS_NOT_SUPPORTED || plan.settled) break;
+    const cublasStatus_t status = cublasLtMatmul(
+        ctx.cublaslt(), plan.desc.op, &alpha, b.codes, plan.desc.a, a.codes, plan.desc.b, &beta,
+        out, plan.desc.d, out, plan.desc.d, &plan.candidates[plan.chosen], ctx.lt_workspace(),
+        ctx.lt_workspace_bytes(), ctx.stream());
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED && !plan.settled) continue;
+    GPT2_CUBLAS_CHECK(status);
+    plan.settled = true;
+    return true;
   }
-  if (plan.chosen == plan.candidates.size())
+  return false;
+}
+
+void matmul_fp8(__nv_bfloat16* out, const Fp8Operand& a, const Fp8Operand& b,
+                const __nv_bfloat16* bias, int M, int N, int K, const Context& ctx,
+                bool accumulate) {
+  Fp8Epilogue epilogue;
+  epilogue.bias = bias;
+  epilogue.accumulate = accumulate;
+  if (!try_matmul_fp8(out, a, b, M, N, K, epilogue, ctx))
     GPT2_FAIL("cuBLASLt has no FP8 GEMM that runs for M=", M, " N=", N, " K=", K, " (",
-              cpu::to_string(a.format), " x ", cpu::to_string(b.format), ", ",
-              plan.candidates.size(), " candidates) on this GPU: FP8 tensor cores need sm_89 "
-              "or newer");
-  GPT2_CUBLAS_CHECK(status);
-  plan.settled = true;
+              cpu::to_string(a.format), " x ", cpu::to_string(b.format),
+              ") on this GPU: FP8 tensor cores need sm_89 or newer");
 }
 
 }  // namespace gpt2::gpu

@@ -1,18 +1,18 @@
 /**
  * @file matmul_fp8.cuh
  * @brief FP8 GEMMs on Hopper through cuBLASLt (issue 22): E4M3 or E5M2 operands, per-tensor
- *        scales, fp32 accumulation, bf16 output.
+ *        scales, fp32 accumulation, bf16 output, matmul.cuh's epilogues.
  *
- * matmul_fp8(out, a, b, M, N, K, ...): out (M, N) bf16, row-major, = (or += with accumulate)
- *   (a_inverse * A) (b_inverse * B)^T  [+ bias (N) bf16 broadcast over rows]
- * (accumulate: out's bf16 values are C with beta = 1, as in the bf16 GEMMs' +=).
- * with A (M, K) and B (N, K) FP8 codes (kernels/cpu/fp8.h), row-major: both K-major, the only
+ * out (M, N) bf16, row-major, = (a_inverse * A) (b_inverse * B)^T, then the epilogue: + bias
+ * (N) broadcast over rows; GELU (out = gelu, the pre-GELU values to an aux matrix) or DGELU
+ * (out scaled by gelu' of an aux matrix); or out += (beta = 1, out's bf16 values as C).
+ * A (M, K) and B (N, K) are FP8 codes (kernels/cpu/fp8.h), row-major: both K-major, the only
  * layout Hopper's FP8 tensor cores take (cuBLAS's "TN"), which is why the casts write each
- * tensor in both orders (fp8_cast.cuh). a_inverse and b_inverse are device floats: 1 / the
- * scale each operand was cast with, each on a 16-byte boundary (cuBLASLt refuses others). Not both operands E5M2 (no such tensor-core path). K and
- * N multiples of 16 (cuBLASLt's FP8 leading dimensions). fp32 accumulation throughout (fast
- * accumulation off). Throws gpt2::Error when cuBLASLt offers no algorithm (a GPU before sm_89).
- * CPU reference: the dequantized operands' product in fp64 (tests/gpu/matmul_fp8_test.cpp).
+ * tensor in both orders (fp8_cast.cuh). a_inverse and b_inverse are device floats, 1 / the
+ * scale each operand was cast with, each on a 16-byte boundary (cuBLASLt refuses others). Not
+ * both operands E5M2 (no such tensor-core path). K and N multiples of 16 (cuBLASLt's FP8
+ * leading dimensions). Fast accumulation off. CPU reference: the dequantized operands'
+ * product in fp64 (tests/gpu/matmul_fp8_test.cpp).
  */
 #pragma once
 
@@ -33,6 +33,22 @@ struct Fp8Operand {
   const float* inverse_scale = nullptr;
 };
 
+/// What a GEMM adds around its product (all optional), as matmul.cuh's epilogues do.
+struct Fp8Epilogue {
+  const __nv_bfloat16* bias = nullptr;  // (N), added to every row
+  /// out = gelu(product [+ bias]) and gelu_aux (M, N) = product [+ bias] (tanh GELU in fp32).
+  __nv_bfloat16* gelu_aux = nullptr;
+  /// out = gelu'(dgelu_aux) * product, dgelu_aux (M, N) the forward's pre-GELU values.
+  const __nv_bfloat16* dgelu_aux = nullptr;
+  bool accumulate = false;  // out += (beta = 1) instead of out =
+};
+
+/// The GEMM with an epilogue; false (nothing launched) when cuBLASLt has no algorithm that runs
+/// it here (a GPU before sm_89, or an epilogue it does not pair with FP8 operands).
+bool try_matmul_fp8(__nv_bfloat16* out, const Fp8Operand& a, const Fp8Operand& b, int M, int N,
+                    int K, const Fp8Epilogue& epilogue, const Context& ctx);
+
+/// The GEMM with at most a bias and accumulation; throws gpt2::Error when it cannot run.
 void matmul_fp8(__nv_bfloat16* out, const Fp8Operand& a, const Fp8Operand& b,
                 const __nv_bfloat16* bias, int M, int N, int K, const Context& ctx,
                 bool accumulate = false);

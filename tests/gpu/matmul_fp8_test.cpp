@@ -74,11 +74,41 @@ Cast cast(const std::vector<float>& values, int64_t rows, int64_t cols, Fp8Forma
   return c;
 }
 
-void check_fp8_gemm(int M, int N, int K, Fp8Format a_format, Fp8Format b_format, bool bias,
-                    bool accumulate, uint64_t seed) {
+enum class Epilogue { kNone, kBias, kAccumulate, kGelu, kDgelu };
+
+const char* to_string(Epilogue e) {
+  switch (e) {
+    case Epilogue::kNone: return "";
+    case Epilogue::kBias: return " + bias";
+    case Epilogue::kAccumulate: return " accumulated";
+    case Epilogue::kGelu: return " + bias, GELU";
+    case Epilogue::kDgelu: return " DGELU";
+  }
+  return "";
+}
+
+// tanh GELU and its derivative in double (kernels/cpu/gelu.cpp's formula).
+double gelu(double x) {
+  const double c = std::sqrt(2.0 / M_PI);
+  return 0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x)));
+}
+double gelu_derivative(double x) {
+  const double c = std::sqrt(2.0 / M_PI), u = c * (x + 0.044715 * x * x * x);
+  const double t = std::tanh(u);
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+// One GEMM with `epilogue` against the fp64 product of its dequantized operands. GELU's
+// output is checked against gelu of the reference within 1.13 (GELU's largest slope) times the
+// product's bound plus a bf16 rounding, its aux output against the product + bias; DGELU's
+// within max |gelu'| = 1.13 times the product's bound plus a bf16 rounding. false when
+// cuBLASLt offers no algorithm for the epilogue (printed, not a failure: the model falls back).
+bool check_fp8_gemm(int M, int N, int K, Fp8Format a_format, Fp8Format b_format,
+                    Epilogue epilogue, uint64_t seed) {
   SCOPED_TRACE(str_cat("M=", M, " N=", N, " K=", K, " ", cpu::to_string(a_format), " x ",
-                       cpu::to_string(b_format), bias ? " + bias" : "",
-                       accumulate ? " accumulated" : ""));
+                       cpu::to_string(b_format), to_string(epilogue)));
+  const bool bias = epilogue == Epilogue::kBias || epilogue == Epilogue::kGelu;
+  const bool accumulate = epilogue == Epilogue::kAccumulate;
   const std::vector<float> x = random_normal(int64_t{M} * K, seed, 2.0);
   const std::vector<float> w = random_normal(int64_t{N} * K, seed + 1, 0.05);
   const std::vector<float> bias_values = round_through<bf16>(random_normal(N, seed + 2, 0.1));
@@ -87,28 +117,41 @@ void check_fp8_gemm(int M, int N, int K, Fp8Format a_format, Fp8Format b_format,
   Context ctx;
   DeviceBuffer<uint8_t> d_a(int64_t{M} * K), d_b(int64_t{N} * K);
   DeviceBuffer<float> d_inverse(8);  // the two scales 16 bytes apart, as cuBLASLt needs
-  DeviceBuffer<bf16> d_bias(N), d_out(int64_t{M} * N);
+  DeviceBuffer<bf16> d_bias(N), d_out(int64_t{M} * N), d_aux(int64_t{M} * N);
   d_a.upload(a.codes);
   d_b.upload(b.codes);
   d_inverse.upload({a.inverse, 0.f, 0.f, 0.f, b.inverse, 0.f, 0.f, 0.f});
   upload_floats(d_bias, bias_values);
-  // Accumulating: out starts as bf16 values the product is added to; otherwise as NaNs.
+  // Accumulating: out starts as bf16 values the product is added to; DGELU reads pre-GELU
+  // values from aux; otherwise both start as NaNs.
   const std::vector<float> initial =
       round_through<bf16>(random_normal(int64_t{M} * N, seed + 3, 1.0));
   if (accumulate)
     upload_floats(d_out, initial);
   else
     d_out.poison();
+  if (epilogue == Epilogue::kDgelu)
+    upload_floats(d_aux, initial);
+  else
+    d_aux.poison();
+  Fp8Epilogue e;
+  e.bias = bias ? d_bias.get() : nullptr;
+  e.accumulate = accumulate;
+  e.gelu_aux = epilogue == Epilogue::kGelu ? d_aux.get() : nullptr;
+  e.dgelu_aux = epilogue == Epilogue::kDgelu ? d_aux.get() : nullptr;
   try {
-    matmul_fp8(d_out.get(), Fp8Operand{d_a.get(), a_format, d_inverse.get()},
-               Fp8Operand{d_b.get(), b_format, d_inverse.get() + 4},
-               bias ? d_bias.get() : nullptr, M, N, K, ctx, accumulate);
+    if (!try_matmul_fp8(d_out.get(), Fp8Operand{d_a.get(), a_format, d_inverse.get()},
+                        Fp8Operand{d_b.get(), b_format, d_inverse.get() + 4}, M, N, K, e, ctx)) {
+      std::printf("[ fp8 gemm ] M=%d N=%d K=%d %s x %s%s: cuBLASLt offers no algorithm\n", M, N,
+                  K, cpu::to_string(a_format), cpu::to_string(b_format), to_string(epilogue));
+      return false;
+    }
     ctx.synchronize();
-  } catch (const Error& e) {
-    ADD_FAILURE() << e.what();
-    return;
+  } catch (const Error& error) {
+    ADD_FAILURE() << error.what();
+    return false;
   }
-  const std::vector<float> got = download_floats(d_out);
+  const std::vector<float> got = download_floats(d_out), got_aux = download_floats(d_aux);
   // The dequantized operands, decoded once.
   auto dequantized = [](const Cast& c, Fp8Format format) {
     std::vector<double> values(c.codes.size());
@@ -119,32 +162,43 @@ void check_fp8_gemm(int M, int N, int K, Fp8Format a_format, Fp8Format b_format,
   const std::vector<double> av = dequantized(a, a_format), bv = dequantized(b, b_format);
   int64_t bad = 0;
   double worst = 0.0;
+  auto check = [&](const char* what, size_t i, double value, double want, double allowed) {
+    const double error = std::fabs(value - want);
+    worst = std::max(worst, error / allowed);
+    if (!(error <= allowed) && bad++ < 5)
+      ADD_FAILURE() << what << "[" << i << "] = " << value << ", fp64 " << want << ", allowed "
+                    << allowed;
+  };
   for (int m = 0; m < M; ++m) {
     for (int n = 0; n < N; ++n) {
-      double sum = bias ? bias_values[static_cast<size_t>(n)] : 0.0;
-      if (accumulate) sum += initial[static_cast<size_t>(m) * N + n];
-      double magnitude = std::fabs(sum);
+      const size_t i = static_cast<size_t>(m) * N + n;
+      double sum = 0.0, magnitude = 0.0;
       const double* arow = av.data() + static_cast<size_t>(m) * K;
       const double* brow = bv.data() + static_cast<size_t>(n) * K;
       for (int k = 0; k < K; ++k) {
         sum += arow[k] * brow[k];
         magnitude += std::fabs(arow[k] * brow[k]);
       }
-      const double error = std::fabs(got[static_cast<size_t>(m) * N + n] - sum);
-      const double added = (bias ? std::fabs(bias_values[static_cast<size_t>(n)]) : 0.0) +
-                           (accumulate ? std::fabs(initial[static_cast<size_t>(m) * N + n]) : 0.0);
-      const double allowed = 0x1p-8 * (std::fabs(sum) + added) +
-                             std::max(K, 256) * 0x1p-24 * magnitude + 1e-30;
-      worst = std::max(worst, error / allowed);
-      if (!(error <= allowed) && bad++ < 5)
-        ADD_FAILURE() << "out[" << m << "," << n << "] = " << got[static_cast<size_t>(m) * N + n]
-                      << ", fp64 " << sum << ", allowed " << allowed;
+      const double added = (bias ? bias_values[static_cast<size_t>(n)] : 0.0) +
+                           (accumulate ? initial[i] : 0.0);
+      const double accumulation = std::max(K, 256) * 0x1p-24 * magnitude + 1e-30;
+      const double pre = sum + added;
+      const double pre_allowed = 0x1p-8 * (std::fabs(pre) + std::fabs(added)) + accumulation;
+      if (epilogue == Epilogue::kGelu) {
+        check("aux", i, got_aux[i], pre, pre_allowed);
+        check("out", i, got[i], gelu(pre), 1.13 * pre_allowed + 0x1p-8 * std::fabs(gelu(pre)));
+      } else if (epilogue == Epilogue::kDgelu) {
+        const double want = gelu_derivative(initial[i]) * sum;
+        check("out", i, got[i], want, 1.13 * accumulation + 0x1p-8 * std::fabs(want));
+      } else {
+        check("out", i, got[i], pre, pre_allowed);
+      }
     }
   }
-  std::printf("[ fp8 gemm ] M=%d N=%d K=%d %s x %s%s%s: worst error / bound %.3f\n", M, N, K,
-              cpu::to_string(a_format), cpu::to_string(b_format), bias ? " + bias" : "",
-              accumulate ? " accumulated" : "", worst);
+  std::printf("[ fp8 gemm ] M=%d N=%d K=%d %s x %s%s: worst error / bound %.3f\n", M, N, K,
+              cpu::to_string(a_format), cpu::to_string(b_format), to_string(epilogue), worst);
   EXPECT_EQ(bad, 0);
+  return true;
 }
 
 TEST(GpuMatmulFp8, MatchesTheFp64ProductOfItsDequantizedOperands) {
@@ -153,15 +207,26 @@ TEST(GpuMatmulFp8, MatchesTheFp64ProductOfItsDequantizedOperands) {
   uint64_t seed = 10;
   for (const auto& [a_format, b_format] : {std::pair{e4, e4}, std::pair{e5, e4},
                                           std::pair{e4, e5}}) {
-    check_fp8_gemm(1, 16, 16, a_format, b_format, false, false, ++seed);
-    check_fp8_gemm(16, 16, 16, a_format, b_format, false, false, ++seed);
-    check_fp8_gemm(37, 48, 64, a_format, b_format, true, false, ++seed);
-    check_fp8_gemm(128, 768, 768, a_format, b_format, true, false, ++seed);
-    check_fp8_gemm(300, 2304, 768, a_format, b_format, false, false, ++seed);
+    check_fp8_gemm(1, 16, 16, a_format, b_format, Epilogue::kNone, ++seed);
+    check_fp8_gemm(16, 16, 16, a_format, b_format, Epilogue::kNone, ++seed);
+    check_fp8_gemm(37, 48, 64, a_format, b_format, Epilogue::kBias, ++seed);
+    check_fp8_gemm(128, 768, 768, a_format, b_format, Epilogue::kBias, ++seed);
+    check_fp8_gemm(300, 2304, 768, a_format, b_format, Epilogue::kNone, ++seed);
   }
   // The weight gradient's shape and +=: dW (OC, IC) += dY^T X, K = B*T.
-  check_fp8_gemm(768, 256, 4096, e5, e4, false, true, ++seed);
-  check_fp8_gemm(64, 48, 1024, e5, e4, false, false, ++seed);
+  check_fp8_gemm(768, 256, 4096, e5, e4, Epilogue::kAccumulate, ++seed);
+  check_fp8_gemm(64, 48, 1024, e5, e4, Epilogue::kNone, ++seed);
+}
+
+// The fc layer's fused forms: GELU with its aux output (E4M3 x E4M3), DGELU (E5M2 x E4M3).
+// cuBLASLt may not pair them with FP8 operands; then the model runs the GELU kernels after
+// the GEMM, and this test says so.
+TEST(GpuMatmulFp8, GeluEpiloguesMatchTheFp64Reference) {
+  GPT2_REQUIRE_FP8_GPU();
+  const Fp8Format e4 = Fp8Format::kE4M3, e5 = Fp8Format::kE5M2;
+  check_fp8_gemm(128, 3072, 768, e4, e4, Epilogue::kGelu, 41);
+  check_fp8_gemm(37, 64, 256, e4, e4, Epilogue::kGelu, 42);
+  check_fp8_gemm(128, 768, 3072, e5, e4, Epilogue::kDgelu, 43);
 }
 
 TEST(GpuMatmulFp8, ShapesAndFormatsItCannotTakeAreRefused) {
