@@ -14,7 +14,7 @@
  * and peak memory vs T, one series per attention kind; base/svg_plot.h, with a message instead
  * of axes when no point succeeded), and prints the table.
  * --precision defaults to bf16 on --device cuda and fp32 on --device cpu (the CPU backend
- * computes fp32 only; bf16 there is a usage error).
+ * computes fp32 only; bf16 or fp8 there is a usage error).
  * Exit code: 0 when every point ran or was OOM; 1 when any point FAILED (after writing the
  * table and the plot), or on an error of the sweep itself; 2 for a bad command line.
  * --context-parallel N (N > 1): every point is one job of N ranks sharing each sequence
@@ -304,7 +304,7 @@ cxxopts::Options sweep_command_line() {
       ("tokens-per-step", "B = max(1, tokens-per-step / T)", cxxopts::value<int>()->default_value("16384"))
       ("steps", "steps per run", cxxopts::value<int>()->default_value("8"))
       ("warmup-steps", "leading steps left out of the timing", cxxopts::value<int>()->default_value("3"))
-      ("precision", "bf16 or fp32 (default: bf16 on cuda, fp32 on cpu)",
+      ("precision", "bf16, fp8 or fp32 (default: bf16 on cuda, fp32 on cpu)",
        cxxopts::value<std::string>())
       ("device", "cuda (or cpu, for a smoke test)", cxxopts::value<std::string>()->default_value("cuda"))
       ("out", "output directory", cxxopts::value<std::string>()->default_value("out/sweep"))
@@ -355,10 +355,11 @@ SweepOptions resolve_sweep_options(const cxxopts::ParseResult& args) {
   o.precision = args.count("precision") ? args["precision"].as<std::string>()
                 : o.device == "cpu"      ? "fp32"
                                          : "bf16";
-  if (o.precision != "bf16" && o.precision != "fp32")
-    GPT2_USAGE_FAIL("--precision: '", o.precision, "' is not bf16 or fp32");
-  if (o.device == "cpu" && o.precision == "bf16")
-    GPT2_USAGE_FAIL("--precision bf16 needs --device cuda (the CPU backend computes fp32 only)");
+  if (o.precision != "bf16" && o.precision != "fp8" && o.precision != "fp32")
+    GPT2_USAGE_FAIL("--precision: '", o.precision, "' is not bf16, fp8 or fp32");
+  if (o.device == "cpu" && o.precision != "fp32")
+    GPT2_USAGE_FAIL("--precision ", o.precision, " needs --device cuda (the CPU backend computes "
+                    "fp32 only)");
   o.out_dir = args["out"].as<std::string>();
   o.extra_args = args["extra"].as<std::string>();
   o.context_parallel = args["context-parallel"].as<int>();

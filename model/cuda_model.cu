@@ -191,6 +191,47 @@ BlockActivations<T_> CudaModel<T_>::block_activations(int l, size_t BT) const {
 }
 
 template <typename T_>
+void CudaModel<T_>::linear_forward(int l, int linear, T_* out, const T_* in, const T_* weight,
+                                   const T_* bias, T_* pre_gelu, int B, int T, int IC, int OC) {
+  if constexpr (std::is_same_v<T_, bf16>) {
+    if (fp8_ && fp8_pass_) {
+      fp8_->forward(l, static_cast<Fp8Linears::Linear>(linear), out, in, bias, pre_gelu, B * T);
+      return;
+    }
+  }
+  if (pre_gelu)
+    gpu::matmul_forward_gelu(out, pre_gelu, in, weight, bias, B, T, IC, OC, *ctx_);
+  else
+    gpu::matmul_forward(out, in, weight, bias, B, T, IC, OC, *ctx_);
+}
+
+template <typename T_>
+void CudaModel<T_>::linear_backward(int l, int linear, T_* dinp, T_* dweight, T_* dbias,
+                                    const T_* dout, const T_* in, const T_* weight,
+                                    const T_* pre_gelu, int B, int T, int IC, int OC) {
+  float* scratch = buf<float>(kMatmulScratch);
+  if constexpr (std::is_same_v<T_, bf16>) {
+    if (fp8_ && fp8_pass_) {
+      fp8_->backward(l, static_cast<Fp8Linears::Linear>(linear), dinp, dweight, dbias, dout, in,
+                     pre_gelu, B * T, scratch);
+      return;
+    }
+  }
+  if (pre_gelu)
+    gpu::matmul_backward_gelu(dinp, dweight, dbias, dout, in, pre_gelu, weight, B, T, OC, IC,
+                              scratch, *ctx_);
+  else
+    gpu::matmul_backward(dinp, dweight, dbias, dout, in, weight, B, T, IC, OC, scratch, *ctx_);
+}
+
+template <typename T_>
+void CudaModel<T_>::refresh_fp8_weights() {
+  if (!fp8_ || !fp8_weights_stale_) return;
+  if constexpr (std::is_same_v<T_, bf16>) fp8_->refresh_weights(buf<bf16>(kParams), device_layout_);
+  fp8_weights_stale_ = false;
+}
+
+template <typename T_>
 void CudaModel<T_>::backward(float loss_scale) {
   GPT2_CHECK(have_targets_, "backward needs a forward with targets");
   const gpu::Context& ctx = *ctx_;
@@ -199,7 +240,6 @@ void CudaModel<T_>::backward(float loss_scale) {
   const int C = config_.channels, L = config_.num_layers;
   const size_t BT = static_cast<size_t>(B) * T, Cs = C;
   const gpu::AttentionConfig attention = attention_at(B, T);
-  float* matmul_scratch = buf<float>(kMatmulScratch);
   float* ln_scratch = buf<float>(kLayernormScratch);
 
   classifier_forward_backward(loss_scale);  // the losses, dlnf and dwte
@@ -226,22 +266,22 @@ void CudaModel<T_>::backward(float loss_scale) {
     const LayerTensors<T_> w = layer_params(l);
     const LayerTensors<T_> dw = layer_grads(l);
     if (options_.recompute_fc)  // the forward's very GEMM again: the same fch and fch_gelu bits
-      gpu::matmul_forward_gelu(a.fch_gelu, a.fch, a.ln2, w.fcw, w.fcb, B, T, C, 4 * C, ctx);
+      linear_forward(l, Fp8Linears::kFc, a.fch_gelu, ln2, w.fcw, w.fcb, a.fch, B, T, C, 4 * C);
     const T_* fch = a.fch;
     const T_* fch_gelu = a.fch_gelu;
 
     // dresidual holds d(residual3): the fcproj branch and the skip to residual2 both get it.
     // fcproj's backward with the GELU's folded in: dfch = gelu'(fch) * (dresidual @ W).
-    gpu::matmul_backward_gelu(dfch, dw.fcprojw, dw.fcprojb, dresidual, fch_gelu, fch, w.fcprojw,
-                              B, T, 4 * C, C, matmul_scratch, ctx);
-    gpu::matmul_backward(dln2, dw.fcw, dw.fcb, dfch, ln2, w.fcw, B, T, C, 4 * C, matmul_scratch,
-                         ctx);
+    linear_backward(l, Fp8Linears::kFcProj, dfch, dw.fcprojw, dw.fcprojb, dresidual, fch_gelu,
+                    w.fcprojw, fch, B, T, 4 * C, C);
+    linear_backward(l, Fp8Linears::kFc, dln2, dw.fcw, dw.fcb, dfch, ln2, w.fcw, nullptr, B, T, C,
+                    4 * C);
     gpu::layernorm_backward(dresidual, dw.ln2w, dw.ln2b, dln2, residual2, w.ln2w,
                             buf<float>(kLn2Mean) + l * BT, buf<float>(kLn2Rstd) + l * BT, B, T, C,
                             ln_scratch, stream);
     // Now d(residual2): the attproj branch and the skip to the block input get it.
-    gpu::matmul_backward(datty, dw.attprojw, dw.attprojb, dresidual, atty, w.attprojw, B, T, C, C,
-                         matmul_scratch, ctx);
+    linear_backward(l, Fp8Linears::kAttProj, datty, dw.attprojw, dw.attprojb, dresidual, atty,
+                    w.attprojw, nullptr, B, T, C, C);
     gpu::AttentionTensors tensors = attention_tensors(attention, l);
     if (context_) {
       context_->backward(dqkv, datty, a.qkv, atty, static_cast<const float*>(tensors.saved));
@@ -250,8 +290,8 @@ void CudaModel<T_>::backward(float loss_scale) {
       tensors.dqkv = dqkv;
       gpu::attention_backward(attention, tensors, ctx);
     }
-    gpu::matmul_backward(dln1, dw.qkvw, dw.qkvb, dqkv, ln1, w.qkvw, B, T, C, 3 * C,
-                         matmul_scratch, ctx);
+    linear_backward(l, Fp8Linears::kQkv, dln1, dw.qkvw, dw.qkvb, dqkv, ln1, w.qkvw, nullptr, B,
+                    T, C, 3 * C);
     gpu::layernorm_backward(dresidual, dw.ln1w, dw.ln1b, dln1, residual, w.ln1w,
                             buf<float>(kLn1Mean) + l * BT, buf<float>(kLn1Rstd) + l * BT, B, T, C,
                             ln_scratch, stream);
@@ -382,6 +422,10 @@ void CudaModel<T_>::adamw_step(const AdamWHyper& hyper, int step, float grad_sca
                                ctx_->stream());
   });
   if (dp_) dp_->parameters_updated();
+  if (fp8_) {
+    fp8_->update_scales();
+    fp8_weights_stale_ = true;
+  }
   ctx_->synchronize();
   sample_memory();
 }
@@ -410,6 +454,10 @@ Model::StepOutcome CudaModel<T_>::finish_step(const AdamWHyper& hyper, int step,
                                &scalars->control);
   });
   if (dp_) dp_->parameters_updated();
+  if (fp8_) {
+    fp8_->update_scales();
+    fp8_weights_stale_ = true;
+  }
   const gpu::StepScalars host = read_step_scalars(kTrainingScalars);
   sample_memory();
   StepOutcome outcome;

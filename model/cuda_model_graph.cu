@@ -42,6 +42,11 @@ template <typename T_>
 void CudaModel<T_>::launch_forward_backward(float loss_scale, bool gather, bool armed) {
   const int B = options_.batch_size, T = attention_.T;
   if (gather) dp_->launch_parameter_gather();  // the forward waits for it layer by layer
+  fp8_pass_ = fp8_ != nullptr;  // the FP8 GEMMs in this forward and backward only
+  struct ResetOnExit {
+    bool& flag;
+    ~ResetOnExit() { flag = false; }
+  } reset{fp8_pass_};
   forward(B, T);
   backward(loss_scale);
   if (armed) dp_->finish_reduction();  // joins the collectives' stream back (graph capture)
@@ -52,6 +57,7 @@ void CudaModel<T_>::launch_forward_backward(float loss_scale, bool gather, bool 
 template <typename T_>
 void CudaModel<T_>::enqueue_forward_backward(float loss_scale) {
   cudaStream_t stream = ctx_->stream();
+  refresh_fp8_weights();  // outside the graph: once per optimizer step, not per micro-batch
   const bool gather = dp_ && dp_->gather_pending();
   const bool armed = dp_ && dp_->armed();
   if (!use_graphs_) {

@@ -48,6 +48,7 @@
 #include "model/context_parallel.h"
 #include "model/cuda_context_attention.h"
 #include "model/cuda_data_parallel.h"
+#include "model/cuda_fp8_linears.cuh"
 #include "model/parameters.h"
 
 namespace gpt2::cuda_model_detail {
@@ -66,6 +67,7 @@ enum GpuBuffer : int {
   kContextQkv, kContextOut, kContextDout, kContextDqkv, kContextLse, kContextSend,
   kContextReceive, kContextPositions, kWpeRows, kDWpeRows,
   kMatmulScratch, kLayernormScratch, kEncoderScratch, kNormPartials, kNormResult, kStepScalars,
+  kFp8Weights, kFp8Scales, kFp8Operands,  // --precision fp8 only (model/cuda_fp8_linears.cuh)
   kInputs, kTargets,
   kNumGpuBuffers
 };
@@ -236,6 +238,19 @@ class CudaModel final : public CudaModelBase {
   template <typename Attend>
   void block_forward(int l, const BlockActivations<T_>& a, int B, int T, Attend&& attend,
                      const FollowingLayerNorm<T_>& next);
+  /// One block linear (Fp8Linears::Linear), out (B,T,OC) = in (B,T,IC) W^T + b, and with
+  /// pre_gelu the fc layer's GELU (out = gelu, pre_gelu = the GEMM's values): FP8 GEMMs in a
+  /// training pass of an fp8 model (fp8_pass_), else the model's own precision.
+  void linear_forward(int l, int linear, T_* out, const T_* in, const T_* weight, const T_* bias,
+                      T_* pre_gelu, int B, int T, int IC, int OC);
+  /// Its backward: dinp = dout W (with pre_gelu: times gelu'(pre_gelu)), dweight += dout^T in,
+  /// dbias += column sums of dout.
+  void linear_backward(int l, int linear, T_* dinp, T_* dweight, T_* dbias, const T_* dout,
+                       const T_* in, const T_* weight, const T_* pre_gelu, int B, int T, int IC,
+                       int OC);
+  /// FP8: the weights' codes cast again if the parameters changed since (before a training
+  /// pass; outside any graph capture).
+  void refresh_fp8_weights();
   /// Layer l's ln1 over (B,T) rows of a, as `next` of block l-1 (the encoder's for l = 0).
   FollowingLayerNorm<T_> ln1_of(int l, const BlockActivations<T_>& a) const;
   /// Evaluation: the losses (B,T) of the forward's lnf, chunk by chunk (classifier_chunk_rows_).
@@ -323,24 +338,31 @@ class CudaModel final : public CudaModelBase {
   std::unique_ptr<CudaContextAttention<T_>> context_;
   gpu::AdamWSegmentTable adamw_table_;  // this rank's AdamW segments, on the device
   bool grads_reduced_ = false;
+  // --precision fp8 (a training bf16 model): the block linears' FP8 state, else nullptr; whether
+  // the parameters changed since its weights were cast; whether the pass being enqueued is a
+  // training forward + backward (evaluation and generation run in bf16).
+  std::unique_ptr<Fp8Linears> fp8_;
+  bool fp8_weights_stale_ = true;
+  bool fp8_pass_ = false;
 };
 
 template <typename T_>
 template <typename Attend>
 void CudaModel<T_>::block_forward(int l, const BlockActivations<T_>& a, int B, int T,
                                   Attend&& attend, const FollowingLayerNorm<T_>& next) {
-  const gpu::Context& ctx = *ctx_;
-  cudaStream_t stream = ctx.stream();
+  cudaStream_t stream = ctx_->stream();
   const int C = config_.channels;
   const int64_t rows_x_channels = static_cast<int64_t>(B) * T * C;
   const LayerTensors<T_> w = layer_params(l);
-  gpu::matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, B, T, C, 3 * C, ctx);
+  using L8 = Fp8Linears;
+  linear_forward(l, L8::kQkv, a.qkv, a.ln1, w.qkvw, w.qkvb, nullptr, B, T, C, 3 * C);
   attend();
-  gpu::matmul_forward(a.proj, a.atty, w.attprojw, w.attprojb, B, T, C, C, ctx);
+  linear_forward(l, L8::kAttProj, a.proj, a.atty, w.attprojw, w.attprojb, nullptr, B, T, C, C);
   gpu::residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual, a.proj,
                                   w.ln2w, w.ln2b, B, T, C, stream);
-  gpu::matmul_forward_gelu(a.fch_gelu, a.fch, a.ln2, w.fcw, w.fcb, B, T, C, 4 * C, ctx);
-  gpu::matmul_forward(a.proj, a.fch_gelu, w.fcprojw, w.fcprojb, B, T, 4 * C, C, ctx);
+  linear_forward(l, L8::kFc, a.fch_gelu, a.ln2, w.fcw, w.fcb, a.fch, B, T, C, 4 * C);
+  linear_forward(l, L8::kFcProj, a.proj, a.fch_gelu, w.fcprojw, w.fcprojb, nullptr, B, T, 4 * C,
+                 C);
   if (next.out != nullptr)
     gpu::residual_layernorm_forward(a.residual3, next.out, next.mean, next.rstd, a.residual2,
                                     a.proj, next.weight, next.bias, B, T, C, stream);

@@ -66,7 +66,7 @@ namespace gpt2 {
 
 size_t layer_gradient_workspace_bytes(const ModelOptions& options) {
   if (!options.training) return 0;
-  const size_t x = options.precision == Precision::kBf16 ? 2 : 4;
+  const size_t x = bf16_storage(options.precision) ? 2 : 4;
   return static_cast<size_t>(options.batch_size) * options.local_seq_len() * 10 *
          options.config.channels * x;
 }
@@ -80,7 +80,7 @@ int classifier_chunk_rows(const ModelOptions& options) {
     // 128) as fit in the layers' backward workspace the chunk shares its buffer with: fewer
     // chunks, each a larger GEMM, for no extra memory.
     const size_t row_bytes = static_cast<size_t>(options.config.padded_vocab_size) *
-                             (options.precision == Precision::kBf16 ? 2 : 4);
+                             (bf16_storage(options.precision) ? 2 : 4);
     rows = 1;
     while (static_cast<size_t>(rows) * 2 * row_bytes <= kClassifierChunkBytes) rows *= 2;
     const int64_t shared_rows =
@@ -101,7 +101,7 @@ gpu::AttentionConfig attention_config(const ModelOptions& options, bool whole) {
   config.T = whole ? options.seq_len : options.local_seq_len();
   config.C = options.config.channels;
   config.NH = options.config.num_heads;
-  config.bf16 = options.precision == Precision::kBf16;
+  config.bf16 = bf16_storage(options.precision);
   config.kernel = gpu::select_attention_kernel(options.attention, options.flash_kernel,
                                                config.bf16, options.config.head_size());
   config.deterministic = options.deterministic_attention;
@@ -126,7 +126,7 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   const size_t B = options.batch_size, T = options.local_seq_len(), C = cfg.channels;
   const size_t L = cfg.num_layers, Vp = cfg.padded_vocab_size;
   const size_t BT = B * T;
-  const bool bf16_storage = options.precision == Precision::kBf16;
+  const bool bf16_storage = gpt2::bf16_storage(options.precision);
   const size_t x = bf16_storage ? 2 : 4;  // bytes of one stored value
   const size_t f = 4;
   const gpu::AttentionConfig attention = attention_config(options);
@@ -230,6 +230,14 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   set(kNormResult, "workspace", "gradient-norm result fp64", sizeof(double));
   set(kStepScalars, "workspace", "step scalars: loss sum, norm, clip (training, evaluation)",
       kNumStepScalars * sizeof(gpu::StepScalars));
+  // --precision fp8 (training): the block linears' FP8 weights, scales and operand slots.
+  const bool fp8 = options.precision == Precision::kFp8 && options.training;
+  set(kFp8Weights, "parameters", "FP8 block weights, both orders (E4M3)",
+      fp8 ? Fp8Linears::weight_bytes(cfg) : 0);
+  set(kFp8Scales, "workspace", "FP8 scales and amax histories (fp32)",
+      fp8 ? Fp8Linears::scale_bytes(cfg) : 0);
+  set(kFp8Operands, "workspace", "FP8 GEMM operands: input, gradient in both orders (3 x B,T,4C)",
+      fp8 ? Fp8Linears::operand_bytes(cfg, BT) : 0);
   set(kInputs, "workspace", "inputs (B,T) int32", BT * sizeof(int));
   set(kTargets, "workspace", "targets (B,T) int32", BT * sizeof(int));
   if (!options.training) drop_training_buffers(s);
@@ -253,7 +261,7 @@ void validate_cuda_options(const ModelOptions& options) {
   if (options.training && options.world_size() > 1 && !uses_device_collectives(options))
     GPT2_FAIL("the CUDA model needs a device communicator (NCCL) to train with ",
               options.world_size(), " ranks, not ", options.comm->backend());
-  if (options.grad_reduce == GradReduce::kBf16 && options.precision != Precision::kBf16)
+  if (options.grad_reduce == GradReduce::kBf16 && !bf16_storage(options.precision))
     GPT2_USAGE_FAIL("bf16 gradient sums (--grad-reduce bf16) need bf16 gradients (--precision "
                     "bf16); an fp32 run reduces in fp32");
   if (config.channels % 8 != 0)
@@ -263,6 +271,18 @@ void validate_cuda_options(const ModelOptions& options) {
     GPT2_USAGE_FAIL("B*NH = ", static_cast<int64_t>(options.batch_size) * config.num_heads,
                     " exceeds the CUDA grid limit of 65535");
   const int context = options.context_size();
+  if (options.precision == Precision::kFp8) {
+    if (options.world_size() > 1 || context > 1)
+      GPT2_USAGE_FAIL("--precision fp8 trains on one GPU for now: FP8 GEMMs with data or "
+                      "context parallelism are not done yet (use --precision bf16)");
+    if (config.channels % 16 != 0)
+      GPT2_USAGE_FAIL("--precision fp8 needs the channel count to be a multiple of 16 (FP8 "
+                      "GEMMs' dimensions; got ", config.channels, ")");
+    if (static_cast<int64_t>(options.batch_size) * options.seq_len % 16 != 0)
+      GPT2_USAGE_FAIL("--precision fp8 needs B*T to be a multiple of 16 (the FP8 weight "
+                      "gradient's inner dimension; got B*T = ",
+                      static_cast<int64_t>(options.batch_size) * options.seq_len, ")");
+  }
   if (context > 1) {
     if (options.attention != AttentionKind::kFlash)
       GPT2_USAGE_FAIL("context parallelism needs --attn flash: naive attention exists to "

@@ -48,8 +48,15 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
       classifier_chunk_rows_(classifier_chunk_rows(options)) {
   static_assert(std::is_same_v<T_, float> || std::is_same_v<T_, bf16>);
   constexpr bool kIsBf16 = std::is_same_v<T_, bf16>;
-  GPT2_CHECK((options.precision == Precision::kBf16) == kIsBf16);
+  GPT2_CHECK(bf16_storage(options.precision) == kIsBf16);
   ctx_ = std::make_unique<gpu::Context>();
+  if (options.precision == Precision::kFp8) {
+    cudaDeviceProp prop{};
+    GPT2_CUDA_CHECK(cudaGetDeviceProperties(&prop, ctx_->device()));
+    if (prop.major * 10 + prop.minor < 89)
+      GPT2_USAGE_FAIL("--precision fp8 needs FP8 tensor cores (sm_89 or newer); ", prop.name,
+                      " is sm_", prop.major, prop.minor, " (use --precision bf16)");
+  }
   allocate_all(gpu_buffer_specs(options));
   const size_t BT = static_cast<size_t>(options.batch_size) * options.local_seq_len();
   GPT2_CUDA_CHECK(cudaMallocHost(&pinned_tokens_, 2 * BT * sizeof(int)));
@@ -100,6 +107,12 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
         *options.context_comm,
         context_shard(options.seq_len, options.context_size(), options.context_comm->rank()),
         attention_config(options, true), context, buffers_[kAttWorkspace], *ctx_);
+  }
+  if constexpr (std::is_same_v<T_, bf16>) {
+    if (buffers_[kFp8Weights] != nullptr)
+      fp8_ = std::make_unique<Fp8Linears>(
+          config_, buf<uint8_t>(kFp8Weights), buf<gpu::Fp8ScaleState>(kFp8Scales),
+          buf<uint8_t>(kFp8Operands), BT, *ctx_);
   }
   for (GpuBuffer id : {kGrads, kAdamM, kAdamV})
     if (buffers_[id] != nullptr)  // absent in an inference-only model
@@ -202,6 +215,7 @@ void CudaModel<T_>::set_parameters(const float* llmc_params) {
                              cudaMemcpyHostToDevice));
   if constexpr (std::is_same_v<T_, bf16>)
     convert(buf<bf16>(kParams), buf<float>(kMaster), static_cast<int64_t>(n), stream);
+  fp8_weights_stale_ = true;
   ctx_->synchronize();
 }
 
@@ -316,7 +330,7 @@ std::unique_ptr<Model> make_cuda_model(const ModelOptions& options) {
   std::string why;
   if (!gpu::gpu_available(&why)) GPT2_FAIL("--device cuda: no usable GPU: ", why);
   using cuda_model_detail::CudaModel;
-  if (options.precision == Precision::kBf16)
+  if (bf16_storage(options.precision))
     return std::make_unique<CudaModel<cuda_model_detail::bf16>>(options);
   return std::make_unique<CudaModel<float>>(options);
 }

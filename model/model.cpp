@@ -42,6 +42,7 @@ const char* to_string(Precision precision) {
   switch (precision) {
     case Precision::kFp32: return "fp32";
     case Precision::kBf16: return "bf16";
+    case Precision::kFp8: return "fp8";
   }
   return "unknown";
 }

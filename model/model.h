@@ -39,13 +39,18 @@
 namespace gpt2 {
 
 enum class DeviceKind { kCpu, kCuda };
-enum class Precision { kFp32, kBf16 };
+/// fp32: exact fp32 throughout. bf16: mixed precision (bf16 storage and GEMM inputs, fp32
+/// master weights and accumulation). fp8: bf16's, with the block linears' GEMMs in FP8 on the
+/// GPU (model/cuda_fp8_linears.cuh; training only: evaluation and generation run in bf16).
+enum class Precision { kFp32, kBf16, kFp8 };
+/// Whether parameters and activations are stored in bf16 (bf16 and fp8).
+inline bool bf16_storage(Precision precision) { return precision != Precision::kFp32; }
 /// The element type in which data parallelism sums the gradients over the ranks.
 enum class GradReduce { kFp32, kBf16 };
 
 const char* to_string(AttentionKind kind);   // "naive" | "flash"
 const char* to_string(DeviceKind kind);      // "cpu" | "cuda"
-const char* to_string(Precision precision);  // "fp32" | "bf16"
+const char* to_string(Precision precision);  // "fp32" | "bf16" | "fp8"
 const char* to_string(GradReduce reduce);    // "fp32" | "bf16"
 
 struct ModelOptions {

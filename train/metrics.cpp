@@ -131,7 +131,8 @@ std::optional<double> peak_flops(const std::string& device_name, Precision preci
   for (const Peak& peak : kPeaks) {
     if (device_name.find(peak.name) == std::string::npos) continue;
     if (*peak.variant != '\0' && device_name.find(peak.variant) == std::string::npos) continue;
-    return precision == Precision::kBf16 ? peak.bf16 : peak.fp32;
+    // fp8 against bf16's peak: its GEMMs outside the blocks, attention and the rest are bf16.
+    return bf16_storage(precision) ? peak.bf16 : peak.fp32;
   }
   return std::nullopt;
 }

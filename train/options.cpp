@@ -36,7 +36,8 @@ cxxopts::Options make_options() {
       ("attn", "naive | flash", s()->default_value("flash"))
       ("attn-kernel", "GPU flash kernel: auto | portable | hopper (auto: hopper on sm_90 with bf16)", s()->default_value("auto"))
       ("attn-deterministic", "GPU flash backward bit-identical run to run (attention forward+backward up to 8% slower at head size 64, 14% at 128): 0 | 1", s()->default_value("0"))
-      ("precision", "fp32 | bf16 (default: bf16 on cuda, fp32 on cpu)", s())
+      ("precision", "fp32 | bf16 | fp8 (bf16 with the block linears' GEMMs in FP8; one GPU "
+       "of sm_89 or newer) (default: bf16 on cuda, fp32 on cpu)", s())
       ("batch-size", "B, sequences per micro-batch (default: 16 on cuda, 4 on cpu)", s())
       ("seq-len", "T, tokens per sequence (default: 1024 on cuda, 64 on cpu)", s())
       ("total-batch-size", "tokens per optimizer step, a multiple of B*T*world (with "
@@ -164,7 +165,12 @@ void parse_model_and_shape(const ParsedOptions& o, CommandLine& cli) {
   if (deterministic != "0" && deterministic != "1")
     GPT2_USAGE_FAIL("--attn-deterministic must be 0 or 1 (got '", deterministic, "')");
   model.deterministic_attention = deterministic == "1";
-  if (given("precision")) cli.precision = parse_precision(text("precision"));
+  if (given("precision")) {
+    const std::string precision = text("precision");
+    if (precision != "fp32" && precision != "bf16" && precision != "fp8")
+      GPT2_USAGE_FAIL("--precision must be fp32, bf16 or fp8 (got '", precision, "')");
+    cli.precision = precision == "fp8" ? Precision::kFp8 : parse_precision(precision);
+  }
 
   if (given("batch-size")) cli.batch_size = parse_positive_int("batch-size", text("batch-size"));
   if (given("seq-len")) cli.seq_len = parse_positive_int("seq-len", text("seq-len"));
@@ -356,16 +362,17 @@ void resolve_device_and_job(const CommandLine& cli, const DeviceAvailability& de
 void resolve_model_options(const CommandLine& cli, TrainConfig& config) {
   const bool on_cuda = config.device == DeviceKind::kCuda;
   config.model.precision = cli.precision.value_or(on_cuda ? Precision::kBf16 : Precision::kFp32);
-  if (!on_cuda && config.model.precision == Precision::kBf16)
-    GPT2_USAGE_FAIL("--precision bf16 needs --device cuda (the CPU backend is fp32 only)");
+  if (!on_cuda && config.model.precision != Precision::kFp32)
+    GPT2_USAGE_FAIL("--precision ", to_string(config.model.precision),
+                    " needs --device cuda (the CPU backend is fp32 only)");
   // bf16 sums halve the bytes of the gradient reduction (bench/results/data_parallel.md); the
   // GPU reduces bf16 gradients as they are, and the CPU rounds its fp32 ones for the same sum.
   config.model.grad_reduce = cli.grad_reduce.value_or(
-      config.model.precision == Precision::kBf16 ? GradReduce::kBf16 : GradReduce::kFp32);
+      bf16_storage(config.model.precision) ? GradReduce::kBf16 : GradReduce::kFp32);
   if (on_cuda && config.model.grad_reduce == GradReduce::kBf16 &&
-      config.model.precision != Precision::kBf16)
-    GPT2_USAGE_FAIL("--grad-reduce bf16 needs --precision bf16 on the GPU (an fp32 run reduces "
-                    "its fp32 gradients in fp32)");
+      !bf16_storage(config.model.precision))
+    GPT2_USAGE_FAIL("--grad-reduce bf16 needs --precision bf16 or fp8 on the GPU (an fp32 run "
+                    "reduces its fp32 gradients in fp32)");
   if (!on_cuda && config.model.classifier_chunk_rows != 0)
     GPT2_USAGE_FAIL("--classifier-chunk-rows needs --device cuda (the CPU backend holds the "
                     "logits of the whole micro-batch)");

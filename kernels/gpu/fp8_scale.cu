@@ -13,14 +13,14 @@ namespace gpt2::gpu {
 namespace {
 
 __global__ void fp8_update_scales_kernel(Fp8ScaleState* states, int count, int slot,
-                                         int margin) {
+                                         int history, int margin) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= count) return;
   Fp8ScaleState& s = states[i];
   s.history[slot] = s.amax;
   s.amax = 0.0f;
   float largest = 0.0f;
-  for (int h = 0; h < kFp8History; ++h)
+  for (int h = 0; h < history; ++h)
     if (isfinite(s.history[h])) largest = fmaxf(largest, s.history[h]);
   if (!(largest > 0.0f)) return;  // nothing to scale by: keep the scale
   double next = double(s.fp8_max) / double(largest) / ldexp(1.0, margin);
@@ -42,14 +42,14 @@ Fp8ScaleState fp8_initial_state(cpu::Fp8Format format, float scale) {
   return state;
 }
 
-void fp8_update_scales(Fp8ScaleState* states, int count, int64_t update, int margin,
-                       cudaStream_t stream) {
-  GPT2_CHECK(count >= 0 && update >= 0, "fp8_update_scales of ", count, " states, update ",
-             update);
+void fp8_update_scales(Fp8ScaleState* states, int count, int64_t update, int history,
+                       int margin, cudaStream_t stream) {
+  GPT2_CHECK(count >= 0 && update >= 0 && history >= 1 && history <= kFp8History,
+             "fp8_update_scales of ", count, " states, update ", update, ", history ", history);
   if (count == 0) return;
   const int threads = 128;
   fp8_update_scales_kernel<<<static_cast<unsigned>(ceil_div(count, threads)), threads, 0,
-                             stream>>>(states, count, static_cast<int>(update % kFp8History),
+                             stream>>>(states, count, static_cast<int>(update % history), history,
                                        margin);
   GPT2_CUDA_CHECK_LAUNCH();
 }

@@ -6,12 +6,12 @@
  *
  * An Fp8ScaleState per tensor (16-byte aligned, so that `inverse` can be a cuBLASLt scale
  * pointer, matmul_fp8.cuh): the casts multiply by `scale` and atomically raise `amax`
- * (fp8_cast.cuh); the GEMMs multiply by `inverse`. fp8_update_scales(states, n, update) then,
- * for every tensor: history[update % kFp8History] = amax, amax = 0, and from the largest
- * finite history value m > 0 the next scale fp8_max / m / 2^margin, rounded down to a power of
- * two (exact scaling), kept only when finite and non-zero (cpu::Fp8Scale::record with the same
- * history length; a slot never written holds 0 and so never counts). One thread per tensor;
- * graph-capturable.
+ * (fp8_cast.cuh); the GEMMs multiply by `inverse`. fp8_update_scales(states, n, update, H)
+ * then, for every tensor: history[update % H] = amax, amax = 0, and from the largest finite
+ * value m > 0 among history[0, H) the next scale fp8_max / m / 2^margin, rounded down to a
+ * power of two (exact scaling), kept only when finite and non-zero (cpu::Fp8Scale::record with
+ * a history of H; a slot never written holds 0 and so never counts). H = 1 is current scaling:
+ * the scale from the amax just recorded. One thread per tensor; graph-capturable.
  */
 #pragma once
 
@@ -37,8 +37,8 @@ static_assert(sizeof(Fp8ScaleState) % 16 == 0, "states must stay 16-byte aligned
 /// A fresh state for a tensor of `format` cast with `scale` until its first update.
 Fp8ScaleState fp8_initial_state(cpu::Fp8Format format, float scale);
 
-/// The update above, the `update`-th (0, 1, ...) of these states, with `margin`.
-void fp8_update_scales(Fp8ScaleState* states, int count, int64_t update, int margin,
-                       cudaStream_t stream);
+/// The update above, the `update`-th (0, 1, ...) of these states, history H in [1, 16].
+void fp8_update_scales(Fp8ScaleState* states, int count, int64_t update, int history,
+                       int margin, cudaStream_t stream);
 
 }  // namespace gpt2::gpu

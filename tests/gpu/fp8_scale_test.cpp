@@ -1,12 +1,14 @@
 // gpu::fp8_update_scales (kernels/gpu/fp8_scale.cuh) against its CPU twin cpu::Fp8Scale, bit for
 // bit: a run of updates longer than the history (so old amaxes leave it), with zero, NaN and
 // infinite amaxes among them (kept out), an amax so small the scale would overflow (the scale
-// kept), margins 0 and 1, both formats and their initial scales; and the state's layout
+// kept), histories of 16, 5 and 1 (current scaling), margins 0 and 1, both formats and their
+// initial scales; and the state's layout
 // (16-byte aligned inverses, as cuBLASLt's scale pointers need).
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -39,13 +41,14 @@ TEST(GpuFp8Scale, UpdatesMatchTheCpuDelayedScaleBitForBit) {
                       u == 7 ? inf : 1e-3f * x, u < 4 ? 1e-38f : x * 1e6f});
   }
   const int n = static_cast<int>(amaxes[0].size());
-  for (const int margin : {0, 1}) {
+  for (const auto& [history, margin] : {std::pair{kFp8History, 0}, std::pair{kFp8History, 1},
+                                        std::pair{1, 0}, std::pair{5, 0}}) {
     std::vector<cpu::Fp8Scale> want;
     std::vector<Fp8ScaleState> initial;
     for (int i = 0; i < n; ++i) {
       const Fp8Format format = i % 2 ? Fp8Format::kE5M2 : Fp8Format::kE4M3;
       const float start = i % 2 ? 32768.0f : 1.0f;
-      want.emplace_back(format, kFp8History, margin, true, start);
+      want.emplace_back(format, history, margin, true, start);
       initial.push_back(fp8_initial_state(format, start));
     }
     DeviceBuffer<Fp8ScaleState> states(n);
@@ -55,14 +58,15 @@ TEST(GpuFp8Scale, UpdatesMatchTheCpuDelayedScaleBitForBit) {
       std::vector<Fp8ScaleState> host = states.download();
       for (size_t i = 0; i < host.size(); ++i) host[i].amax = amaxes[u][i];
       states.upload(host);
-      fp8_update_scales(states.get(), n, static_cast<int64_t>(u), margin, ctx.stream());
+      fp8_update_scales(states.get(), n, static_cast<int64_t>(u), history, margin, ctx.stream());
       ctx.synchronize();
       host = states.download();
       for (int i = 0; i < n; ++i) {
         want[static_cast<size_t>(i)].record(amaxes[u][static_cast<size_t>(i)]);
         const Fp8ScaleState& got = host[static_cast<size_t>(i)];
         EXPECT_EQ(got.scale, want[static_cast<size_t>(i)].scale())
-            << "tensor " << i << " update " << u << " margin " << margin;
+            << "tensor " << i << " update " << u << " history " << history << " margin "
+            << margin;
         EXPECT_EQ(got.inverse, want[static_cast<size_t>(i)].inverse()) << "tensor " << i;
         EXPECT_EQ(got.amax, 0.0f) << "the update restarts the amax";
       }

@@ -114,6 +114,12 @@ TEST(Sweep, TheCpuTakesFp32ByDefaultAndRefusesBf16) {
   EXPECT_EQ(refused.exit_code, 2) << refused.output;
   EXPECT_NE(refused.output.find("--precision bf16 needs --device cuda"), std::string::npos)
       << refused.output;
+  const CommandResult fp8_refused =
+      sweep(dir, trainer, {"--device", "cpu", "--precision", "fp8"});
+  EXPECT_EQ(fp8_refused.exit_code, 2) << fp8_refused.output;
+  std::filesystem::remove(dir + "/args.txt");
+  EXPECT_EQ(sweep(dir, trainer, {"--device", "cuda", "--precision", "fp8"}).exit_code, 0);
+  EXPECT_NE(read_file_text(dir + "/args.txt").find("--precision fp8"), std::string::npos);
   std::filesystem::remove_all(dir);
 }
 

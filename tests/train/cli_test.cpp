@@ -129,6 +129,7 @@ TEST(TrainCli, InconsistentValuesExitTwo) {
   expect_usage_error({"--weight-decay", "-0.1"}, {"--weight-decay", "'-0.1'"});
   expect_usage_error({"--val-every", "5", "--val-steps", "0"}, {"--val-steps", "'0'"});
   expect_usage_error({"--precision", "bf16"}, {"--precision", "bf16", "CPU"});
+  expect_usage_error({"--precision", "fp8"}, {"--precision", "fp8", "CPU"});
 }
 
 TEST(TrainCli, AnOptionWithoutItsValueExitsTwoNamingIt) {

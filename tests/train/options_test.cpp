@@ -257,6 +257,8 @@ TEST(TrainOptions, ContextFreeRangeChecks) {
       {{"stray"}, "stray"},
       {{"--steps"}, "steps"},
       {{"--device", "cpu", "--precision", "bf16"}, "bf16"},
+      {{"--device", "cpu", "--precision", "fp8"}, "--precision fp8 needs --device cuda"},
+      {{"--precision", "fp9"}, "fp32, bf16 or fp8"},
   };
   for (const Case& c : cases) {
     const std::string message = usage_message(c.args);

@@ -1,0 +1,186 @@
+/**
+ * @file cuda_fp8_linears.cu
+ * @brief Fp8Linears (cuda_fp8_linears.cuh): the casts, scales and FP8 GEMMs of the block
+ *        linears.
+ */
+#include "model/cuda_fp8_linears.cuh"
+
+#include <vector>
+
+#include "base/error.h"
+#include "kernels/gpu/fp8_cast.cuh"
+#include "kernels/gpu/gelu.cuh"
+#include "kernels/gpu/matmul.cuh"
+#include "kernels/gpu/matmul_fp8.cuh"
+
+namespace gpt2::cuda_model_detail {
+namespace {
+
+using cpu::Fp8Format;
+constexpr Fp8Format kE4M3 = Fp8Format::kE4M3;
+constexpr Fp8Format kE5M2 = Fp8Format::kE5M2;
+constexpr float kInitialGradScale = 32768.0f;  // 2^15, see the header
+constexpr int kOperandSlots = 3;               // X (either order), dY, dY^T
+constexpr int kWeightTensors[] = {kQkvw, kAttprojw, kFcw, kFcprojw};  // by Linear
+
+// Elements of one layer's four weights: 3C^2 + C^2 + 4C^2 + 4C^2.
+size_t layer_weight_elements(const ModelConfig& config) {
+  const size_t C = static_cast<size_t>(config.channels);
+  return 12 * C * C;
+}
+
+size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+}  // namespace
+
+size_t Fp8Linears::weight_bytes(const ModelConfig& config) {
+  return 2 * layer_weight_elements(config) * static_cast<size_t>(config.num_layers);
+}
+
+size_t Fp8Linears::scale_bytes(const ModelConfig& config) {
+  return sizeof(gpu::Fp8ScaleState) * kNumRoles * kNumLinears *
+         static_cast<size_t>(config.num_layers);
+}
+
+size_t Fp8Linears::operand_bytes(const ModelConfig& config, size_t rows) {
+  return kOperandSlots * round_up_256(rows * 4 * static_cast<size_t>(config.channels));
+}
+
+Fp8Linears::Fp8Linears(const ModelConfig& config, uint8_t* weights, gpu::Fp8ScaleState* scales,
+                       uint8_t* operands, size_t rows, const gpu::Context& ctx)
+    : config_(config), ctx_(ctx), weights_(weights), scales_(scales), operands_(operands),
+      slot_bytes_(round_up_256(rows * 4 * static_cast<size_t>(config.channels))) {
+  GPT2_CHECK(weights && scales && operands, "Fp8Linears without its buffers");
+  GPT2_CHECK(config.channels % 16 == 0, "FP8 GEMMs need C a multiple of 16 (C=",
+             config.channels, ")");
+  const int L = config.num_layers;
+  std::vector<gpu::Fp8ScaleState> initial(static_cast<size_t>(kNumRoles) * kNumLinears * L);
+  for (int l = 0; l < L; ++l) {
+    for (int k = 0; k < kNumLinears; ++k) {
+      const auto linear = static_cast<Linear>(k);
+      initial[state(l, linear, kWeight) - scales_] = gpu::fp8_initial_state(kE4M3, 1.0f);
+      initial[state(l, linear, kInput) - scales_] = gpu::fp8_initial_state(kE4M3, 1.0f);
+      initial[state(l, linear, kGrad) - scales_] =
+          gpu::fp8_initial_state(kE5M2, kInitialGradScale);
+    }
+  }
+  GPT2_CUDA_CHECK(cudaMemcpyAsync(scales_, initial.data(), initial.size() * sizeof(initial[0]),
+                                  cudaMemcpyHostToDevice, ctx_.stream()));
+  GPT2_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));  // `initial` leaves with this scope
+}
+
+int Fp8Linears::out_features(Linear linear) const {
+  const int C = config_.channels;
+  switch (linear) {
+    case kQkv: return 3 * C;
+    case kFc: return 4 * C;
+    default: return C;
+  }
+}
+
+int Fp8Linears::in_features(Linear linear) const {
+  return linear == kFcProj ? 4 * config_.channels : config_.channels;
+}
+
+gpu::Fp8ScaleState* Fp8Linears::state(int l, Linear linear, Role role) const {
+  const int L = config_.num_layers;
+  return scales_ + (static_cast<size_t>(role) * L + l) * kNumLinears + linear;
+}
+
+uint8_t* Fp8Linears::weight_codes(int l, Linear linear, bool transposed) const {
+  const size_t C = static_cast<size_t>(config_.channels);
+  static constexpr size_t kOffsets[] = {0, 3, 4, 8};  // in C^2, by Linear
+  // Layer l holds its four weights in (OC, IC) order, then the four transposed.
+  const size_t layer = 2 * layer_weight_elements(config_) * static_cast<size_t>(l);
+  return weights_ + layer + (transposed ? layer_weight_elements(config_) : 0) +
+         kOffsets[linear] * C * C;
+}
+
+void Fp8Linears::refresh_weights(const bf16* params, const LayerMajorLayout& layout) {
+  cudaStream_t stream = ctx_.stream();
+  const int L = config_.num_layers;
+  // Current scaling: every weight's amax, the scales from them alone, then the casts.
+  for (int l = 0; l < L; ++l)
+    for (int k = 0; k < kNumLinears; ++k) {
+      const auto linear = static_cast<Linear>(k);
+      gpu::Fp8ScaleState* s = state(l, linear, kWeight);
+      gpu::fp8_cast_transpose(params + layout.offset(kWeightTensors[k], l),
+                              out_features(linear), in_features(linear), &s->scale, kE4M3,
+                              nullptr, nullptr, &s->amax, stream);
+    }
+  gpu::fp8_update_scales(state(0, kQkv, kWeight), kNumLinears * L, 0, 1, 0, stream);
+  for (int l = 0; l < L; ++l)
+    for (int k = 0; k < kNumLinears; ++k) {
+      const auto linear = static_cast<Linear>(k);
+      gpu::Fp8ScaleState* s = state(l, linear, kWeight);
+      gpu::fp8_cast_transpose(params + layout.offset(kWeightTensors[k], l),
+                              out_features(linear), in_features(linear), &s->scale, kE4M3,
+                              weight_codes(l, linear, false), weight_codes(l, linear, true),
+                              nullptr, stream);
+    }
+}
+
+void Fp8Linears::update_scales() {
+  const int count = 2 * kNumLinears * config_.num_layers;  // the inputs' and the gradients'
+  gpu::fp8_update_scales(state(0, kQkv, kInput), count, updates_++, gpu::kFp8History, 0,
+                         ctx_.stream());
+}
+
+void Fp8Linears::forward(int l, Linear linear, bf16* out, const bf16* in, const bf16* bias,
+                         bf16* pre_gelu, int rows) {
+  const int OC = out_features(linear), IC = in_features(linear);
+  gpu::Fp8ScaleState* x = state(l, linear, kInput);
+  gpu::Fp8ScaleState* w = state(l, linear, kWeight);
+  uint8_t* x_codes = operand(0);
+  gpu::fp8_cast_transpose(in, rows, IC, &x->scale, kE4M3, x_codes, nullptr, &x->amax,
+                          ctx_.stream());
+  const gpu::Fp8Operand a{x_codes, kE4M3, &x->inverse};
+  const gpu::Fp8Operand b{weight_codes(l, linear, false), kE4M3, &w->inverse};
+  gpu::Fp8Epilogue epilogue;
+  epilogue.bias = bias;
+  if (pre_gelu) {
+    epilogue.gelu_aux = pre_gelu;
+    if (gpu::try_matmul_fp8(out, a, b, rows, OC, IC, epilogue, ctx_)) return;
+    epilogue.gelu_aux = nullptr;  // no fused form here: the GEMM, then the GELU
+    gpu::matmul_fp8(pre_gelu, a, b, bias, rows, OC, IC, ctx_);
+    gpu::gelu_forward(out, pre_gelu, static_cast<int64_t>(rows) * OC, ctx_.stream());
+    return;
+  }
+  gpu::matmul_fp8(out, a, b, bias, rows, OC, IC, ctx_);
+}
+
+void Fp8Linears::backward(int l, Linear linear, bf16* dinp, bf16* dweight, bf16* dbias,
+                          const bf16* dout, const bf16* in, const bf16* pre_gelu, int rows,
+                          float* dbias_scratch) {
+  cudaStream_t stream = ctx_.stream();
+  const int OC = out_features(linear), IC = in_features(linear);
+  gpu::Fp8ScaleState* x = state(l, linear, kInput);
+  gpu::Fp8ScaleState* w = state(l, linear, kWeight);
+  gpu::Fp8ScaleState* g = state(l, linear, kGrad);
+  uint8_t* x_t = operand(0);
+  uint8_t* dy = operand(1);
+  uint8_t* dy_t = operand(2);
+  gpu::fp8_cast_transpose(dout, rows, OC, &g->scale, kE5M2, dy, dy_t, &g->amax, stream);
+  gpu::fp8_cast_transpose(in, rows, IC, &x->scale, kE4M3, nullptr, x_t, nullptr, stream);
+  // dgrad: dX = dY W, (rows, IC), K = OC.
+  const gpu::Fp8Operand dy_rows{dy, kE5M2, &g->inverse};
+  const gpu::Fp8Operand w_t{weight_codes(l, linear, true), kE4M3, &w->inverse};
+  bool fused = false;
+  if (pre_gelu) {
+    gpu::Fp8Epilogue epilogue;
+    epilogue.dgelu_aux = pre_gelu;
+    fused = gpu::try_matmul_fp8(dinp, dy_rows, w_t, rows, IC, OC, epilogue, ctx_);
+  }
+  if (!fused) {
+    gpu::matmul_fp8(dinp, dy_rows, w_t, nullptr, rows, IC, OC, ctx_);
+    if (pre_gelu)
+      gpu::gelu_backward(dinp, pre_gelu, dinp, static_cast<int64_t>(rows) * IC, stream);
+  }
+  // wgrad: dW += dY^T X, (OC, IC), K = rows.
+  const gpu::Fp8Operand dy_cols{dy_t, kE5M2, &g->inverse};
+  const gpu::Fp8Operand x_cols{x_t, kE4M3, &x->inverse};
+  gpu::matmul_fp8(dweight, dy_cols, x_cols, nullptr, OC, IC, rows, ctx_, /*accumulate=*/true);
+  if (dbias) gpu::matmul_bias_backward(dbias, dout, 1, rows, OC, dbias_scratch, ctx_);
+}
+
+}  // namespace gpt2::cuda_model_detail

@@ -1,0 +1,87 @@
+/**
+ * @file cuda_fp8_linears.cuh
+ * @brief --precision fp8 (issue 22): a training model's block linears (qkv, attention
+ *        projection, fc, fc projection) with their GEMMs in FP8; internal to
+ *        model/cuda_model*.cu.
+ *
+ * The recipe (bench/NOTES.md, "FP8"), Transformer Engine's with per-tensor scales:
+ *  - E4M3 for a linear's input X and weight W, E5M2 for its output gradient dY.
+ *  - Weights: current scaling (amax, then scale, then cast), in both orders, once per optimizer
+ *    step (refresh_weights), not per micro-batch.
+ *  - Inputs and gradients: delayed scaling (kernels/gpu/fp8_scale.cuh: an amax history of 16,
+ *    power-of-two scales, margin 0), updated once per optimizer step (update_scales); before
+ *    their first update inputs are cast with scale 1, gradients with 2^15 (gradients at
+ *    initialization are far below E5M2's 57344 / 2^15 = 1.75).
+ *  - forward  Y = X W^T + b         E4M3 X (row order, cast here) x E4M3 W; fc with its GELU
+ *                                   epilogue (aux = the pre-GELU values), as the bf16 path
+ *  - dgrad    dX = dY W             E5M2 dY x E4M3 W^T; fcproj's with the DGELU epilogue
+ *  - wgrad    dW += dY^T X          E5M2 dY^T x E4M3 X^T; X cast again in the transposed order
+ *                                   with the forward's scale (the same codes; nothing is kept
+ *                                   between forward and backward)
+ *  - dbias    column sums of dY in bf16 (matmul_bias_backward), as the bf16 path
+ *  fp32 accumulation in every GEMM, bf16 outputs. When cuBLASLt pairs no algorithm with a GELU
+ *  epilogue, the GEMM runs plain and the GELU kernels after it.
+ * Buffers (planned by the model's memory plan): the weights' codes, the scale states and three
+ * operand slots of rows x 4C bytes each (X in one order; dY in both).
+ */
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_bf16.h>
+
+#include "kernels/gpu/context.cuh"
+#include "kernels/gpu/fp8_scale.cuh"
+#include "model/config.h"
+#include "model/parameters.h"
+
+namespace gpt2::cuda_model_detail {
+
+class Fp8Linears {
+ public:
+  using bf16 = __nv_bfloat16;
+  enum Linear : int { kQkv, kAttProj, kFc, kFcProj, kNumLinears };
+
+  /// Bytes of each buffer for a model of `config` whose micro-batches have `rows` = B*T rows.
+  static size_t weight_bytes(const ModelConfig& config);
+  static size_t scale_bytes(const ModelConfig& config);
+  static size_t operand_bytes(const ModelConfig& config, size_t rows);
+
+  /// Takes the planned buffers and writes the initial scale states (on ctx's stream).
+  Fp8Linears(const ModelConfig& config, uint8_t* weights, gpu::Fp8ScaleState* scales,
+             uint8_t* operands, size_t rows, const gpu::Context& ctx);
+
+  /// Every layer's weights cast again (current scaling), from the bf16 parameters.
+  void refresh_weights(const bf16* params, const LayerMajorLayout& layout);
+  /// The inputs' and gradients' delayed scales from the amaxes since the last update.
+  void update_scales();
+
+  /// out (rows, OC) = in (rows, IC) W^T + bias; fc: out = gelu(.), pre_gelu = the GEMM's.
+  void forward(int l, Linear linear, bf16* out, const bf16* in, const bf16* bias,
+               bf16* pre_gelu, int rows);
+  /// dinp (rows, IC) = dout W (fcproj: times gelu'(pre_gelu)), dweight += dout^T in,
+  /// dbias += column sums of dout.
+  void backward(int l, Linear linear, bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout,
+                const bf16* in, const bf16* pre_gelu, int rows, float* dbias_scratch);
+
+ private:
+  enum Role : int { kWeight, kInput, kGrad, kNumRoles };
+  int out_features(Linear linear) const;
+  int in_features(Linear linear) const;
+  /// The scale state of layer l's linear in a role (weights first: one update launch each).
+  gpu::Fp8ScaleState* state(int l, Linear linear, Role role) const;
+  /// Layer l's weight codes, (OC, IC) or transposed (IC, OC).
+  uint8_t* weight_codes(int l, Linear linear, bool transposed) const;
+  uint8_t* operand(int slot) const { return operands_ + static_cast<size_t>(slot) * slot_bytes_; }
+
+  ModelConfig config_;
+  const gpu::Context& ctx_;
+  uint8_t* weights_;
+  gpu::Fp8ScaleState* scales_;
+  uint8_t* operands_;
+  size_t slot_bytes_;
+  int64_t updates_ = 0;  // delayed-scale updates so far
+};
+
+}  // namespace gpt2::cuda_model_detail

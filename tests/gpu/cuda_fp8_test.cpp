@@ -1,0 +1,165 @@
+// --precision fp8 (model/cuda_fp8_linears.cuh): the block linears' GEMMs in FP8 against the
+// bf16 model they replace.
+//
+// FP8's rounding is coarse by design (E4M3 keeps 3 mantissa bits, a relative step of 2^-4;
+// E5M2 for gradients 2 bits, 2^-3), and it does not average away in a GEMM: a K-term sum of
+// products with independent relative errors e has a relative error of about e whatever K. So
+// one step is checked against the bf16 step loosely (the loss within 2%, every gradient tensor
+// within a relative L2 of 0.25: the gradients pass through two E5M2 roundings), and what FP8
+// training must really show is checked over steps: on a batch it learns, the fp8 model's loss
+// falls as the bf16 model's does and ends within 5% of it (weights cast again after every
+// update, scales from the amax histories). The plan's FP8 buffers and the shapes FP8 refuses
+// are checked without a GPU.
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include "gpu/gpu_test_util.h"
+#include "model/cuda_model.h"
+#include "model/parameters.h"
+
+namespace gpt2::gpu::test {
+namespace {
+
+bool fp8_gpu(std::string* why) {
+  int device = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    *why = "no CUDA device";
+    return false;
+  }
+  if (prop.major * 10 + prop.minor < 89) {
+    *why = str_cat(prop.name, " is sm_", prop.major, prop.minor, "; FP8 needs sm_89 or newer");
+    return false;
+  }
+  return true;
+}
+
+double rel_l2(const float* got, const float* ref, size_t n) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < n; ++i) {
+    diff += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+    norm += double(ref[i]) * ref[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-300));
+}
+
+ModelOptions small_options(Precision precision, int B, int T) {
+  return ModelOptions{small_model_config(), B, T, AttentionKind::kFlash, precision};
+}
+
+TEST(CudaFp8Plan, NamesItsBuffersAndRefusesShapesFp8CannotTake) {
+  const ModelConfig config = model_config_from_preset("d12", 1024);
+  ModelOptions options{config, 16, 1024, AttentionKind::kFlash, Precision::kFp8};
+  const MemoryPlan fp8 = plan_cuda_model_memory(options);
+  options.precision = Precision::kBf16;
+  const MemoryPlan bf16 = plan_cuda_model_memory(options);
+  size_t weights = 0, operands = 0;
+  for (const auto& item : fp8.items) {
+    if (item.name.find("FP8 block weights") != std::string::npos) weights = item.bytes;
+    if (item.name.find("FP8 GEMM operands") != std::string::npos) operands = item.bytes;
+  }
+  // Both orders of 12 C^2 codes per layer; three slots of B*T x 4C codes.
+  EXPECT_EQ(weights, size_t(2) * 12 * 768 * 768 * 12);
+  EXPECT_EQ(operands, size_t(3) * 16 * 1024 * 4 * 768);
+  EXPECT_GT(fp8.total(), bf16.total());
+  std::printf("[ plan     ] d12 B=16 T=1024: bf16 %s, fp8 %s\n",
+              format_bytes(bf16.total()).c_str(), format_bytes(fp8.total()).c_str());
+  // B*T not a multiple of 16 (the weight gradient's inner dimension), C not one of 16.
+  options.precision = Precision::kFp8;
+  options.batch_size = 3;
+  options.seq_len = 37;
+  EXPECT_THROW(plan_cuda_model_memory(options), UsageError);
+  ModelConfig narrow = small_model_config();
+  narrow.channels = 136;
+  narrow.num_heads = 2;
+  EXPECT_THROW(plan_cuda_model_memory(ModelOptions{narrow, 2, 32, AttentionKind::kFlash,
+                                                   Precision::kFp8}),
+               UsageError);
+  // Inference: nothing FP8 is planned (evaluation and generation run in bf16).
+  ModelOptions inference{config, 16, 1024, AttentionKind::kFlash, Precision::kFp8};
+  inference.training = false;
+  for (const auto& item : plan_cuda_model_memory(inference).items)
+    if (item.name.find("FP8") != std::string::npos) {
+      EXPECT_EQ(item.bytes, 0u) << item.name;
+    }
+}
+
+TEST(CudaFp8, OneStepTracksTheBf16Step) {
+  GPT2_REQUIRE_GPU();
+  std::string why;
+  if (!fp8_gpu(&why)) GTEST_SKIP() << why;
+  const int B = 2, T = 32;
+  const ModelConfig config = small_model_config();
+  const ParameterLayout layout = ParameterLayout::for_config(config);
+  std::vector<float> params(layout.total);
+  init_parameters(params.data(), config, 5);
+  params = round_through<bf16>(params);
+  const std::vector<int> inputs = random_ints(B * T, config.vocab_size, 31);
+  const std::vector<int> targets = random_ints(B * T, config.vocab_size, 32);
+  std::vector<float> losses;
+  std::vector<std::vector<float>> grads;
+  for (Precision precision : {Precision::kBf16, Precision::kFp8}) {
+    std::unique_ptr<Model> base = make_cuda_model(small_options(precision, B, T));
+    auto* model = dynamic_cast<CudaModelBase*>(base.get());
+    ASSERT_NE(model, nullptr);
+    model->set_parameters(params.data());
+    model->zero_grad();
+    losses.push_back(model->forward_backward(inputs.data(), targets.data(), 1.0f));
+    grads.emplace_back(layout.total);
+    model->get_gradients(grads.back().data());
+  }
+  std::printf("[ fp8      ] one step: loss bf16 %.6f fp8 %.6f\n", losses[0], losses[1]);
+  EXPECT_NEAR(losses[1], losses[0], 0.02 * std::fabs(losses[0]));
+  for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
+    const size_t offset = layout.offsets[tensor], n = layout.sizes[tensor];
+    const double err = rel_l2(grads[1].data() + offset, grads[0].data() + offset, n);
+    std::printf("[ fp8      ]   d%-9s rel-L2 to bf16 %.3f\n", ParameterLayout::name(tensor), err);
+    EXPECT_LE(err, 0.25) << ParameterLayout::name(tensor);
+  }
+}
+
+TEST(CudaFp8, TrainingFollowsBf16) {
+  GPT2_REQUIRE_GPU();
+  std::string why;
+  if (!fp8_gpu(&why)) GTEST_SKIP() << why;
+  const int B = 4, T = 32, kSteps = 30;
+  const ModelConfig config = small_model_config();
+  const ParameterLayout layout = ParameterLayout::for_config(config);
+  std::vector<float> params(layout.total);
+  init_parameters(params.data(), config, 6);
+  const std::vector<int> inputs = random_ints(B * T, config.vocab_size, 41);
+  const std::vector<int> targets = random_ints(B * T, config.vocab_size, 42);
+  std::vector<std::vector<float>> curves;
+  for (Precision precision : {Precision::kBf16, Precision::kFp8}) {
+    std::unique_ptr<Model> model = make_cuda_model(small_options(precision, B, T));
+    model->set_parameters(params.data());
+    AdamWHyper hyper;
+    hyper.lr = 3e-3f;
+    std::vector<float> curve;
+    for (int step = 1; step <= kSteps; ++step) {
+      model->zero_grad();
+      model->queue_forward_backward(inputs.data(), targets.data(), 1.0f);
+      const Model::StepOutcome outcome = model->finish_step(hyper, step, 1.0f, 1);
+      EXPECT_TRUE(outcome.applied && std::isfinite(outcome.loss)) << "step " << step;
+      curve.push_back(outcome.loss);
+    }
+    std::printf("[ fp8      ] %s: loss %.4f -> %.4f\n", to_string(precision), curve.front(),
+                curve.back());
+    curves.push_back(std::move(curve));
+  }
+  // The batch is learned (well below its first loss) by both, and fp8 ends near bf16.
+  EXPECT_LT(curves[0].back(), 0.5f * curves[0].front());
+  EXPECT_LT(curves[1].back(), 0.5f * curves[1].front());
+  EXPECT_NEAR(curves[1].back(), curves[0].back(), 0.05 * curves[0].back());
+}
+
+}  // namespace
+}  // namespace gpt2::gpu::test
