@@ -218,7 +218,7 @@ void CudaModel<T_>::linear_backward(int l, int linear, T_* dinp, T_* dweight, T_
     }
   }
   if (pre_gelu)
-    gpu::matmul_backward_gelu(dinp, dweight, dbias, dout, in, pre_gelu, weight, B, T, OC, IC,
+    gpu::matmul_backward_gelu(dinp, dweight, dbias, dout, in, pre_gelu, weight, B, T, IC, OC,
                               scratch, *ctx_);
   else
     gpu::matmul_backward(dinp, dweight, dbias, dout, in, weight, B, T, IC, OC, scratch, *ctx_);
