@@ -53,9 +53,8 @@ __device__ __forceinline__ void load_run(const float* p, float (&x)[kRun]) {
 
 template <typename T_, __nv_fp8_interpretation_t kFormat>
 __global__ void __launch_bounds__(kThreads)
-    fp8_cast_transpose_kernel(const T_* __restrict__ in, const CastShape shape,
-                              const float* __restrict__ scale, uint8_t* __restrict__ out,
-                              uint8_t* __restrict__ out_t, float* amax) {
+    fp8_cast_transpose_kernel(const T_* in, const CastShape shape, const float* scale, uint8_t* out,
+                              uint8_t* out_t, float* amax) {
   // + 4 bytes a row: the column gathers of the transpose fall on distinct banks.
   __shared__ __align__(16) uint8_t tile[kTileRows][kTileCols + 4];
   __shared__ float warp_largest[kThreads / 32];
@@ -65,38 +64,31 @@ __global__ void __launch_bounds__(kThreads)
   const float s = *scale;
   float largest = 0.0f;
   constexpr int kRunsPerRow = kTileCols / kRun;
-  constexpr int kRunsPerThread = kTileRows * kRunsPerRow / kThreads;
-  static_assert(kTileRows * kRunsPerRow % kThreads == 0, "runs must split evenly");
-  // All of the thread's loads first (several in flight), then the conversions and stores.
-  float x[kRunsPerThread][kRun];
-#pragma unroll
-  for (int k = 0; k < kRunsPerThread; ++k) {
-    const int i = threadIdx.x + k * kThreads;
-    const int64_t row = row0 + i / kRunsPerRow, col = col0 + (i % kRunsPerRow) * kRun;
-    if (row < rows && col + kRun <= cols && shape.vector_in) {
-      load_run(in + row * cols + col, x[k]);
-    } else {
-#pragma unroll
-      for (int j = 0; j < kRun; ++j)
-        x[k][j] = row < rows && col + j < cols ? to_float(in[row * cols + col + j]) : 0.f;
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < kRunsPerThread; ++k) {
-    const int i = threadIdx.x + k * kThreads;
+  for (int i = threadIdx.x; i < kTileRows * kRunsPerRow; i += kThreads) {
     const int r = i / kRunsPerRow, c = (i % kRunsPerRow) * kRun;
     const int64_t row = row0 + r, col = col0 + c;
-    __align__(8) uint8_t codes[kRun];
-#pragma unroll
-    for (int j = 0; j < kRun; ++j) {
-      if (isfinite(x[k][j])) largest = fmaxf(largest, fabsf(x[k][j]));
-      codes[j] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(x[k][j] * s, __NV_SATFINITE, kFormat));
-    }
-    if (out != nullptr && row < rows && col < cols) {
-      if (col + kRun <= cols && shape.vector_out) {
-        *reinterpret_cast<uint2*>(out + row * cols + col) = *reinterpret_cast<uint2*>(codes);
+    __align__(8) uint8_t codes[kRun] = {};
+    if (row < rows && col < cols) {
+      const bool whole = col + kRun <= cols;
+      float x[kRun];
+      if (whole && shape.vector_in) {
+        load_run(in + row * cols + col, x);
       } else {
-        for (int j = 0; j < kRun && col + j < cols; ++j) out[row * cols + col + j] = codes[j];
+#pragma unroll
+        for (int j = 0; j < kRun; ++j)
+          x[j] = col + j < cols ? to_float(in[row * cols + col + j]) : 0.f;
+      }
+#pragma unroll
+      for (int j = 0; j < kRun; ++j) {
+        if (isfinite(x[j])) largest = fmaxf(largest, fabsf(x[j]));
+        codes[j] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(x[j] * s, __NV_SATFINITE, kFormat));
+      }
+      if (out != nullptr) {
+        if (whole && shape.vector_out) {
+          *reinterpret_cast<uint2*>(out + row * cols + col) = *reinterpret_cast<uint2*>(codes);
+        } else {
+          for (int j = 0; j < kRun && col + j < cols; ++j) out[row * cols + col + j] = codes[j];
+        }
       }
     }
     // Two 4-byte stores: the padded rows (132 bytes) keep 4-byte alignment only.
