@@ -56,6 +56,8 @@ void fill_random(const Buffer& buffer, size_t n, double scale, uint64_t seed) {
 struct LayerTimes {
   double bf16_forward = 0, bf16_backward = 0;
   double fp8_forward = 0, fp8_dgrad = 0, fp8_wgrad = 0, cast_input = 0, cast_grad = 0;
+  // The fused and accumulating forms the trainer runs (fc: GELU; fcproj: DGELU; every wgrad +=).
+  double fp8_forward_gelu = 0, fp8_dgrad_dgelu = 0, fp8_wgrad_accumulate = 0;
   double bf16_total() const { return bf16_forward + bf16_backward; }
   double fp8_gemms() const { return fp8_forward + fp8_dgrad + fp8_wgrad; }
   double casts() const { return cast_input + cast_grad; }
@@ -122,6 +124,21 @@ LayerTimes time_layer(int M, int OC, int IC, const Timer& timer, const gpu::Cont
                                               IC, ctx); });
   t.fp8_dgrad = timer([&] { gpu::matmul_fp8(dx.as<bf16>(), dy_op, w_t, nullptr, M, IC, OC, ctx); });
   t.fp8_wgrad = timer([&] { gpu::matmul_fp8(dw.as<bf16>(), dy_t, x_t, nullptr, OC, IC, M, ctx); });
+  {
+    gpu::Fp8Epilogue gelu;
+    gelu.bias = bias.as<bf16>();
+    gelu.gelu_aux = dy.as<bf16>();  // (M, OC) scratch: dy's codes are cast already
+    t.fp8_forward_gelu = timer([&] {
+      GPT2_CHECK(gpu::try_matmul_fp8(y.as<bf16>(), x_op, w_op, M, OC, IC, gelu, ctx));
+    });
+    gpu::Fp8Epilogue dgelu;
+    dgelu.dgelu_aux = x.as<bf16>();  // (M, IC) pre-GELU values
+    t.fp8_dgrad_dgelu = timer([&] {
+      GPT2_CHECK(gpu::try_matmul_fp8(dx.as<bf16>(), dy_op, w_t, M, IC, OC, dgelu, ctx));
+    });
+    t.fp8_wgrad_accumulate = timer(
+        [&] { gpu::matmul_fp8(dw.as<bf16>(), dy_t, x_t, nullptr, OC, IC, M, ctx, true); });
+  }
   t.cast_input = timer(cast_input);
   t.cast_grad = timer(cast_grad);
   GPT2_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -167,12 +184,13 @@ int gemm_main(int argc, char** argv) {
   const Timer timer{timer_args.warmup, timer_args.repeats, timer_args.burst, ctx.stream()};
   std::printf("gpt2-gemm-bench on %s: M=%d, median of %d runs of %d calls after %d; ms per call\n",
               ctx.device_name().c_str(), M, timer.repeats, timer.burst, timer.warmup);
-  std::printf("%5s %-7s %5s %5s | %8s %8s | %8s %8s %8s | %8s %8s | %7s %7s\n", "C", "layer",
-              "OC", "IC", "bf16 fwd", "bf16 bwd", "fp8 fwd", "fp8 dgr", "fp8 wgr", "cast x",
-              "cast dy", "bf16 TF", "fp8 TF");
+  std::printf("%5s %-7s %5s %5s | %8s %8s | %8s %8s %8s | %8s %8s | %8s %8s %8s | %7s %7s\n",
+              "C", "layer", "OC", "IC", "bf16 fwd", "bf16 bwd", "fp8 fwd", "fp8 dgr", "fp8 wgr",
+              "cast x", "cast dy", "fwd gelu", "dgr dgelu", "wgr +=", "bf16 TF", "fp8 TF");
   std::ostringstream csv;
   csv << "device,width,layer,tokens,out_features,in_features,bf16_forward_ms,bf16_backward_ms,"
-         "fp8_forward_ms,fp8_dgrad_ms,fp8_wgrad_ms,cast_input_ms,cast_grad_ms\n";
+         "fp8_forward_ms,fp8_dgrad_ms,fp8_wgrad_ms,cast_input_ms,cast_grad_ms,"
+         "fp8_forward_gelu_ms,fp8_dgrad_dgelu_ms,fp8_wgrad_accumulate_ms\n";
   for (int C : widths) {
     struct Layer { const char* name; int OC, IC; };
     const Layer layers[] = {{"qkv", 3 * C, C}, {"attproj", C, C}, {"fc", 4 * C, C},
@@ -181,14 +199,16 @@ int gemm_main(int argc, char** argv) {
     for (const Layer& layer : layers) {
       const LayerTimes t = time_layer(M, layer.OC, layer.IC, timer, ctx);
       const double flops = 6.0 * M * double(layer.OC) * layer.IC;
-      std::printf("%5d %-7s %5d %5d | %8.3f %8.3f | %8.3f %8.3f %8.3f | %8.3f %8.3f | %7.0f "
-                  "%7.0f\n", C, layer.name, layer.OC, layer.IC, t.bf16_forward, t.bf16_backward,
-                  t.fp8_forward, t.fp8_dgrad, t.fp8_wgrad, t.cast_input, t.cast_grad,
+      std::printf("%5d %-7s %5d %5d | %8.3f %8.3f | %8.3f %8.3f %8.3f | %8.3f %8.3f | %8.3f %8.3f "
+                  "%8.3f | %7.0f %7.0f\n", C, layer.name, layer.OC, layer.IC, t.bf16_forward,
+                  t.bf16_backward, t.fp8_forward, t.fp8_dgrad, t.fp8_wgrad, t.cast_input,
+                  t.cast_grad, t.fp8_forward_gelu, t.fp8_dgrad_dgelu, t.fp8_wgrad_accumulate,
                   flops / (t.bf16_total() * 1e9), flops / (t.fp8_gemms() * 1e9));
       csv << '"' << ctx.device_name() << "\"," << C << ',' << layer.name << ',' << M << ','
           << layer.OC << ',' << layer.IC << ',' << t.bf16_forward << ',' << t.bf16_backward << ','
           << t.fp8_forward << ',' << t.fp8_dgrad << ',' << t.fp8_wgrad << ',' << t.cast_input
-          << ',' << t.cast_grad << '\n';
+          << ',' << t.cast_grad << ',' << t.fp8_forward_gelu << ',' << t.fp8_dgrad_dgelu << ','
+          << t.fp8_wgrad_accumulate << '\n';
       block.bf16_forward += t.bf16_forward;
       block.bf16_backward += t.bf16_backward;
       block.fp8_forward += t.fp8_forward;
