@@ -165,17 +165,11 @@ void Fp8Linears::backward(int l, Linear linear, bf16* dinp, bf16* dweight, bf16*
   // dgrad: dX = dY W, (rows, IC), K = OC.
   const gpu::Fp8Operand dy_rows{dy, kE5M2, &g->inverse};
   const gpu::Fp8Operand w_t{weight_codes(l, linear, true), kE4M3, &w->inverse};
-  bool fused = false;
-  if (pre_gelu) {
-    gpu::Fp8Epilogue epilogue;
-    epilogue.dgelu_aux = pre_gelu;
-    fused = gpu::try_matmul_fp8(dinp, dy_rows, w_t, rows, IC, OC, epilogue, ctx_);
-  }
-  if (!fused) {
-    gpu::matmul_fp8(dinp, dy_rows, w_t, nullptr, rows, IC, OC, ctx_);
-    if (pre_gelu)
-      gpu::gelu_backward(dinp, pre_gelu, dinp, static_cast<int64_t>(rows) * IC, stream);
-  }
+  // fcproj's GELU backward after the GEMM, not in its DGELU epilogue: with FP8 operands
+  // cuBLASLt runs that epilogue as a separate generic kernel, five times slower than the GEMM
+  // (gpt2-gemm-bench, H200: 0.42 ms against 0.08 ms at d12; bench/NOTES.md).
+  gpu::matmul_fp8(dinp, dy_rows, w_t, nullptr, rows, IC, OC, ctx_);
+  if (pre_gelu) gpu::gelu_backward(dinp, pre_gelu, dinp, static_cast<int64_t>(rows) * IC, stream);
   // wgrad: dW += dY^T X, (OC, IC), K = rows.
   const gpu::Fp8Operand dy_cols{dy_t, kE5M2, &g->inverse};
   const gpu::Fp8Operand x_cols{x_t, kE4M3, &x->inverse};

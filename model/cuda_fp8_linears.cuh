@@ -14,13 +14,14 @@
  *    initialization are far below E5M2's 57344 / 2^15 = 1.75).
  *  - forward  Y = X W^T + b         E4M3 X (row order, cast here) x E4M3 W; fc with its GELU
  *                                   epilogue (aux = the pre-GELU values), as the bf16 path
- *  - dgrad    dX = dY W             E5M2 dY x E4M3 W^T; fcproj's with the DGELU epilogue
+ *  - dgrad    dX = dY W             E5M2 dY x E4M3 W^T; fcproj's then gelu_backward (the
+ *                                   FP8 DGELU epilogue is a slow separate kernel)
  *  - wgrad    dW += dY^T X          E5M2 dY^T x E4M3 X^T; X cast again in the transposed order
  *                                   with the forward's scale (the same codes; nothing is kept
  *                                   between forward and backward)
  *  - dbias    column sums of dY in bf16 (matmul_bias_backward), as the bf16 path
- *  fp32 accumulation in every GEMM, bf16 outputs. When cuBLASLt pairs no algorithm with a GELU
- *  epilogue, the GEMM runs plain and the GELU kernels after it.
+ *  fp32 accumulation in every GEMM, bf16 outputs. When cuBLASLt pairs no algorithm with the
+ *  GELU epilogue, the GEMM runs plain and the GELU kernel after it.
  * Buffers (planned by the model's memory plan): the weights' codes, the scale states and three
  * operand slots of rows x 4C bytes each (X in one order; dY in both).
  */

@@ -1,11 +1,12 @@
 /**
  * @file fp8_cast.cu
- * @brief fp8_cast_transpose (fp8_cast.cuh): a block of 256 threads per 64 x 128 tile.
+ * @brief fp8_cast_transpose (fp8_cast.cuh): a block of 512 threads per 128 x 128 tile.
  *
  * Load: each thread takes runs of 8 columns of one row (4 runs): one 16-byte load when the run
  * is whole and aligned (bf16; two for fp32), converts, writes the 8 codes to `out` in one
  * 8-byte store and to a shared tile. Transpose: after one barrier each thread gathers runs of
- * 16 rows of one column from the tile and writes them to `out_t` in one 16-byte store. Ragged
+ * 16 rows of one column from the tile and writes them to `out_t` in one 16-byte store (a
+ * column's 128 codes are one whole cache line, written by 8 neighbouring threads). Ragged
  * or unaligned runs go element by element. amax: the thread's finite |x|, reduced over the
  * warp by shuffles and over the block in shared memory, then one atomicMax per block on the
  * float's bits (non-negative floats order as their bit patterns do), skipped when the stored
@@ -22,11 +23,19 @@
 namespace gpt2::gpu {
 namespace {
 
-constexpr int kTileRows = 64;
+constexpr int kTileRows = 128;
 constexpr int kTileCols = 128;
-constexpr int kThreads = 256;
+constexpr int kThreads = 512;
 constexpr int kRun = 8;         // columns per load run
 constexpr int kColumnRun = 16;  // rows per transposed store run
+
+// The shared tile: rows of kTileCols + 4 bytes (33 words), and one more word after every run
+// of 16 rows, so that a warp's column gathers (8 runs of 16 rows) fall on distinct banks.
+constexpr int kTileStride = kTileCols + 4;
+constexpr int kTileBytes = kTileRows * kTileStride + kTileRows / kColumnRun * 4;
+__device__ __forceinline__ int tile_offset(int r, int c) {
+  return r * kTileStride + r / kColumnRun * 4 + c;
+}
 
 struct CastShape {
   int64_t rows, cols;
@@ -55,8 +64,7 @@ template <typename T_, __nv_fp8_interpretation_t kFormat>
 __global__ void __launch_bounds__(kThreads)
     fp8_cast_transpose_kernel(const T_* in, const CastShape shape, const float* scale, uint8_t* out,
                               uint8_t* out_t, float* amax) {
-  // + 4 bytes a row: the column gathers of the transpose fall on distinct banks.
-  __shared__ __align__(16) uint8_t tile[kTileRows][kTileCols + 4];
+  __shared__ __align__(16) uint8_t tile[kTileBytes];
   __shared__ float warp_largest[kThreads / 32];
   const int64_t rows = shape.rows, cols = shape.cols;
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTileRows;
@@ -91,10 +99,10 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
-    // Two 4-byte stores: the padded rows (132 bytes) keep 4-byte alignment only.
+    // Two 4-byte stores: the padded rows keep 4-byte alignment only.
     const uint2 packed = *reinterpret_cast<uint2*>(codes);
-    *reinterpret_cast<uint32_t*>(&tile[r][c]) = packed.x;
-    *reinterpret_cast<uint32_t*>(&tile[r][c + 4]) = packed.y;
+    *reinterpret_cast<uint32_t*>(&tile[tile_offset(r, c)]) = packed.x;
+    *reinterpret_cast<uint32_t*>(&tile[tile_offset(r, c + 4)]) = packed.y;
   }
   if (out_t != nullptr) {
     __syncthreads();
@@ -105,7 +113,7 @@ __global__ void __launch_bounds__(kThreads)
       if (col >= cols || row >= rows) continue;
       __align__(16) uint8_t codes[kColumnRun];
 #pragma unroll
-      for (int j = 0; j < kColumnRun; ++j) codes[j] = tile[r + j][c];
+      for (int j = 0; j < kColumnRun; ++j) codes[j] = tile[tile_offset(r + j, c)];
       if (row + kColumnRun <= rows && shape.vector_out_t) {
         *reinterpret_cast<uint4*>(out_t + col * rows + row) = *reinterpret_cast<uint4*>(codes);
       } else {
