@@ -25,7 +25,8 @@ bool read_finite(const Json& row, const char* key, double* value) {
   return std::isfinite(*value);
 }
 
-// Means of consecutive groups of `group` points (the last group may be shorter).
+}  // namespace
+
 std::vector<PlotPoint> group_means(const std::vector<PlotPoint>& points, size_t group) {
   std::vector<PlotPoint> means;
   for (size_t first = 0; first < points.size(); first += group) {
@@ -42,7 +43,18 @@ std::vector<PlotPoint> group_means(const std::vector<PlotPoint>& points, size_t 
   return means;
 }
 
-}  // namespace
+LossCurves read_loss_curves(const std::string& metrics_file) {
+  LossCurves curves;
+  std::istringstream lines(read_file_text(metrics_file));
+  for (std::string line; std::getline(lines, line);) {
+    const Json row = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    double step = 0.0, loss = 0.0;
+    if (!row.is_object() || !read_finite(row, "step", &step)) continue;  // a torn line
+    if (read_finite(row, "loss", &loss)) curves.train.push_back({step, loss});
+    if (read_finite(row, "val_loss", &loss)) curves.val.push_back({step, loss});
+  }
+  return curves;
+}
 
 std::string loss_plot_path(const std::string& out_dir) {
   return (std::filesystem::path(out_dir) / "loss.svg").string();
@@ -50,21 +62,16 @@ std::string loss_plot_path(const std::string& out_dir) {
 
 std::string loss_plot_svg(const std::string& metrics_file, int total_steps,
                           const std::string& title) {
+  LossCurves curves = read_loss_curves(metrics_file);
   PlotSeries train;
   train.name = "train loss";
   train.color = kTrainColor;
   train.markers = false;
+  train.points = std::move(curves.train);
   PlotSeries val;
   val.name = "val loss";
   val.color = kValColor;
-  std::istringstream lines(read_file_text(metrics_file));
-  for (std::string line; std::getline(lines, line);) {
-    const Json row = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-    double step = 0.0, loss = 0.0;
-    if (!row.is_object() || !read_finite(row, "step", &step)) continue;  // a torn line
-    if (read_finite(row, "loss", &loss)) train.points.push_back({step, loss});
-    if (read_finite(row, "val_loss", &loss)) val.points.push_back({step, loss});
-  }
+  val.points = std::move(curves.val);
   if (train.points.size() > static_cast<size_t>(kMaxPlottedTrainPoints)) {
     const size_t group = (train.points.size() + kMaxPlottedTrainPoints - 1) /
                          static_cast<size_t>(kMaxPlottedTrainPoints);

@@ -14,11 +14,27 @@
  */
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <vector>
+
+#include "base/svg_plot.h"
 
 namespace gpt2 {
 
 constexpr int kMaxPlottedTrainPoints = 2000;
+
+/// A run's losses from its metrics.jsonl: (step, loss) of every step with a finite loss, and
+/// (step, val_loss) of every validation. Lines that do not parse are skipped. Throws
+/// gpt2::Error naming the file when it cannot be read.
+struct LossCurves {
+  std::vector<PlotPoint> train;
+  std::vector<PlotPoint> val;
+};
+LossCurves read_loss_curves(const std::string& metrics_file);
+
+/// Means of consecutive groups of `group` points (the last group may be shorter).
+std::vector<PlotPoint> group_means(const std::vector<PlotPoint>& points, size_t group);
 
 std::string loss_plot_path(const std::string& out_dir);  // OUT/loss.svg
 

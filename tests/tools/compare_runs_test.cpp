@@ -1,0 +1,78 @@
+/**
+ * @file compare_runs_test.cpp
+ * @brief gpt2-compare-runs end to end: two runs' metrics.jsonl (one given as its folder, one as
+ * the file; a torn last line and a skipped step among them) give curves.csv with every step's
+ * losses, curves.svg with both panels, and a table with the final and lowest losses relative to
+ * the first run; a bad command line exits 2, a run without a readable loss exits 1.
+ */
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "run_command.h"
+#include "test_fixtures.h"
+
+namespace gpt2 {
+namespace {
+
+using testing::CommandResult;
+using testing::run_binary;
+
+class CompareRunsTest : public testing::ScratchDirTest {
+ protected:
+  CompareRunsTest() : ScratchDirTest("compare_runs") {}
+  void write(const std::string& file, const std::string& text) {
+    std::filesystem::create_directories(std::filesystem::path(path(file)).parent_path());
+    std::ofstream(path(file)) << text;
+  }
+  const std::string binary_ = GPT2_COMPARE_RUNS_BINARY;
+};
+
+TEST_F(CompareRunsTest, WritesCurvesAndTheTable) {
+  write("a/metrics.jsonl",
+        "{\"step\":1,\"loss\":4.0}\n{\"step\":2,\"loss\":3.0,\"val_loss\":3.5}\n"
+        "{\"step\":3,\"loss\":2.0,\"val_loss\":3.0}\n{\"step\":4,\"lo");
+  write("b.jsonl",
+        "{\"step\":1,\"loss\":4.0}\n{\"step\":2,\"loss\":null,\"val_loss\":3.6}\n"
+        "{\"step\":3,\"loss\":2.2,\"val_loss\":3.3}\n");
+  const CommandResult run = run_binary(
+      binary_, {"--run", "bf16=" + path("a"), "--run", "fp8=" + path("b.jsonl"), "--out",
+                path("cmp"), "--smooth", "2"});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  std::ifstream csv(path("cmp/curves.csv"));
+  const std::string text((std::istreambuf_iterator<char>(csv)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text,
+            "step,bf16_train_loss,bf16_val_loss,fp8_train_loss,fp8_val_loss\n"
+            "1,4,,4,\n2,3,3.5,,3.6\n3,2,3,2.2,3.3\n");
+  std::ifstream svg(path("cmp/curves.svg"));
+  const std::string figure((std::istreambuf_iterator<char>(svg)),
+                           std::istreambuf_iterator<char>());
+  EXPECT_NE(figure.find("train loss (mean of 2 steps)"), std::string::npos);
+  EXPECT_NE(figure.find("val loss"), std::string::npos);
+  // Final train loss = the mean of the last 2 steps: 2.5 and 3.1; final val 3 and 3.3 (1.1x).
+  EXPECT_NE(run.output.find("2.500000"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("3.100000"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("1.1"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("3 (3)"), std::string::npos) << run.output;  // lowest val, its step
+}
+
+TEST_F(CompareRunsTest, BadInputIsRefused) {
+  write("a.jsonl", "{\"step\":1,\"loss\":4.0}\n");
+  write("empty.jsonl", "{\"step\":1,\"loss\":null}\n");
+  EXPECT_EQ(run_binary(binary_, {"--run", "a=" + path("a.jsonl")}).exit_code, 2);
+  EXPECT_EQ(run_binary(binary_, {"--run", "a", "--run", "b=" + path("a.jsonl")}).exit_code, 2);
+  EXPECT_EQ(run_binary(binary_, {"--run", "a=" + path("a.jsonl"), "--run", "b=" + path("none"),
+                                 "--out", path("o")})
+                .exit_code,
+            1);
+  const CommandResult no_loss = run_binary(
+      binary_, {"--run", "a=" + path("a.jsonl"), "--run", "b=" + path("empty.jsonl"), "--out",
+                path("o")});
+  EXPECT_EQ(no_loss.exit_code, 1);
+  EXPECT_NE(no_loss.output.find("no finite train loss"), std::string::npos) << no_loss.output;
+}
+
+}  // namespace
+}  // namespace gpt2

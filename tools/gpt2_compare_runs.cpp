@@ -1,0 +1,181 @@
+/**
+ * @file gpt2_compare_runs.cpp
+ * @brief gpt2-compare-runs: the loss curves of several gpt2-train runs side by side, as CSV, an
+ *        SVG plot and a table (issue 22's bf16 against fp8 comparison, or any other).
+ *
+ *   gpt2-compare-runs --run bf16=out/bf16 --run fp8=out/fp8 --out out/compare
+ *
+ * Each --run is NAME=PATH, PATH a run folder (its metrics.jsonl) or a metrics.jsonl itself. Runs
+ * to compare should share their --model, --seed, data and schedule (gpt2-train then starts them
+ * from the same initialization and feeds them the same batches), differing in what is being
+ * compared (--precision). Writes OUT/curves.csv (one row per step: each run's train and val
+ * loss, empty where a run has none), OUT/curves.svg (two panels: the train loss as means of
+ * --smooth steps, the val loss; base/svg_plot.h), and prints per run the final train loss (mean
+ * of the last --smooth steps), the final and lowest val loss, and each relative to the first
+ * run. Exit 2 for a bad command line, 1 for a run that cannot be read or has no loss.
+ */
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <cxxopts.hpp>
+
+#include "base/command_line.h"
+#include "base/error.h"
+#include "base/file_io.h"
+#include "base/svg_plot.h"
+#include "train/loss_plot.h"
+
+namespace gpt2 {
+namespace {
+
+const char* const kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
+
+struct Run {
+  std::string name;
+  std::string metrics_file;
+  LossCurves curves;
+};
+
+Run parse_run(const std::string& text) {
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+    GPT2_USAGE_FAIL("--run takes NAME=PATH (a run folder or its metrics.jsonl), got '", text,
+                    "'");
+  Run run;
+  run.name = text.substr(0, eq);
+  const std::string path = text.substr(eq + 1);
+  run.metrics_file = std::filesystem::is_directory(path)
+                         ? (std::filesystem::path(path) / "metrics.jsonl").string()
+                         : path;
+  return run;
+}
+
+double mean_of_last(const std::vector<PlotPoint>& points, size_t count) {
+  const size_t first = points.size() > count ? points.size() - count : 0;
+  double sum = 0.0;
+  for (size_t i = first; i < points.size(); ++i) sum += points[i].y;
+  return sum / static_cast<double>(points.size() - first);
+}
+
+std::string curves_csv(const std::vector<Run>& runs) {
+  // step -> (run, train or val) -> loss
+  std::map<double, std::vector<std::string>> rows;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    auto put = [&](const std::vector<PlotPoint>& points, size_t column) {
+      for (const PlotPoint& p : points) {
+        std::vector<std::string>& row = rows[p.x];
+        row.resize(2 * runs.size());
+        row[column] = str_cat(p.y);
+      }
+    };
+    put(runs[r].curves.train, 2 * r);
+    put(runs[r].curves.val, 2 * r + 1);
+  }
+  std::ostringstream csv;
+  csv << "step";
+  for (const Run& run : runs) csv << ',' << run.name << "_train_loss," << run.name << "_val_loss";
+  csv << '\n';
+  for (const auto& [step, row] : rows) {
+    csv << step;
+    for (size_t i = 0; i < 2 * runs.size(); ++i) csv << ',' << (i < row.size() ? row[i] : "");
+    csv << '\n';
+  }
+  return csv.str();
+}
+
+std::string curves_svg(const std::vector<Run>& runs, size_t smooth, const std::string& title) {
+  PlotPanel train, val;
+  train.title = smooth > 1 ? str_cat("train loss (mean of ", smooth, " steps)") : "train loss";
+  val.title = "val loss";
+  train.x_label = val.x_label = "step";
+  train.y_from_zero = val.y_from_zero = false;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    PlotSeries series;
+    series.name = runs[r].name;
+    series.color = kColors[r % (sizeof(kColors) / sizeof(kColors[0]))];
+    series.markers = false;
+    series.points = group_means(runs[r].curves.train, std::max<size_t>(1, smooth));
+    train.series.push_back(series);
+    series.points = runs[r].curves.val;
+    series.markers = true;
+    val.series.push_back(std::move(series));
+  }
+  PlotFigure figure;
+  figure.title = title;
+  figure.panel_width = 520;
+  figure.panel_height = 340;
+  figure.panels = {std::move(train), std::move(val)};
+  return render_svg(figure);
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  AtomicFileWriter writer(path);
+  writer.write(text.data(), text.size());
+  writer.commit();
+}
+
+int compare_main(int argc, char** argv) {
+  cxxopts::Options cli("gpt2-compare-runs",
+                       "The loss curves of gpt2-train runs side by side: CSV, SVG and a table.");
+  cli.add_options()
+      ("run", "NAME=PATH: a run folder or its metrics.jsonl (two or more)", cxxopts::value<std::vector<std::string>>())
+      ("out", "folder for curves.csv and curves.svg", cxxopts::value<std::string>()->default_value("out/compare"))
+      ("smooth", "train-loss steps per plotted mean and in the final train loss", cxxopts::value<std::string>()->default_value("20"))
+      ("title", "the figure's title", cxxopts::value<std::string>()->default_value("loss curves"))
+      ("h,help", "print this help");
+  const cxxopts::ParseResult args = parse_tool_options(cli, argc, argv);
+  if (args.count("help")) {
+    std::printf("%s\n", cli.help().c_str());
+    return 0;
+  }
+  if (args.count("run") < 2) GPT2_USAGE_FAIL("give two runs or more (--run NAME=PATH each)");
+  const size_t smooth =
+      static_cast<size_t>(parse_positive_int("smooth", args["smooth"].as<std::string>()));
+  const std::string out = args["out"].as<std::string>();
+  std::vector<Run> runs;
+  for (const std::string& text : args["run"].as<std::vector<std::string>>())
+    runs.push_back(parse_run(text));
+  for (Run& run : runs) {
+    run.curves = read_loss_curves(run.metrics_file);
+    if (run.curves.train.empty())
+      GPT2_FAIL("run ", run.name, ": no finite train loss in ", run.metrics_file);
+  }
+  make_directories(out);
+  write_text((std::filesystem::path(out) / "curves.csv").string(), curves_csv(runs));
+  write_text((std::filesystem::path(out) / "curves.svg").string(),
+             curves_svg(runs, smooth, args["title"].as<std::string>()));
+
+  std::printf("%-12s %6s %12s %12s %16s %10s %10s\n", "run", "steps", "final train",
+              "final val", "lowest val (step)", "train/1st", "val/1st");
+  const double train0 = mean_of_last(runs[0].curves.train, smooth);
+  const double val0 = runs[0].curves.val.empty() ? 0.0 : runs[0].curves.val.back().y;
+  for (const Run& run : runs) {
+    const double train = mean_of_last(run.curves.train, smooth);
+    std::string final_val = "-", lowest = "-", val_ratio = "-";
+    if (!run.curves.val.empty()) {
+      const PlotPoint best = *std::min_element(
+          run.curves.val.begin(), run.curves.val.end(),
+          [](const PlotPoint& a, const PlotPoint& b) { return a.y < b.y; });
+      final_val = str_cat(run.curves.val.back().y);
+      lowest = str_cat(best.y, " (", best.x, ")");
+      if (val0 > 0.0) val_ratio = str_cat(run.curves.val.back().y / val0);
+    }
+    std::printf("%-12s %6.0f %12.6f %12s %16s %10.5f %10s\n", run.name.c_str(),
+                run.curves.train.back().x, train, final_val.c_str(), lowest.c_str(),
+                train / train0, val_ratio.c_str());
+  }
+  std::printf("wrote %s/curves.csv and %s/curves.svg\n", out.c_str(), out.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace gpt2
+
+int main(int argc, char** argv) {
+  return gpt2::run_tool_main("gpt2-compare-runs", [&] { return gpt2::compare_main(argc, argv); });
+}
