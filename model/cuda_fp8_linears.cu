@@ -20,7 +20,7 @@ using cpu::Fp8Format;
 constexpr Fp8Format kE4M3 = Fp8Format::kE4M3;
 constexpr Fp8Format kE5M2 = Fp8Format::kE5M2;
 constexpr float kInitialGradScale = 32768.0f;  // 2^15, see the header
-constexpr int kOperandSlots = 3;               // X (either order), dY, dY^T
+constexpr int kOperandSlots = 2;               // X (forward); dY and dY^T (backward)
 constexpr int kWeightTensors[] = {kQkvw, kAttprojw, kFcw, kFcprojw};  // by Linear
 
 // Elements of one layer's four weights: 3C^2 + C^2 + 4C^2 + 4C^2.
@@ -46,11 +46,19 @@ size_t Fp8Linears::operand_bytes(const ModelConfig& config, size_t rows) {
   return kOperandSlots * round_up_256(rows * 4 * static_cast<size_t>(config.channels));
 }
 
-Fp8Linears::Fp8Linears(const ModelConfig& config, uint8_t* weights, gpu::Fp8ScaleState* scales,
-                       uint8_t* operands, size_t rows, const gpu::Context& ctx)
-    : config_(config), ctx_(ctx), weights_(weights), scales_(scales), operands_(operands),
+size_t Fp8Linears::input_bytes(const ModelConfig& config, size_t rows) {
+  // qkv's, attproj's and fc's inputs (C wide each) and fcproj's (4C).
+  return static_cast<size_t>(config.num_layers) * 7 * static_cast<size_t>(config.channels) *
+         rows;
+}
+
+Fp8Linears::Fp8Linears(const ModelConfig& config, const Buffers& buffers, size_t rows,
+                       const gpu::Context& ctx)
+    : config_(config), ctx_(ctx), weights_(buffers.weights), scales_(buffers.scales),
+      operands_(buffers.operands), inputs_(buffers.inputs), rows_(rows),
       slot_bytes_(round_up_256(rows * 4 * static_cast<size_t>(config.channels))) {
-  GPT2_CHECK(weights && scales && operands, "Fp8Linears without its buffers");
+  GPT2_CHECK(weights_ && scales_ && operands_ && inputs_, "Fp8Linears without its buffers");
+  GPT2_CHECK(rows % 16 == 0, "FP8 GEMMs need B*T a multiple of 16 (got ", rows, ")");
   GPT2_CHECK(config.channels % 16 == 0, "FP8 GEMMs need C a multiple of 16 (C=",
              config.channels, ")");
   const int L = config.num_layers;
@@ -96,6 +104,12 @@ uint8_t* Fp8Linears::weight_codes(int l, Linear linear, bool transposed) const {
          kOffsets[linear] * C * C;
 }
 
+uint8_t* Fp8Linears::input_codes(int l, Linear linear) const {
+  const size_t C = static_cast<size_t>(config_.channels);
+  static constexpr size_t kOffsets[] = {0, 1, 2, 3};  // in C x rows, by Linear
+  return inputs_ + (7 * static_cast<size_t>(l) + kOffsets[linear]) * C * rows_;
+}
+
 void Fp8Linears::refresh_weights(const bf16* params, const LayerMajorLayout& layout) {
   cudaStream_t stream = ctx_.stream();
   const int L = config_.num_layers;
@@ -131,9 +145,11 @@ void Fp8Linears::forward(int l, Linear linear, bf16* out, const bf16* in, const 
   const int OC = out_features(linear), IC = in_features(linear);
   gpu::Fp8ScaleState* x = state(l, linear, kInput);
   gpu::Fp8ScaleState* w = state(l, linear, kWeight);
+  GPT2_CHECK(static_cast<size_t>(rows) == rows_, "an FP8 forward of ", rows, " rows, planned ",
+             rows_);
   uint8_t* x_codes = operand(0);
-  gpu::fp8_cast_transpose(in, rows, IC, &x->scale, kE4M3, x_codes, nullptr, &x->amax,
-                          ctx_.stream());
+  gpu::fp8_cast_transpose(in, rows, IC, &x->scale, kE4M3, x_codes, input_codes(l, linear),
+                          &x->amax, ctx_.stream());
   const gpu::Fp8Operand a{x_codes, kE4M3, &x->inverse};
   const gpu::Fp8Operand b{weight_codes(l, linear, false), kE4M3, &w->inverse};
   gpu::Fp8Epilogue epilogue;
@@ -150,18 +166,18 @@ void Fp8Linears::forward(int l, Linear linear, bf16* out, const bf16* in, const 
 }
 
 void Fp8Linears::backward(int l, Linear linear, bf16* dinp, bf16* dweight, bf16* dbias,
-                          const bf16* dout, const bf16* in, const bf16* pre_gelu, int rows,
+                          const bf16* dout, const bf16* pre_gelu, int rows,
                           float* dbias_scratch) {
   cudaStream_t stream = ctx_.stream();
   const int OC = out_features(linear), IC = in_features(linear);
   gpu::Fp8ScaleState* x = state(l, linear, kInput);
   gpu::Fp8ScaleState* w = state(l, linear, kWeight);
   gpu::Fp8ScaleState* g = state(l, linear, kGrad);
-  uint8_t* x_t = operand(0);
-  uint8_t* dy = operand(1);
-  uint8_t* dy_t = operand(2);
+  GPT2_CHECK(static_cast<size_t>(rows) == rows_, "an FP8 backward of ", rows, " rows, planned ",
+             rows_);
+  uint8_t* dy = operand(0);
+  uint8_t* dy_t = operand(1);
   gpu::fp8_cast_transpose(dout, rows, OC, &g->scale, kE5M2, dy, dy_t, &g->amax, stream);
-  gpu::fp8_cast_transpose(in, rows, IC, &x->scale, kE4M3, nullptr, x_t, nullptr, stream);
   // dgrad: dX = dY W, (rows, IC), K = OC.
   const gpu::Fp8Operand dy_rows{dy, kE5M2, &g->inverse};
   const gpu::Fp8Operand w_t{weight_codes(l, linear, true), kE4M3, &w->inverse};
@@ -172,7 +188,7 @@ void Fp8Linears::backward(int l, Linear linear, bf16* dinp, bf16* dweight, bf16*
   if (pre_gelu) gpu::gelu_backward(dinp, pre_gelu, dinp, static_cast<int64_t>(rows) * IC, stream);
   // wgrad: dW += dY^T X, (OC, IC), K = rows.
   const gpu::Fp8Operand dy_cols{dy_t, kE5M2, &g->inverse};
-  const gpu::Fp8Operand x_cols{x_t, kE4M3, &x->inverse};
+  const gpu::Fp8Operand x_cols{input_codes(l, linear), kE4M3, &x->inverse};
   gpu::matmul_fp8(dweight, dy_cols, x_cols, nullptr, OC, IC, rows, ctx_, /*accumulate=*/true);
   if (dbias) gpu::matmul_bias_backward(dbias, dout, 1, rows, OC, dbias_scratch, ctx_);
 }

@@ -12,18 +12,19 @@
  *    power-of-two scales, margin 0), updated once per optimizer step (update_scales); before
  *    their first update inputs are cast with scale 1, gradients with 2^15 (gradients at
  *    initialization are far below E5M2's 57344 / 2^15 = 1.75).
- *  - forward  Y = X W^T + b         E4M3 X (row order, cast here) x E4M3 W; fc with its GELU
- *                                   epilogue (aux = the pre-GELU values), as the bf16 path
+ *  - forward  Y = X W^T + b         E4M3 X x E4M3 W, X cast here in both orders: the row order
+ *                                   for this GEMM, the transposed kept for the backward's;
+ *                                   fc with its GELU epilogue (aux = the pre-GELU values)
  *  - dgrad    dX = dY W             E5M2 dY x E4M3 W^T; fcproj's then gelu_backward (the
  *                                   FP8 DGELU epilogue is a slow separate kernel)
- *  - wgrad    dW += dY^T X          E5M2 dY^T x E4M3 X^T; X cast again in the transposed order
- *                                   with the forward's scale (the same codes; nothing is kept
- *                                   between forward and backward)
+ *  - wgrad    dW += dY^T X          E5M2 dY^T x E4M3 X^T, the codes the forward kept
  *  - dbias    column sums of dY in bf16 (matmul_bias_backward), as the bf16 path
  *  fp32 accumulation in every GEMM, bf16 outputs. When cuBLASLt pairs no algorithm with the
  *  GELU epilogue, the GEMM runs plain and the GELU kernel after it.
- * Buffers (planned by the model's memory plan): the weights' codes, the scale states and three
- * operand slots of rows x 4C bytes each (X in one order; dY in both).
+ * Buffers (planned by the model's memory plan): the weights' codes, the scale states, every
+ * layer's inputs X^T (7C codes a row: what lets the model keep one layer's bf16 GELU output
+ * instead of L, cuda_model_plan.cu) and two operand slots of rows x 4C codes (X in the forward,
+ * dY in both orders in the backward).
  */
 #pragma once
 
@@ -48,10 +49,17 @@ class Fp8Linears {
   static size_t weight_bytes(const ModelConfig& config);
   static size_t scale_bytes(const ModelConfig& config);
   static size_t operand_bytes(const ModelConfig& config, size_t rows);
+  static size_t input_bytes(const ModelConfig& config, size_t rows);
 
+  struct Buffers {
+    uint8_t* weights = nullptr;
+    gpu::Fp8ScaleState* scales = nullptr;
+    uint8_t* operands = nullptr;
+    uint8_t* inputs = nullptr;
+  };
   /// Takes the planned buffers and writes the initial scale states (on ctx's stream).
-  Fp8Linears(const ModelConfig& config, uint8_t* weights, gpu::Fp8ScaleState* scales,
-             uint8_t* operands, size_t rows, const gpu::Context& ctx);
+  Fp8Linears(const ModelConfig& config, const Buffers& buffers, size_t rows,
+             const gpu::Context& ctx);
 
   /// Every layer's weights cast again (current scaling), from the bf16 parameters.
   void refresh_weights(const bf16* params, const LayerMajorLayout& layout);
@@ -61,10 +69,10 @@ class Fp8Linears {
   /// out (rows, OC) = in (rows, IC) W^T + bias; fc: out = gelu(.), pre_gelu = the GEMM's.
   void forward(int l, Linear linear, bf16* out, const bf16* in, const bf16* bias,
                bf16* pre_gelu, int rows);
-  /// dinp (rows, IC) = dout W (fcproj: times gelu'(pre_gelu)), dweight += dout^T in,
-  /// dbias += column sums of dout.
+  /// dinp (rows, IC) = dout W (fcproj: times gelu'(pre_gelu)), dweight += dout^T in (in's
+  /// codes from this layer's forward), dbias += column sums of dout.
   void backward(int l, Linear linear, bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout,
-                const bf16* in, const bf16* pre_gelu, int rows, float* dbias_scratch);
+                const bf16* pre_gelu, int rows, float* dbias_scratch);
 
  private:
   enum Role : int { kWeight, kInput, kGrad, kNumRoles };
@@ -74,6 +82,8 @@ class Fp8Linears {
   gpu::Fp8ScaleState* state(int l, Linear linear, Role role) const;
   /// Layer l's weight codes, (OC, IC) or transposed (IC, OC).
   uint8_t* weight_codes(int l, Linear linear, bool transposed) const;
+  /// Layer l's input X^T (IC, rows), written by the forward for the backward.
+  uint8_t* input_codes(int l, Linear linear) const;
   uint8_t* operand(int slot) const { return operands_ + static_cast<size_t>(slot) * slot_bytes_; }
 
   ModelConfig config_;
@@ -81,6 +91,8 @@ class Fp8Linears {
   uint8_t* weights_;
   gpu::Fp8ScaleState* scales_;
   uint8_t* operands_;
+  uint8_t* inputs_;
+  size_t rows_;
   size_t slot_bytes_;
   int64_t updates_ = 0;  // delayed-scale updates so far
 };

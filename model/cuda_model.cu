@@ -173,18 +173,23 @@ BlockActivations<T_> CudaModel<T_>::block_activations(int l, size_t BT) const {
   const size_t Cs = config_.channels;
   BlockActivations<T_> a;
   a.residual = l == 0 ? act(kEncoded) : act(kResidual3) + (l - 1) * BT * Cs;
-  a.ln1 = act(kLn1) + l * BT * Cs;
+  // fp8 keeps the linears' inputs as FP8 codes for the backward (Fp8Linears), so one layer's
+  // bf16 ln1 and GELU output will do; and ln2 too, unless --recompute fc reads it again.
+  const size_t ln1_slot = fp8_ ? 0 : static_cast<size_t>(l);
+  const size_t ln2_slot = fp8_ && !options_.recompute_fc ? 0 : static_cast<size_t>(l);
+  a.ln1 = act(kLn1) + ln1_slot * BT * Cs;
   a.ln1_mean = buf<float>(kLn1Mean) + l * BT;
   a.ln1_rstd = buf<float>(kLn1Rstd) + l * BT;
   a.qkv = act(kQkv) + l * BT * 3 * Cs;
   a.atty = act(kAtty) + l * BT * Cs;
   a.residual2 = act(kResidual2) + l * BT * Cs;
-  a.ln2 = act(kLn2) + l * BT * Cs;
+  a.ln2 = act(kLn2) + ln2_slot * BT * Cs;
   a.ln2_mean = buf<float>(kLn2Mean) + l * BT;
   a.ln2_rstd = buf<float>(kLn2Rstd) + l * BT;
   const size_t fc_slot = options_.recompute_fc ? 0 : static_cast<size_t>(l);  // see the plan
+  const size_t gelu_slot = fp8_ ? 0 : fc_slot;
   a.fch = act(kFch) + fc_slot * BT * 4 * Cs;
-  a.fch_gelu = act(kFchGelu) + fc_slot * BT * 4 * Cs;
+  a.fch_gelu = act(kFchGelu) + gelu_slot * BT * 4 * Cs;
   a.residual3 = act(kResidual3) + l * BT * Cs;
   a.proj = act(kProj);
   return a;
@@ -212,7 +217,7 @@ void CudaModel<T_>::linear_backward(int l, int linear, T_* dinp, T_* dweight, T_
   float* scratch = buf<float>(kMatmulScratch);
   if constexpr (std::is_same_v<T_, bf16>) {
     if (fp8_ && fp8_pass_) {
-      fp8_->backward(l, static_cast<Fp8Linears::Linear>(linear), dinp, dweight, dbias, dout, in,
+      fp8_->backward(l, static_cast<Fp8Linears::Linear>(linear), dinp, dweight, dbias, dout,
                      pre_gelu, B * T, scratch);
       return;
     }
@@ -257,12 +262,12 @@ void CudaModel<T_>::backward(float loss_scale) {
   T_* dqkv = datty + BT * Cs;     // (B,T,3C)
   T_* dln1 = dqkv + BT * 3 * Cs;  // (B,T,C)
   for (int l = L - 1; l >= 0; --l) {
-    const T_* residual = l == 0 ? act(kEncoded) : act(kResidual3) + (l - 1) * BT * Cs;
-    const T_* ln1 = act(kLn1) + l * BT * Cs;
-    const T_* atty = act(kAtty) + l * BT * Cs;
-    const T_* residual2 = act(kResidual2) + l * BT * Cs;
-    const T_* ln2 = act(kLn2) + l * BT * Cs;
     const BlockActivations<T_> a = block_activations(l, BT);
+    const T_* residual = a.residual;
+    const T_* ln1 = a.ln1;
+    const T_* atty = a.atty;
+    const T_* residual2 = a.residual2;
+    const T_* ln2 = a.ln2;
     const LayerTensors<T_> w = layer_params(l);
     const LayerTensors<T_> dw = layer_grads(l);
     if (options_.recompute_fc)  // the forward's very GEMM again: the same fch and fch_gelu bits

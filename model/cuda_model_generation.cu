@@ -35,15 +35,22 @@ void CudaModel<T_>::start_generation(int batch, int max_len) {
 // The key cache of layer l fills the ln1 buffer's first L*gen_B_*gen_max_len_*C elements (of
 // L*B*T*C) at a pitch of one layer's cache, the value cache the ln2 buffer's. Both are free
 // during a session: prefill writes the caches after its forward (which wrote ln1 and ln2) is
-// done, and decode steps put their ln1 / ln2 rows in the lnf buffer instead.
+// done, and decode steps put their ln1 / ln2 rows in the lnf buffer instead. A --precision fp8
+// training model keeps one layer of ln1 (and of ln2) only: its caches fill the FP8 inputs
+// buffer instead (L*7C*B*T bytes; the caches need 4*L*gen_B_*gen_max_len_*C), which only a
+// training forward writes, and a training call ends the session.
 template <typename T_>
 T_* CudaModel<T_>::key_cache(int l) const {
-  return act(kLn1) + static_cast<size_t>(l) * gen_B_ * gen_max_len_ * config_.channels;
+  const size_t layer = static_cast<size_t>(gen_B_) * gen_max_len_ * config_.channels;
+  if (fp8_) return buf<T_>(kFp8Inputs) + static_cast<size_t>(l) * layer;
+  return act(kLn1) + static_cast<size_t>(l) * layer;
 }
 
 template <typename T_>
 T_* CudaModel<T_>::value_cache(int l) const {
-  return act(kLn2) + static_cast<size_t>(l) * gen_B_ * gen_max_len_ * config_.channels;
+  const size_t layer = static_cast<size_t>(gen_B_) * gen_max_len_ * config_.channels;
+  if (fp8_) return buf<T_>(kFp8Inputs) + static_cast<size_t>(config_.num_layers + l) * layer;
+  return act(kLn2) + static_cast<size_t>(l) * layer;
 }
 
 template <typename T_>

@@ -67,7 +67,7 @@ enum GpuBuffer : int {
   kContextQkv, kContextOut, kContextDout, kContextDqkv, kContextLse, kContextSend,
   kContextReceive, kContextPositions, kWpeRows, kDWpeRows,
   kMatmulScratch, kLayernormScratch, kEncoderScratch, kNormPartials, kNormResult, kStepScalars,
-  kFp8Weights, kFp8Scales, kFp8Operands,  // --precision fp8 only (model/cuda_fp8_linears.cuh)
+  kFp8Weights, kFp8Scales, kFp8Inputs, kFp8Operands,  // --precision fp8 (cuda_fp8_linears.cuh)
   kInputs, kTargets,
   kNumGpuBuffers
 };

@@ -167,19 +167,31 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   set(kRankScalars, "workspace", "every rank's loss and norm fp64",
       dp.active ? 2 * static_cast<size_t>(options.world_size()) * sizeof(double) : 0);
   set(kEncoded, "activations", "encoded (B,T,C)", BT * C * x);
-  set(kLn1, "activations", "ln1 (L,B,T,C)", L * BT * C * x);
+  // --precision fp8 (training): the block linears' backward reads their inputs' FP8 codes (kept
+  // per layer in kFp8Inputs), so one layer's bf16 ln1 and GELU output are enough, and ln2's too
+  // unless --recompute fc runs the fc GEMM again from it.
+  const bool fp8 = options.precision == Precision::kFp8 && options.training;
+  const size_t ln2_layers = fp8 && !options.recompute_fc ? 1 : L;
+  set(kLn1, "activations", fp8 ? "ln1 (B,T,C), one layer: the backward reads its FP8 codes"
+                               : "ln1 (L,B,T,C)",
+      (fp8 ? 1 : L) * BT * C * x);
   set(kLn1Mean, "activations", "ln1 mean (L,B,T) fp32", L * BT * f);
   set(kLn1Rstd, "activations", "ln1 rstd (L,B,T) fp32", L * BT * f);
   set(kQkv, "activations", "qkv (L,B,T,3C)", L * BT * 3 * C * x);
-  set(kLn2, "activations", "ln2 (L,B,T,C)", L * BT * C * x);
+  set(kLn2, "activations", ln2_layers == 1 ? "ln2 (B,T,C), one layer: the backward reads its FP8 "
+      "codes" : "ln2 (L,B,T,C)", ln2_layers * BT * C * x);
   set(kLn2Mean, "activations", "ln2 mean (L,B,T) fp32", L * BT * f);
   set(kLn2Rstd, "activations", "ln2 rstd (L,B,T) fp32", L * BT * f);
   // --recompute fc: one layer's, recomputed by the fc GEMM in backward (the same bits).
   const size_t fc_layers = options.recompute_fc ? 1 : L;
   const char* fc_shape = options.recompute_fc ? "(B,T,4C), one layer: recomputed in backward"
                                               : "(L,B,T,4C)";
+  const size_t gelu_layers = fp8 ? 1 : fc_layers;
   set(kFch, "activations", str_cat("fch ", fc_shape), fc_layers * BT * 4 * C * x);
-  set(kFchGelu, "activations", str_cat("fch_gelu ", fc_shape), fc_layers * BT * 4 * C * x);
+  set(kFchGelu, "activations",
+      str_cat("fch_gelu ", fp8 ? "(B,T,4C), one layer: the backward reads its FP8 codes"
+                               : fc_shape),
+      gelu_layers * BT * 4 * C * x);
   set(kResidual2, "activations", "residual2 (L,B,T,C)", L * BT * C * x);
   set(kResidual3, "activations", "residual3 (L,B,T,C)", L * BT * C * x);
   set(kLnf, "activations", "lnf (B,T,C)", BT * C * x);
@@ -230,13 +242,14 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   set(kNormResult, "workspace", "gradient-norm result fp64", sizeof(double));
   set(kStepScalars, "workspace", "step scalars: loss sum, norm, clip (training, evaluation)",
       kNumStepScalars * sizeof(gpu::StepScalars));
-  // --precision fp8 (training): the block linears' FP8 weights, scales and operand slots.
-  const bool fp8 = options.precision == Precision::kFp8 && options.training;
+  // --precision fp8 (training): the block linears' FP8 weights, scales, inputs and operands.
   set(kFp8Weights, "parameters", "FP8 block weights, both orders (E4M3)",
       fp8 ? Fp8Linears::weight_bytes(cfg) : 0);
   set(kFp8Scales, "workspace", "FP8 scales and amax histories (fp32)",
       fp8 ? Fp8Linears::scale_bytes(cfg) : 0);
-  set(kFp8Operands, "workspace", "FP8 GEMM operands: input, gradient in both orders (3 x B,T,4C)",
+  set(kFp8Inputs, "activations", "FP8 block inputs, transposed, for the weight gradients "
+      "(L,7C,B*T) E4M3", fp8 ? Fp8Linears::input_bytes(cfg, BT) : 0);
+  set(kFp8Operands, "workspace", "FP8 GEMM operands: input, gradient in both orders (2 x B,T,4C)",
       fp8 ? Fp8Linears::operand_bytes(cfg, BT) : 0);
   set(kInputs, "workspace", "inputs (B,T) int32", BT * sizeof(int));
   set(kTargets, "workspace", "targets (B,T) int32", BT * sizeof(int));

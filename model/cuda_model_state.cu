@@ -109,10 +109,14 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
         attention_config(options, true), context, buffers_[kAttWorkspace], *ctx_);
   }
   if constexpr (std::is_same_v<T_, bf16>) {
-    if (buffers_[kFp8Weights] != nullptr)
-      fp8_ = std::make_unique<Fp8Linears>(
-          config_, buf<uint8_t>(kFp8Weights), buf<gpu::Fp8ScaleState>(kFp8Scales),
-          buf<uint8_t>(kFp8Operands), BT, *ctx_);
+    if (buffers_[kFp8Weights] != nullptr) {
+      Fp8Linears::Buffers fp8;
+      fp8.weights = buf<uint8_t>(kFp8Weights);
+      fp8.scales = buf<gpu::Fp8ScaleState>(kFp8Scales);
+      fp8.operands = buf<uint8_t>(kFp8Operands);
+      fp8.inputs = buf<uint8_t>(kFp8Inputs);
+      fp8_ = std::make_unique<Fp8Linears>(config_, fp8, BT, *ctx_);
+    }
   }
   for (GpuBuffer id : {kGrads, kAdamM, kAdamV})
     if (buffers_[id] != nullptr)  // absent in an inference-only model

@@ -61,15 +61,22 @@ TEST(CudaFp8Plan, NamesItsBuffersAndRefusesShapesFp8CannotTake) {
   const MemoryPlan fp8 = plan_cuda_model_memory(options);
   options.precision = Precision::kBf16;
   const MemoryPlan bf16 = plan_cuda_model_memory(options);
-  size_t weights = 0, operands = 0;
+  size_t weights = 0, operands = 0, inputs = 0, scales = 0;
   for (const auto& item : fp8.items) {
     if (item.name.find("FP8 block weights") != std::string::npos) weights = item.bytes;
     if (item.name.find("FP8 GEMM operands") != std::string::npos) operands = item.bytes;
+    if (item.name.find("FP8 block inputs") != std::string::npos) inputs = item.bytes;
+    if (item.name.find("FP8 scales") != std::string::npos) scales = item.bytes;
   }
-  // Both orders of 12 C^2 codes per layer; three slots of B*T x 4C codes.
-  EXPECT_EQ(weights, size_t(2) * 12 * 768 * 768 * 12);
-  EXPECT_EQ(operands, size_t(3) * 16 * 1024 * 4 * 768);
-  EXPECT_GT(fp8.total(), bf16.total());
+  const size_t BT = 16 * 1024, C = 768, L = 12;
+  EXPECT_EQ(weights, 2 * 12 * C * C * L);  // both orders of 12 C^2 codes per layer
+  EXPECT_EQ(inputs, 7 * C * BT * L);       // every layer's X^T: 3 x C + 4C codes a row
+  EXPECT_EQ(operands, 2 * BT * 4 * C);     // X; then dY in both orders
+  EXPECT_GT(scales, 0u);
+  // What fp8 adds, less the L-1 layers of bf16 ln1, ln2 and GELU output it does not keep.
+  EXPECT_EQ(fp8.total() - bf16.total() + (L - 1) * BT * (4 * C + 2 * C) * 2,
+            weights + inputs + operands + scales);
+  EXPECT_LT(fp8.total(), bf16.total());
   std::printf("[ plan     ] d12 B=16 T=1024: bf16 %s, fp8 %s\n",
               format_bytes(bf16.total()).c_str(), format_bytes(fp8.total()).c_str());
   // B*T not a multiple of 16 (the weight gradient's inner dimension), C not one of 16.
@@ -159,6 +166,87 @@ TEST(CudaFp8, TrainingFollowsBf16) {
   EXPECT_LT(curves[0].back(), 0.5f * curves[0].front());
   EXPECT_LT(curves[1].back(), 0.5f * curves[1].front());
   EXPECT_NEAR(curves[1].back(), curves[0].back(), 0.05 * curves[0].back());
+}
+
+// --recompute fc with fp8: the fc GEMM run again in backward from the same codes gives the
+// forward's very bits, so training is bit for bit the same (naive attention: deterministic);
+// the plan holds L-1 fewer layers of fch, and ln2 per layer again (the recompute reads it).
+TEST(CudaFp8, RecomputedFcTrainsBitForBit) {
+  GPT2_REQUIRE_GPU();
+  std::string why;
+  if (!fp8_gpu(&why)) GTEST_SKIP() << why;
+  const int B = 2, T = 32, kSteps = 3;
+  const ModelConfig config = small_model_config();
+  const ParameterLayout layout = ParameterLayout::for_config(config);
+  std::vector<float> params(layout.total);
+  init_parameters(params.data(), config, 9);
+  std::vector<float> losses[2], finals[2];
+  size_t plan_bytes[2] = {};
+  for (int recompute = 0; recompute < 2; ++recompute) {
+    ModelOptions options{config, B, T, AttentionKind::kNaive, Precision::kFp8};
+    options.recompute_fc = recompute == 1;
+    std::unique_ptr<Model> model = make_cuda_model(options);
+    plan_bytes[recompute] = model->memory_plan().total();
+    model->set_parameters(params.data());
+    AdamWHyper hyper;
+    hyper.lr = 1e-3f;
+    for (int step = 1; step <= kSteps; ++step) {
+      const std::vector<int> inputs = random_ints(B * T, config.vocab_size, 70 + step);
+      const std::vector<int> targets = random_ints(B * T, config.vocab_size, 80 + step);
+      model->zero_grad();
+      model->queue_forward_backward(inputs.data(), targets.data(), 1.0f);
+      losses[recompute].push_back(model->finish_step(hyper, step, 1.0f, 1).loss);
+    }
+    finals[recompute].resize(layout.total);
+    model->get_parameters(finals[recompute].data());
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  EXPECT_EQ(finals[0], finals[1]);
+  const size_t layers = config.num_layers - 1, row = size_t(B) * T * config.channels * 2;
+  EXPECT_EQ(plan_bytes[0] - plan_bytes[1], layers * 4 * row - layers * row);
+}
+
+// A training fp8 model samples between steps (gpt2-train --sample-every) in bf16, its caches in
+// the FP8 inputs buffer (it keeps one layer of ln1 and ln2): the logits are the bf16 model's
+// with the same parameters, bit for bit; and the next training step runs on.
+TEST(CudaFp8, GeneratesBetweenStepsAsTheBf16ModelDoes) {
+  GPT2_REQUIRE_GPU();
+  std::string why;
+  if (!fp8_gpu(&why)) GTEST_SKIP() << why;
+  const int B = 2, T = 32, kPrompt = 5, kTotal = 9;
+  const ModelConfig config = small_model_config();
+  const ParameterLayout layout = ParameterLayout::for_config(config);
+  std::vector<float> params(layout.total);
+  init_parameters(params.data(), config, 8);
+  const std::vector<int> inputs = random_ints(B * T, config.vocab_size, 51);
+  const std::vector<int> targets = random_ints(B * T, config.vocab_size, 52);
+  std::unique_ptr<Model> fp8 = make_cuda_model(small_options(Precision::kFp8, B, T));
+  fp8->set_parameters(params.data());
+  AdamWHyper hyper;
+  fp8->zero_grad();
+  fp8->queue_forward_backward(inputs.data(), targets.data(), 1.0f);
+  ASSERT_TRUE(fp8->finish_step(hyper, 1, 1.0f, 1).applied);
+  fp8->get_parameters(params.data());  // bf16-exact: the fp8 model's bf16 parameters
+  std::unique_ptr<Model> bf16 = make_cuda_model(small_options(Precision::kBf16, B, T));
+  bf16->set_parameters(params.data());
+  std::vector<std::vector<float>> logits(2);
+  for (int m = 0; m < 2; ++m) {
+    Model& model = m == 0 ? *bf16 : *fp8;
+    model.start_generation(B, kTotal);
+    std::vector<float> step_logits(static_cast<size_t>(B) * config.vocab_size);
+    const std::vector<int> prompt = random_ints(B * kPrompt, config.vocab_size, 53);
+    model.prefill(prompt.data(), kPrompt, step_logits.data());
+    logits[m].insert(logits[m].end(), step_logits.begin(), step_logits.end());
+    for (int t = kPrompt; t < kTotal; ++t) {
+      const std::vector<int> next = random_ints(B, config.vocab_size, 60 + t);
+      model.decode_step(next.data(), step_logits.data());
+      logits[m].insert(logits[m].end(), step_logits.begin(), step_logits.end());
+    }
+  }
+  EXPECT_EQ(logits[0], logits[1]);
+  fp8->zero_grad();
+  fp8->queue_forward_backward(inputs.data(), targets.data(), 1.0f);
+  EXPECT_TRUE(std::isfinite(fp8->finish_step(hyper, 2, 1.0f, 1).loss));
 }
 
 }  // namespace
