@@ -314,6 +314,14 @@ bool file_exists(const std::string& path) {
   return ::stat(path.c_str(), &info) == 0;
 }
 
+void write_text_file(const std::string& path, const std::string& text) {
+  const size_t slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) make_directories(path.substr(0, slash));
+  AtomicFileWriter writer(path);
+  writer.write(text.data(), text.size());
+  writer.commit();
+}
+
 void make_directories(const std::string& path) {
   if (path.empty()) GPT2_FAIL("cannot create a directory with an empty path");
   // Create every prefix ending before a '/', then the whole path.

@@ -56,6 +56,9 @@ class AtomicFileWriter {
   bool committed_ = false;
 };
 
+/// The whole of `text` to `path` through an AtomicFileWriter, its folders created first.
+void write_text_file(const std::string& path, const std::string& text);
+
 /// Throws gpt2::UsageError "<option> <path> is a socket: ..." when path (through any symbolic
 /// links) is something AtomicFileWriter refuses besides a directory: a socket or a block device.
 /// Directories are left to the writer (exit code 1, "is a directory"), as before.

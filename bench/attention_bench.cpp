@@ -211,12 +211,8 @@ cxxopts::Options bench_command_line() {
       ("heads", "NH", cxxopts::value<int>()->default_value("12"))
       ("head-sizes", "comma-separated HS (64, 128)", cxxopts::value<std::string>()->default_value("64,128"))
       ("kernels", "comma-separated: naive, flash-portable, flash-hopper, flash-hopper-det (deterministic dQ), the last two with /fwd128, /fwd64 or /fwd64w1 (64 rows, no producer warpgroup) to force the forward's block shape; default: all that run here", cxxopts::value<std::string>()->default_value(""))
-      ("sets", "input sets rotated between runs (0: enough to exceed 4x the L2 cache)", cxxopts::value<int>()->default_value("0"))
-      ("warmup", "untimed runs", cxxopts::value<int>()->default_value("3"))
-      ("repeats", "timed runs", cxxopts::value<int>()->default_value("10"))
-      ("burst", "calls per timed run, back to back (the time reported per call)", cxxopts::value<int>()->default_value("4"))
-      ("csv", "CSV output", cxxopts::value<std::string>()->default_value("out/attention_bench.csv"))
-      ("h,help", "print this help");
+      ("sets", "input sets rotated between runs (0: enough to exceed 4x the L2 cache)", cxxopts::value<int>()->default_value("0"));
+  bench::add_timing_options(cli, 3, 10, "out/attention_bench.csv");
   return cli;
 }
 
@@ -320,12 +316,7 @@ int bench_main(int argc, char** argv) {
     }
   }
   const std::string csv_path = args["csv"].as<std::string>();
-  const size_t slash = csv_path.rfind('/');
-  if (slash != std::string::npos) make_directories(csv_path.substr(0, slash));
-  AtomicFileWriter writer(csv_path);
-  const std::string text = csv.str();
-  writer.write(text.data(), text.size());
-  writer.commit();
+  write_text_file(csv_path, csv.str());
   std::printf("(NaN: the kernel's buffers do not fit in free memory)\nwrote %s\n", csv_path.c_str());
   return 0;
 }

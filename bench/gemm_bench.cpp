@@ -151,12 +151,8 @@ cxxopts::Options gemm_command_line() {
                        "wgrad, and the FP8 casts) with CUDA events; median of repeated runs.");
   cli.add_options()
       ("widths", "comma-separated C (768: d12, 1024: medium, 1280: large, 1600: XL)", cxxopts::value<std::string>()->default_value("768,1024,1280"))
-      ("tokens", "rows M = B * T", cxxopts::value<int>()->default_value("16384"))
-      ("warmup", "untimed calls", cxxopts::value<int>()->default_value("5"))
-      ("repeats", "timed runs", cxxopts::value<int>()->default_value("20"))
-      ("burst", "calls per timed run, back to back", cxxopts::value<int>()->default_value("4"))
-      ("csv", "CSV output", cxxopts::value<std::string>()->default_value("out/gemm_bench.csv"))
-      ("h,help", "print this help");
+      ("tokens", "rows M = B * T", cxxopts::value<int>()->default_value("16384"));
+  bench::add_timing_options(cli, 5, 20, "out/gemm_bench.csv");
   return cli;
 }
 
@@ -223,12 +219,7 @@ int gemm_main(int argc, char** argv) {
                 block.bf16_total() / (block.fp8_gemms() + block.casts()));
     std::fflush(stdout);
   }
-  const size_t slash = csv_path.rfind('/');
-  if (slash != std::string::npos) make_directories(csv_path.substr(0, slash));
-  AtomicFileWriter writer(csv_path);
-  const std::string text = csv.str();
-  writer.write(text.data(), text.size());
-  writer.commit();
+  write_text_file(csv_path, csv.str());
   std::printf("wrote %s\n", csv_path.c_str());
   return 0;
 }

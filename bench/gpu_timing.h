@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include <cuda_runtime.h>
+#include <cxxopts.hpp>
 
 #include "base/error.h"
 
@@ -27,6 +29,19 @@ struct Buffer {
   }
   void* ptr = nullptr;
 };
+
+/// The options every kernel benchmark takes: --warmup, --repeats, --burst (what median_ms
+/// reads), --csv and --help.
+inline void add_timing_options(cxxopts::Options& cli, int warmup, int repeats,
+                               const std::string& csv) {
+  cli.add_options()
+      ("warmup", "untimed calls", cxxopts::value<int>()->default_value(std::to_string(warmup)))
+      ("repeats", "timed runs", cxxopts::value<int>()->default_value(std::to_string(repeats)))
+      ("burst", "calls per timed run, back to back (the time reported per call)",
+       cxxopts::value<int>()->default_value("4"))
+      ("csv", "CSV output", cxxopts::value<std::string>()->default_value(csv))
+      ("h,help", "print this help");
+}
 
 /// Median over `repeats` event-timed runs of `burst` back-to-back calls launch(i) (per call),
 /// after `warmup` untimed calls; i counts every call, so the input sets rotate.

@@ -238,12 +238,6 @@ std::string today() {
   return buf;
 }
 
-void write_text(const std::string& path, const std::string& text) {
-  AtomicFileWriter writer(path);
-  writer.write(text.data(), text.size());
-  writer.commit();
-}
-
 // Rows of a sweep.csv written by this program (columns found by name; device and date
 // columns are optional: older files lack them).
 std::vector<RunResult> read_results_csv(const std::string& path, std::string* device,
@@ -431,7 +425,7 @@ void write_sweep_outputs(const SweepOptions& o, const std::vector<RunResult>& re
         << r.tokens_per_s << ',' << r.median_step_ms << ',' << std::llround(r.peak_mem_bytes) << ','
         << std::llround(r.planned_mem_bytes) << ',' << r.mfu << ',' << r.final_loss << ','
         << device << ',' << date << '\n';
-  write_text(o.out_dir + "/sweep.csv", csv.str());
+  write_text_file(o.out_dir + "/sweep.csv", csv.str());
 
   const std::string group =
       o.context_parallel > 1
@@ -456,8 +450,8 @@ void write_sweep_outputs(const SweepOptions& o, const std::vector<RunResult>& re
        << " | " << cell(naive, true) << " | " << cell(flash, false) << " | " << cell(flash, true)
        << " | " << speedup << " |\n";
   }
-  write_text(o.out_dir + "/sweep.md", md.str());
-  write_text(o.out_dir + "/sweep.svg", svg_plot(o, results, heading));
+  write_text_file(o.out_dir + "/sweep.md", md.str());
+  write_text_file(o.out_dir + "/sweep.svg", svg_plot(o, results, heading));
   std::printf("\n%s\nwrote %s/sweep.csv, sweep.md, sweep.svg\n", md.str().c_str(),
               o.out_dir.c_str());
 }

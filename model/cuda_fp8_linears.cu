@@ -113,25 +113,23 @@ uint8_t* Fp8Linears::input_codes(int l, Linear linear) const {
 void Fp8Linears::refresh_weights(const bf16* params, const LayerMajorLayout& layout) {
   cudaStream_t stream = ctx_.stream();
   const int L = config_.num_layers;
-  // Current scaling: every weight's amax, the scales from them alone, then the casts.
-  for (int l = 0; l < L; ++l)
-    for (int k = 0; k < kNumLinears; ++k) {
-      const auto linear = static_cast<Linear>(k);
-      gpu::Fp8ScaleState* s = state(l, linear, kWeight);
-      gpu::fp8_cast_transpose(params + layout.offset(kWeightTensors[k], l),
-                              out_features(linear), in_features(linear), &s->scale, kE4M3,
-                              nullptr, nullptr, &s->amax, stream);
-    }
+  // One pass over every weight: its amax alone (codes false), or its codes in both orders.
+  auto pass = [&](bool codes) {
+    for (int l = 0; l < L; ++l)
+      for (int k = 0; k < kNumLinears; ++k) {
+        const auto linear = static_cast<Linear>(k);
+        gpu::Fp8ScaleState* s = state(l, linear, kWeight);
+        gpu::fp8_cast_transpose(params + layout.offset(kWeightTensors[k], l),
+                                out_features(linear), in_features(linear), &s->scale, kE4M3,
+                                codes ? weight_codes(l, linear, false) : nullptr,
+                                codes ? weight_codes(l, linear, true) : nullptr,
+                                codes ? nullptr : &s->amax, stream);
+      }
+  };
+  // Current scaling: the amaxes, the scales from them alone (a history of 1), the casts.
+  pass(false);
   gpu::fp8_update_scales(state(0, kQkv, kWeight), kNumLinears * L, 0, 1, 0, stream);
-  for (int l = 0; l < L; ++l)
-    for (int k = 0; k < kNumLinears; ++k) {
-      const auto linear = static_cast<Linear>(k);
-      gpu::Fp8ScaleState* s = state(l, linear, kWeight);
-      gpu::fp8_cast_transpose(params + layout.offset(kWeightTensors[k], l),
-                              out_features(linear), in_features(linear), &s->scale, kE4M3,
-                              weight_codes(l, linear, false), weight_codes(l, linear, true),
-                              nullptr, stream);
-    }
+  pass(true);
 }
 
 void Fp8Linears::update_scales() {

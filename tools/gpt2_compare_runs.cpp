@@ -113,12 +113,6 @@ std::string curves_svg(const std::vector<Run>& runs, size_t smooth, const std::s
   return render_svg(figure);
 }
 
-void write_text(const std::string& path, const std::string& text) {
-  AtomicFileWriter writer(path);
-  writer.write(text.data(), text.size());
-  writer.commit();
-}
-
 int compare_main(int argc, char** argv) {
   cxxopts::Options cli("gpt2-compare-runs",
                        "The loss curves of gpt2-train runs side by side: CSV, SVG and a table.");
@@ -145,10 +139,9 @@ int compare_main(int argc, char** argv) {
     if (run.curves.train.empty())
       GPT2_FAIL("run ", run.name, ": no finite train loss in ", run.metrics_file);
   }
-  make_directories(out);
-  write_text((std::filesystem::path(out) / "curves.csv").string(), curves_csv(runs));
-  write_text((std::filesystem::path(out) / "curves.svg").string(),
-             curves_svg(runs, smooth, args["title"].as<std::string>()));
+  write_text_file((std::filesystem::path(out) / "curves.csv").string(), curves_csv(runs));
+  write_text_file((std::filesystem::path(out) / "curves.svg").string(),
+                  curves_svg(runs, smooth, args["title"].as<std::string>()));
 
   std::printf("%-12s %6s %12s %12s %16s %10s %10s\n", "run", "steps", "final train",
               "final val", "lowest val (step)", "train/1st", "val/1st");

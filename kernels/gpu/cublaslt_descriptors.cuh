@@ -52,6 +52,24 @@ inline void set_preference(cublasLtMatmulPreference_t preference,
       cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value)));
 }
 
+/// desc's preference: the Context's workspace, the operands' alignments (what the heuristic may
+/// assume), and split-K only with fp32 partials in the workspace (COMPUTE_TYPE: the in-place
+/// and output-type schemes add the partial products up in bf16, one rounding per split).
+inline void make_preference(const Context& ctx, LtDescriptors& desc, uint32_t align_a,
+                            uint32_t align_b, uint32_t align_d) {
+  GPT2_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc.preference));
+  const size_t workspace_bytes = ctx.lt_workspace_bytes();
+  GPT2_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+      sizeof(workspace_bytes)));
+  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a);
+  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b);
+  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d);
+  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d);
+  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                 CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
+}
+
 /// The heuristic's first algorithm for desc's shape, D also as C, within desc's preference;
 /// false when cuBLASLt has none.
 inline bool first_algorithm(const Context& ctx, const LtDescriptors& desc,

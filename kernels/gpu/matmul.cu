@@ -139,19 +139,7 @@ const LtPlan& lt_plan(const Context& ctx, const Gemm& g, cublasLtEpilogue_t epil
   GPT2_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.b, g.type, g.trans_b ? g.n : g.k,
                                                g.trans_b ? g.k : g.n, g.ldb));
   GPT2_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.d, g.type, g.m, g.n, g.ldd));
-  GPT2_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc.preference));
-  const size_t workspace_bytes = ctx.lt_workspace_bytes();
-  GPT2_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
-      sizeof(workspace_bytes)));
-  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a);
-  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b);
-  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d);
-  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
-  // Split-K only with fp32 partials in the workspace (COMPUTE_TYPE): the in-place and
-  // output-type schemes add the partial products up in bf16, one rounding per split.
-  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                 CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
+  make_preference(ctx, desc, key.align_a, key.align_b, key.align_d);
   plan->found = first_algorithm(ctx, desc, &plan->algo);
   entry = std::move(plan);
   return *entry;

@@ -109,17 +109,7 @@ Fp8Plan& fp8_plan(const Context& ctx, __nv_bfloat16* out, const Fp8Operand& a,
   GPT2_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.a, cuda_type(b.format), K, N, K));
   GPT2_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.b, cuda_type(a.format), K, M, K));
   GPT2_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.d, CUDA_R_16BF, N, M, N));
-  GPT2_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc.preference));
-  const size_t workspace_bytes = ctx.lt_workspace_bytes();
-  GPT2_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
-      sizeof(workspace_bytes)));
-  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a);
-  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b);
-  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d);
-  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
-  set_preference(desc.preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                 CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
+  make_preference(ctx, desc, key.align_a, key.align_b, key.align_d);
   cublasLtMatmulHeuristicResult_t results[kCandidateAlgorithms] = {};
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(

@@ -26,34 +26,42 @@
 namespace gpt2::gpu::test {
 namespace {
 
-bool fp8_gpu(std::string* why) {
-  int device = 0;
-  cudaDeviceProp prop{};
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    *why = "no CUDA device";
-    return false;
-  }
-  if (prop.major * 10 + prop.minor < 89) {
-    *why = str_cat(prop.name, " is sm_", prop.major, prop.minor, "; FP8 needs sm_89 or newer");
-    return false;
-  }
-  return true;
-}
-
-double rel_l2(const float* got, const float* ref, size_t n) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < n; ++i) {
-    diff += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
-    norm += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-300));
-}
-
 ModelOptions small_options(Precision precision, int B, int T) {
   return ModelOptions{small_model_config(), B, T, AttentionKind::kFlash, precision};
 }
+
+// The GPU tests: a small model's parameters (bf16-exact), skipped without FP8 tensor cores.
+class CudaFp8 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    GPT2_REQUIRE_FP8_GPU();
+    params_.resize(layout_.total);
+    init_parameters(params_.data(), config_, 5);
+    params_ = round_through<bf16>(params_);
+  }
+  /// The losses of `steps` optimizer steps of one micro-batch each: fresh tokens from `seed`
+  /// every step, or (learn_one_batch) the same batch every step.
+  std::vector<float> train(Model& model, int B, int T, int steps, uint64_t seed,
+                           bool learn_one_batch = false, float lr = 1e-3f) const {
+    AdamWHyper hyper;
+    hyper.lr = lr;
+    std::vector<float> losses;
+    for (int step = 1; step <= steps; ++step) {
+      const uint64_t draw = seed + (learn_one_batch ? 0 : 2 * step);
+      const std::vector<int> inputs = random_ints(B * T, config_.vocab_size, draw);
+      const std::vector<int> targets = random_ints(B * T, config_.vocab_size, draw + 1);
+      model.zero_grad();
+      model.queue_forward_backward(inputs.data(), targets.data(), 1.0f);
+      const Model::StepOutcome outcome = model.finish_step(hyper, step, 1.0f, 1);
+      EXPECT_TRUE(outcome.applied && std::isfinite(outcome.loss)) << "step " << step;
+      losses.push_back(outcome.loss);
+    }
+    return losses;
+  }
+  const ModelConfig config_ = small_model_config();
+  const ParameterLayout layout_ = ParameterLayout::for_config(config_);
+  std::vector<float> params_;
+};
 
 TEST(CudaFp8Plan, NamesItsBuffersAndRefusesShapesFp8CannotTake) {
   const ModelConfig config = model_config_from_preset("d12", 1024);
@@ -99,68 +107,41 @@ TEST(CudaFp8Plan, NamesItsBuffersAndRefusesShapesFp8CannotTake) {
     }
 }
 
-TEST(CudaFp8, OneStepTracksTheBf16Step) {
-  GPT2_REQUIRE_GPU();
-  std::string why;
-  if (!fp8_gpu(&why)) GTEST_SKIP() << why;
+TEST_F(CudaFp8, OneStepTracksTheBf16Step) {
   const int B = 2, T = 32;
-  const ModelConfig config = small_model_config();
-  const ParameterLayout layout = ParameterLayout::for_config(config);
-  std::vector<float> params(layout.total);
-  init_parameters(params.data(), config, 5);
-  params = round_through<bf16>(params);
-  const std::vector<int> inputs = random_ints(B * T, config.vocab_size, 31);
-  const std::vector<int> targets = random_ints(B * T, config.vocab_size, 32);
+  const std::vector<int> inputs = random_ints(B * T, config_.vocab_size, 31);
+  const std::vector<int> targets = random_ints(B * T, config_.vocab_size, 32);
   std::vector<float> losses;
   std::vector<std::vector<float>> grads;
   for (Precision precision : {Precision::kBf16, Precision::kFp8}) {
     std::unique_ptr<Model> base = make_cuda_model(small_options(precision, B, T));
     auto* model = dynamic_cast<CudaModelBase*>(base.get());
     ASSERT_NE(model, nullptr);
-    model->set_parameters(params.data());
+    model->set_parameters(params_.data());
     model->zero_grad();
     losses.push_back(model->forward_backward(inputs.data(), targets.data(), 1.0f));
-    grads.emplace_back(layout.total);
+    grads.emplace_back(layout_.total);
     model->get_gradients(grads.back().data());
   }
   std::printf("[ fp8      ] one step: loss bf16 %.6f fp8 %.6f\n", losses[0], losses[1]);
   EXPECT_NEAR(losses[1], losses[0], 0.02 * std::fabs(losses[0]));
   for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
-    const size_t offset = layout.offsets[tensor], n = layout.sizes[tensor];
+    const size_t offset = layout_.offsets[tensor], n = layout_.sizes[tensor];
     const double err = rel_l2(grads[1].data() + offset, grads[0].data() + offset, n);
     std::printf("[ fp8      ]   d%-9s rel-L2 to bf16 %.3f\n", ParameterLayout::name(tensor), err);
     EXPECT_LE(err, 0.25) << ParameterLayout::name(tensor);
   }
 }
 
-TEST(CudaFp8, TrainingFollowsBf16) {
-  GPT2_REQUIRE_GPU();
-  std::string why;
-  if (!fp8_gpu(&why)) GTEST_SKIP() << why;
+TEST_F(CudaFp8, TrainingFollowsBf16) {
   const int B = 4, T = 32, kSteps = 30;
-  const ModelConfig config = small_model_config();
-  const ParameterLayout layout = ParameterLayout::for_config(config);
-  std::vector<float> params(layout.total);
-  init_parameters(params.data(), config, 6);
-  const std::vector<int> inputs = random_ints(B * T, config.vocab_size, 41);
-  const std::vector<int> targets = random_ints(B * T, config.vocab_size, 42);
   std::vector<std::vector<float>> curves;
   for (Precision precision : {Precision::kBf16, Precision::kFp8}) {
     std::unique_ptr<Model> model = make_cuda_model(small_options(precision, B, T));
-    model->set_parameters(params.data());
-    AdamWHyper hyper;
-    hyper.lr = 3e-3f;
-    std::vector<float> curve;
-    for (int step = 1; step <= kSteps; ++step) {
-      model->zero_grad();
-      model->queue_forward_backward(inputs.data(), targets.data(), 1.0f);
-      const Model::StepOutcome outcome = model->finish_step(hyper, step, 1.0f, 1);
-      EXPECT_TRUE(outcome.applied && std::isfinite(outcome.loss)) << "step " << step;
-      curve.push_back(outcome.loss);
-    }
-    std::printf("[ fp8      ] %s: loss %.4f -> %.4f\n", to_string(precision), curve.front(),
-                curve.back());
-    curves.push_back(std::move(curve));
+    model->set_parameters(params_.data());
+    curves.push_back(train(*model, B, T, kSteps, 41, /*learn_one_batch=*/true, 3e-3f));
+    std::printf("[ fp8      ] %s: loss %.4f -> %.4f\n", to_string(precision),
+                curves.back().front(), curves.back().back());
   }
   // The batch is learned (well below its first loss) by both, and fp8 ends near bf16.
   EXPECT_LT(curves[0].back(), 0.5f * curves[0].front());
@@ -171,82 +152,54 @@ TEST(CudaFp8, TrainingFollowsBf16) {
 // --recompute fc with fp8: the fc GEMM run again in backward from the same codes gives the
 // forward's very bits, so training is bit for bit the same (naive attention: deterministic);
 // the plan holds L-1 fewer layers of fch, and ln2 per layer again (the recompute reads it).
-TEST(CudaFp8, RecomputedFcTrainsBitForBit) {
-  GPT2_REQUIRE_GPU();
-  std::string why;
-  if (!fp8_gpu(&why)) GTEST_SKIP() << why;
+TEST_F(CudaFp8, RecomputedFcTrainsBitForBit) {
   const int B = 2, T = 32, kSteps = 3;
-  const ModelConfig config = small_model_config();
-  const ParameterLayout layout = ParameterLayout::for_config(config);
-  std::vector<float> params(layout.total);
-  init_parameters(params.data(), config, 9);
   std::vector<float> losses[2], finals[2];
   size_t plan_bytes[2] = {};
   for (int recompute = 0; recompute < 2; ++recompute) {
-    ModelOptions options{config, B, T, AttentionKind::kNaive, Precision::kFp8};
+    ModelOptions options{config_, B, T, AttentionKind::kNaive, Precision::kFp8};
     options.recompute_fc = recompute == 1;
     std::unique_ptr<Model> model = make_cuda_model(options);
     plan_bytes[recompute] = model->memory_plan().total();
-    model->set_parameters(params.data());
-    AdamWHyper hyper;
-    hyper.lr = 1e-3f;
-    for (int step = 1; step <= kSteps; ++step) {
-      const std::vector<int> inputs = random_ints(B * T, config.vocab_size, 70 + step);
-      const std::vector<int> targets = random_ints(B * T, config.vocab_size, 80 + step);
-      model->zero_grad();
-      model->queue_forward_backward(inputs.data(), targets.data(), 1.0f);
-      losses[recompute].push_back(model->finish_step(hyper, step, 1.0f, 1).loss);
-    }
-    finals[recompute].resize(layout.total);
+    model->set_parameters(params_.data());
+    losses[recompute] = train(*model, B, T, kSteps, 70);
+    finals[recompute].resize(layout_.total);
     model->get_parameters(finals[recompute].data());
   }
   EXPECT_EQ(losses[0], losses[1]);
   EXPECT_EQ(finals[0], finals[1]);
-  const size_t layers = config.num_layers - 1, row = size_t(B) * T * config.channels * 2;
+  const size_t layers = config_.num_layers - 1, row = size_t(B) * T * config_.channels * 2;
   EXPECT_EQ(plan_bytes[0] - plan_bytes[1], layers * 4 * row - layers * row);
 }
 
 // A training fp8 model samples between steps (gpt2-train --sample-every) in bf16, its caches in
 // the FP8 inputs buffer (it keeps one layer of ln1 and ln2): the logits are the bf16 model's
 // with the same parameters, bit for bit; and the next training step runs on.
-TEST(CudaFp8, GeneratesBetweenStepsAsTheBf16ModelDoes) {
-  GPT2_REQUIRE_GPU();
-  std::string why;
-  if (!fp8_gpu(&why)) GTEST_SKIP() << why;
+TEST_F(CudaFp8, GeneratesBetweenStepsAsTheBf16ModelDoes) {
   const int B = 2, T = 32, kPrompt = 5, kTotal = 9;
-  const ModelConfig config = small_model_config();
-  const ParameterLayout layout = ParameterLayout::for_config(config);
-  std::vector<float> params(layout.total);
-  init_parameters(params.data(), config, 8);
-  const std::vector<int> inputs = random_ints(B * T, config.vocab_size, 51);
-  const std::vector<int> targets = random_ints(B * T, config.vocab_size, 52);
   std::unique_ptr<Model> fp8 = make_cuda_model(small_options(Precision::kFp8, B, T));
-  fp8->set_parameters(params.data());
-  AdamWHyper hyper;
-  fp8->zero_grad();
-  fp8->queue_forward_backward(inputs.data(), targets.data(), 1.0f);
-  ASSERT_TRUE(fp8->finish_step(hyper, 1, 1.0f, 1).applied);
-  fp8->get_parameters(params.data());  // bf16-exact: the fp8 model's bf16 parameters
+  fp8->set_parameters(params_.data());
+  train(*fp8, B, T, 1, 51);
+  std::vector<float> params(layout_.total);
+  fp8->get_parameters(params.data());  // the master weights: the bf16 model rounds them alike
   std::unique_ptr<Model> bf16 = make_cuda_model(small_options(Precision::kBf16, B, T));
   bf16->set_parameters(params.data());
   std::vector<std::vector<float>> logits(2);
   for (int m = 0; m < 2; ++m) {
     Model& model = m == 0 ? *bf16 : *fp8;
     model.start_generation(B, kTotal);
-    std::vector<float> step_logits(static_cast<size_t>(B) * config.vocab_size);
-    const std::vector<int> prompt = random_ints(B * kPrompt, config.vocab_size, 53);
+    std::vector<float> step_logits(static_cast<size_t>(B) * config_.vocab_size);
+    const std::vector<int> prompt = random_ints(B * kPrompt, config_.vocab_size, 53);
     model.prefill(prompt.data(), kPrompt, step_logits.data());
     logits[m].insert(logits[m].end(), step_logits.begin(), step_logits.end());
     for (int t = kPrompt; t < kTotal; ++t) {
-      const std::vector<int> next = random_ints(B, config.vocab_size, 60 + t);
+      const std::vector<int> next = random_ints(B, config_.vocab_size, 60 + t);
       model.decode_step(next.data(), step_logits.data());
       logits[m].insert(logits[m].end(), step_logits.begin(), step_logits.end());
     }
   }
   EXPECT_EQ(logits[0], logits[1]);
-  fp8->zero_grad();
-  fp8->queue_forward_backward(inputs.data(), targets.data(), 1.0f);
-  EXPECT_TRUE(std::isfinite(fp8->finish_step(hyper, 2, 1.0f, 1).loss));
+  EXPECT_TRUE(std::isfinite(train(*fp8, B, T, 1, 57).back()));
 }
 
 }  // namespace

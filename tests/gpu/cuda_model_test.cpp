@@ -36,15 +36,6 @@ std::unique_ptr<CudaModelBase> make_gpu_model(const ModelOptions& options) {
   return std::unique_ptr<CudaModelBase>(cuda);
 }
 
-double rel_l2(const float* got, const float* ref, size_t n) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < n; ++i) {
-    diff += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
-    norm += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-300));
-}
-
 struct StepCase {
   Precision precision;
   AttentionKind attention;

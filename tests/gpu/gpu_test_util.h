@@ -40,7 +40,42 @@
       GTEST_SKIP() << "no usable GPU: " << gpt2_why_;                 \
   } while (0)
 
+/// GPT2_REQUIRE_GPU, and FP8 tensor cores (sm_89 or newer) on it.
+#define GPT2_REQUIRE_FP8_GPU()                                        \
+  do {                                                                \
+    GPT2_REQUIRE_GPU();                                               \
+    std::string gpt2_why_;                                            \
+    if (!::gpt2::gpu::test::fp8_gpu(&gpt2_why_)) GTEST_SKIP() << gpt2_why_; \
+  } while (0)
+
 namespace gpt2::gpu::test {
+
+/// sqrt(sum (got - ref)^2 / sum ref^2) over n elements, in double.
+inline double rel_l2(const float* got, const float* ref, size_t n) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < n; ++i) {
+    diff += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+    norm += double(ref[i]) * ref[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-300));
+}
+
+/// Whether the current device has FP8 tensor cores (sm_89 or newer); why not, when not.
+inline bool fp8_gpu(std::string* why) {
+  int device = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    *why = "no CUDA device";
+    return false;
+  }
+  if (prop.major * 10 + prop.minor < 89) {
+    *why = str_cat(prop.name, " is sm_", prop.major, prop.minor, "; FP8 needs sm_89 or newer");
+    return false;
+  }
+  return true;
+}
 
 using bf16 = __nv_bfloat16;
 

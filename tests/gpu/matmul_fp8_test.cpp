@@ -34,29 +34,6 @@ namespace {
 
 using cpu::Fp8Format;
 
-bool fp8_gpu(std::string* why) {
-  int device = 0;
-  cudaDeviceProp prop{};
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    *why = "no CUDA device";
-    return false;
-  }
-  if (prop.major * 10 + prop.minor < 89) {
-    *why = str_cat(prop.name, " is sm_", prop.major, prop.minor, "; FP8 needs sm_89 or newer");
-    return false;
-  }
-  return true;
-}
-
-#define GPT2_REQUIRE_FP8_GPU()                                          \
-  do {                                                                  \
-    GPT2_REQUIRE_GPU();                                                 \
-    std::string gpt2_why_;                                              \
-    if (!fp8_gpu(&gpt2_why_)) GTEST_SKIP() << gpt2_why_;                \
-  } while (0)
-
 // A tensor cast as the FP8 path casts it: its codes and the inverse of its scale.
 struct Cast {
   std::vector<uint8_t> codes;
