@@ -41,7 +41,6 @@ void attention_flash_forward(Real* out, Real* lse, const Real* qkv, int B, int T
                              FlashBlocks blocks) {
   check_shapes(B, T, C, NH, blocks);
   const int HS = C / NH;
-  const int64_t C3 = 3 * static_cast<int64_t>(C);
   const Real scale = static_cast<Real>(1.0 / std::sqrt(static_cast<double>(HS)));
   const int block_q = blocks.block_q;
   const int block_k = blocks.block_k;
@@ -56,9 +55,7 @@ void attention_flash_forward(Real* out, Real* lse, const Real* qkv, int B, int T
     for (int64_t task = 0; task < num_tasks; ++task) {
       const int qb = static_cast<int>(task % num_q_blocks);
       const int64_t bh = task / num_q_blocks;
-      const int h = static_cast<int>(bh % NH);
-      const int64_t b = bh / NH;
-      const Real* base = qkv + b * T * C3;
+      const HeadRows at(bh, NH, T, C);
       const int q0 = qb * block_q;
       const int q_rows = std::min(block_q, T - q0);
       std::fill(row_max.begin(), row_max.end(), -INFINITY);
@@ -71,11 +68,11 @@ void attention_flash_forward(Real* out, Real* lse, const Real* qkv, int B, int T
           const int t = q0 + r;
           const int visible = std::min(k_rows, t - k0 + 1);  // keys k0 .. t of this block
           if (visible <= 0) continue;  // row wholly masked in this (diagonal) block
-          const Real* q = base + t * C3 + h * HS;
+          const Real* q = qkv + at.qkv(t);
           double* s = tile.data() + static_cast<int64_t>(r) * block_k;
           double block_max = -INFINITY;
           for (int c = 0; c < visible; ++c) {
-            s[c] = attention_score(q, base + (k0 + c) * C3 + C + h * HS, HS, scale);
+            s[c] = attention_score(q, qkv + at.qkv(k0 + c) + C, HS, scale);
             block_max = std::max(block_max, s[c]);
           }
           const double new_max = std::max(row_max[r], block_max);
@@ -90,14 +87,14 @@ void attention_flash_forward(Real* out, Real* lse, const Real* qkv, int B, int T
           double* acc_row = acc.data() + static_cast<int64_t>(r) * HS;
           for (int i = 0; i < HS; ++i) acc_row[i] *= correction;
           for (int c = 0; c < visible; ++c) {
-            const Real* v = base + (k0 + c) * C3 + 2 * C + h * HS;
+            const Real* v = qkv + at.qkv(k0 + c) + 2 * C;
             for (int i = 0; i < HS; ++i) acc_row[i] += s[c] * v[i];
           }
         }
       }
       for (int r = 0; r < q_rows; ++r) {
         const int t = q0 + r;
-        Real* o = out + (b * T + t) * C + h * HS;
+        Real* o = out + at.row(t);
         const double inv_sum = 1.0 / row_sum[r];
         for (int i = 0; i < HS; ++i)
           o[i] = static_cast<Real>(acc[static_cast<int64_t>(r) * HS + i] * inv_sum);
@@ -112,7 +109,6 @@ void attention_flash_backward(Real* dqkv, const Real* dout, const Real* qkv, con
                               const Real* lse, int B, int T, int C, int NH, FlashBlocks blocks) {
   check_shapes(B, T, C, NH, blocks);
   const int HS = C / NH;
-  const int64_t C3 = 3 * static_cast<int64_t>(C);
   const Real scale = static_cast<Real>(1.0 / std::sqrt(static_cast<double>(HS)));
   const int block_q = blocks.block_q;
   const int block_k = blocks.block_k;
@@ -127,17 +123,13 @@ void attention_flash_backward(Real* dqkv, const Real* dout, const Real* qkv, con
     std::vector<double> ds(static_cast<size_t>(block_q) * block_k);      // dS tile
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < num_heads; ++bh) {
-      const HeadIndex head = head_index(bh, NH);
-      const int64_t b = head.b;
-      const int h = head.h;
-      const Real* base = qkv + b * T * C3;
-      Real* dbase = dqkv + b * T * C3;
-      auto q_of = [&](int t) { return base + t * C3 + h * HS; };
-      auto k_of = [&](int t) { return base + t * C3 + C + h * HS; };
-      auto v_of = [&](int t) { return base + t * C3 + 2 * C + h * HS; };
-      auto do_of = [&](int t) { return dout + (b * T + t) * C + h * HS; };
+      const HeadRows at(bh, NH, T, C);
+      auto q_of = [&](int t) { return qkv + at.qkv(t); };
+      auto k_of = [&](int t) { return qkv + at.qkv(t) + C; };
+      auto v_of = [&](int t) { return qkv + at.qkv(t) + 2 * C; };
+      auto do_of = [&](int t) { return dout + at.row(t); };
       for (int t = 0; t < T; ++t) {
-        const Real* o = out + (b * T + t) * C + h * HS;
+        const Real* o = out + at.row(t);
         const Real* d_o = do_of(t);
         double dot = 0.0;
         for (int i = 0; i < HS; ++i) dot += static_cast<double>(d_o[i]) * o[i];
@@ -189,8 +181,8 @@ void attention_flash_backward(Real* dqkv, const Real* dout, const Real* qkv, con
           }
         }
         for (int c = 0; c < k_rows; ++c) {
-          Real* dk_out = dbase + (k0 + c) * C3 + C + h * HS;
-          Real* dv_out = dbase + (k0 + c) * C3 + 2 * C + h * HS;
+          Real* dk_out = dqkv + at.qkv(k0 + c) + C;
+          Real* dv_out = dk_out + C;
           for (int i = 0; i < HS; ++i) {
             dk_out[i] = static_cast<Real>(scale * dk[static_cast<int64_t>(c) * HS + i]);
             dv_out[i] = static_cast<Real>(dv[static_cast<int64_t>(c) * HS + i]);
@@ -198,7 +190,7 @@ void attention_flash_backward(Real* dqkv, const Real* dout, const Real* qkv, con
         }
       }
       for (int t = 0; t < T; ++t) {
-        Real* dq_out = dbase + t * C3 + h * HS;
+        Real* dq_out = dqkv + at.qkv(t);
         for (int i = 0; i < HS; ++i)
           dq_out[i] = static_cast<Real>(scale * dq[static_cast<int64_t>(t) * HS + i]);
       }

@@ -73,15 +73,12 @@ void attention_naive_forward(Real* out, Real* probs, const Real* qkv, int B, int
     std::vector<double> acc(HS);
 #pragma omp for schedule(dynamic, 16)
     for (int64_t row = 0; row < num_rows; ++row) {
-      const int t = static_cast<int>(row % T);
-      const int h = static_cast<int>((row / T) % NH);
-      const int64_t b = row / (static_cast<int64_t>(T) * NH);
-      const Real* base = qkv + b * T * C3;
-      const Real* q = base + t * C3 + h * HS;
-      Real* prob_row = probs + row * T;  // row = (b*NH + h)*T + t
-      Real* o = out + (b * T + t) * C + h * HS;
-      attention_row_forward(o, prob_row, q, base + C + h * HS, base + 2 * C + h * HS, C3, t + 1,
-                            HS, scale, weights.data(), acc.data());
+      const int t = static_cast<int>(row % T);  // row = (b*NH + h)*T + t
+      const HeadRows at(row / T, NH, T, C);
+      Real* prob_row = probs + row * T;
+      attention_row_forward(out + at.row(t), prob_row, qkv + at.qkv(t), qkv + at.qkv(0) + C,
+                            qkv + at.qkv(0) + 2 * C, C3, t + 1, HS, scale, weights.data(),
+                            acc.data());
       for (int t2 = t + 1; t2 < T; ++t2) prob_row[t2] = Real(0);
     }
   }
@@ -92,7 +89,6 @@ void attention_naive_backward(Real* dqkv, const Real* dout, const Real* qkv, con
                               int B, int T, int C, int NH) {
   detail::check_attention_shape(B, T, C, NH);
   const int HS = C / NH;
-  const int64_t C3 = 3 * static_cast<int64_t>(C);
   const double scale = static_cast<Real>(1.0 / std::sqrt(static_cast<double>(HS)));
   const int64_t num_heads = static_cast<int64_t>(B) * NH;
 #pragma omp parallel if (B * NH * int64_t{T} * T * HS >= kMinParallelWork)
@@ -103,20 +99,16 @@ void attention_naive_backward(Real* dqkv, const Real* dout, const Real* qkv, con
     std::vector<double> dv(static_cast<size_t>(T) * HS);
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < num_heads; ++bh) {
-      const HeadIndex head = head_index(bh, NH);
-      const int64_t b = head.b;
-      const int h = head.h;
-      const Real* base = qkv + b * T * C3;
-      Real* dbase = dqkv + b * T * C3;
+      const HeadRows at(bh, NH, T, C);
       std::fill(dk.begin(), dk.end(), 0.0);
       std::fill(dv.begin(), dv.end(), 0.0);
       for (int t = 0; t < T; ++t) {
         const Real* prob_row = probs + (bh * T + t) * T;
-        const Real* dO = dout + (b * T + t) * C + h * HS;
-        const Real* q = base + t * C3 + h * HS;
+        const Real* dO = dout + at.row(t);
+        const Real* q = qkv + at.qkv(t);
         double row_dot = 0.0;  // D = sum_t2 P * dP
         for (int t2 = 0; t2 <= t; ++t2) {
-          const Real* v = base + t2 * C3 + 2 * C + h * HS;
+          const Real* v = qkv + at.qkv(t2) + 2 * C;
           double dp = 0.0;
           for (int i = 0; i < HS; ++i) dp += static_cast<double>(dO[i]) * v[i];
           dprob[t2] = dp;
@@ -126,7 +118,7 @@ void attention_naive_backward(Real* dqkv, const Real* dout, const Real* qkv, con
         for (int t2 = 0; t2 <= t; ++t2) {
           const double p = prob_row[t2];
           const double ds = p * (dprob[t2] - row_dot);
-          const Real* k = base + t2 * C3 + C + h * HS;
+          const Real* k = qkv + at.qkv(t2) + C;
           double* dk_row = dk.data() + static_cast<int64_t>(t2) * HS;
           double* dv_row = dv.data() + static_cast<int64_t>(t2) * HS;
           for (int i = 0; i < HS; ++i) {
@@ -135,12 +127,12 @@ void attention_naive_backward(Real* dqkv, const Real* dout, const Real* qkv, con
             dv_row[i] += p * dO[i];
           }
         }
-        Real* dq_out = dbase + t * C3 + h * HS;
+        Real* dq_out = dqkv + at.qkv(t);
         for (int i = 0; i < HS; ++i) dq_out[i] = static_cast<Real>(scale * dq[i]);
       }
       for (int t2 = 0; t2 < T; ++t2) {
-        Real* dk_out = dbase + t2 * C3 + C + h * HS;
-        Real* dv_out = dbase + t2 * C3 + 2 * C + h * HS;
+        Real* dk_out = dqkv + at.qkv(t2) + C;
+        Real* dv_out = dk_out + C;
         for (int i = 0; i < HS; ++i) {
           dk_out[i] = static_cast<Real>(scale * dk[static_cast<int64_t>(t2) * HS + i]);
           dv_out[i] = static_cast<Real>(dv[static_cast<int64_t>(t2) * HS + i]);
@@ -178,7 +170,6 @@ void attention_decode_forward(Real* out, const Real* qkv, const Real* k_cache,
   GPT2_CHECK(B > 0 && NH > 0 && C > 0 && C % NH == 0, "B=", B, " C=", C, " NH=", NH);
   GPT2_CHECK(length >= 1 && length <= capacity, "length ", length, " in a cache of ", capacity);
   const int HS = C / NH;
-  const int64_t C3 = 3 * static_cast<int64_t>(C);
   const Real scale = static_cast<Real>(1.0 / std::sqrt(static_cast<double>(HS)));
   const int64_t num_heads = static_cast<int64_t>(B) * NH;
 #pragma omp parallel if (num_heads * length * HS >= kMinParallelWork)
@@ -187,12 +178,10 @@ void attention_decode_forward(Real* out, const Real* qkv, const Real* k_cache,
     std::vector<double> acc(HS);
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < num_heads; ++bh) {
-      const HeadIndex head = head_index(bh, NH);
-      const int64_t b = head.b;
-      const int h = head.h;
-      const int64_t row0 = bh * capacity;  // cache row of position 0
-      attention_row_forward(out + b * C + h * HS, static_cast<Real*>(nullptr),
-                            qkv + b * C3 + h * HS, k_cache + row0 * HS, v_cache + row0 * HS,
+      const HeadRows at(bh, NH, /*T=*/1, C);  // one query per sequence
+      const int64_t row0 = bh * capacity;      // cache row of position 0
+      attention_row_forward(out + at.row(0), static_cast<Real*>(nullptr), qkv + at.qkv(0),
+                            k_cache + row0 * HS, v_cache + row0 * HS,
                             int64_t{HS}, length, HS, scale, weights.data(), acc.data());
     }
   }
