@@ -5,6 +5,7 @@
  */
 #include "model/cuda_fp8_linears.cuh"
 
+#include <cstring>
 #include <vector>
 
 #include "base/error.h"
@@ -136,6 +137,46 @@ void Fp8Linears::update_scales() {
   const int count = 2 * kNumLinears * config_.num_layers;  // the inputs' and the gradients'
   gpu::fp8_update_scales(state(0, kQkv, kInput), count, updates_++, gpu::kFp8History, 0,
                          ctx_.stream());
+}
+
+namespace {
+
+// The saved state's header: a tag, the number of scale states and the updates so far.
+struct SavedScalesHeader {
+  uint64_t tag;  // kSavedScalesTag
+  uint64_t states;
+  int64_t updates;
+};
+constexpr uint64_t kSavedScalesTag = 0x3153454c41435338ull;  // "8SCALES1"
+
+}  // namespace
+
+std::vector<uint8_t> Fp8Linears::save_state() const {
+  const size_t count = static_cast<size_t>(kNumRoles) * kNumLinears * config_.num_layers;
+  const SavedScalesHeader header{kSavedScalesTag, count, updates_};
+  std::vector<uint8_t> bytes(sizeof header + count * sizeof(gpu::Fp8ScaleState));
+  std::memcpy(bytes.data(), &header, sizeof header);
+  GPT2_CUDA_CHECK(cudaMemcpyAsync(bytes.data() + sizeof header, scales_,
+                                  count * sizeof(gpu::Fp8ScaleState), cudaMemcpyDeviceToHost,
+                                  ctx_.stream()));
+  GPT2_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+  return bytes;
+}
+
+void Fp8Linears::load_state(const std::vector<uint8_t>& bytes) {
+  const size_t count = static_cast<size_t>(kNumRoles) * kNumLinears * config_.num_layers;
+  SavedScalesHeader header{};
+  if (bytes.size() >= sizeof header) std::memcpy(&header, bytes.data(), sizeof header);
+  if (header.tag != kSavedScalesTag)
+    GPT2_FAIL("the training state's precision state is not --precision fp8's scales");
+  if (header.states != count || bytes.size() != sizeof header + count * sizeof(gpu::Fp8ScaleState))
+    GPT2_FAIL("the training state holds FP8 scales for ", header.states, " tensors (",
+              bytes.size(), " bytes); this model has ", count);
+  GPT2_CUDA_CHECK(cudaMemcpyAsync(scales_, bytes.data() + sizeof header,
+                                  count * sizeof(gpu::Fp8ScaleState), cudaMemcpyHostToDevice,
+                                  ctx_.stream()));
+  GPT2_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));  // `bytes` may go when this returns
+  updates_ = header.updates;
 }
 
 void Fp8Linears::forward(int l, Linear linear, bf16* out, const bf16* in, const bf16* bias,

@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include <cuda_bf16.h>
 
@@ -65,6 +66,10 @@ class Fp8Linears {
   void refresh_weights(const bf16* params, const LayerMajorLayout& layout);
   /// The inputs' and gradients' delayed scales from the amaxes since the last update.
   void update_scales();
+  /// Every scale state and the count of updates, as bytes (for the training state;
+  /// synchronizes); and back (throws gpt2::Error naming what does not match this model).
+  std::vector<uint8_t> save_state() const;
+  void load_state(const std::vector<uint8_t>& bytes);
 
   /// out (rows, OC) = in (rows, IC) W^T + bias; fc: out = gelu(.), pre_gelu = the GEMM's.
   void forward(int l, Linear linear, bf16* out, const bf16* in, const bf16* bias,

@@ -188,6 +188,8 @@ class CudaModel final : public CudaModelBase {
 
   void get_optimizer_state(float* m, float* v) const override;
   void set_optimizer_state(const float* m, const float* v) override;
+  std::vector<uint8_t> precision_state() const override;
+  bool set_precision_state(const std::vector<uint8_t>& bytes) override;
 
   std::optional<CommunicationTime> last_step_communication() const override;
   const MemoryPlan& memory_plan() const override { return plan_; }

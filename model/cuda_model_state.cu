@@ -308,6 +308,18 @@ void CudaModel<T_>::set_optimizer_state(const float* llmc_m, const float* llmc_v
                              cudaMemcpyHostToDevice));
 }
 
+template <typename T_>
+std::vector<uint8_t> CudaModel<T_>::precision_state() const {
+  return fp8_ ? fp8_->save_state() : std::vector<uint8_t>{};
+}
+
+template <typename T_>
+bool CudaModel<T_>::set_precision_state(const std::vector<uint8_t>& bytes) {
+  if (!fp8_) return false;
+  if (!bytes.empty()) fp8_->load_state(bytes);
+  return true;
+}
+
 template class CudaModel<float>;
 template class CudaModel<bf16>;
 

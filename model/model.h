@@ -25,9 +25,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "parallel/communicator.h"
 #include "parallel/shard_plan.h"
@@ -239,6 +241,17 @@ class Model {
   virtual void get_optimizer_state(float* m, float* v) const = 0;
   /// From the whole m and v, which every rank passes; ZeRO-1 keeps its shard.
   virtual void set_optimizer_state(const float* m, const float* v) = 0;
+
+  /// What else a bitwise resume needs, as opaque bytes for the training state: the CUDA model's
+  /// FP8 scales and amax histories with --precision fp8; empty for every other model.
+  virtual std::vector<uint8_t> precision_state() const { return {}; }
+  /// Restores precision_state()'s bytes; false when this model keeps no such state (the bytes
+  /// are ignored: a bf16 run resuming an fp8 run's state). Empty bytes restore nothing. Throws
+  /// gpt2::Error for bytes this model cannot take.
+  virtual bool set_precision_state(const std::vector<uint8_t>& bytes) {
+    (void)bytes;
+    return false;
+  }
 
   /// Data parallel on a device: the GPU time of the last step's collectives (reductions and
   /// all-gathers, measured with events on the communication stream) and the part of it the

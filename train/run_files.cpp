@@ -472,6 +472,7 @@ void write_checkpoint(const TrainConfig& config, Model& model, int step,
   state.adam_m.resize(num_params);
   state.adam_v.resize(num_params);
   model.get_optimizer_state(state.adam_m.data(), state.adam_v.data());
+  state.precision_state = model.precision_state();
   if (config.rank == 0) write_checkpoint_pair(config, step, params, state);
   if (config.world_size > 1) comm.barrier();
 }

@@ -332,6 +332,16 @@ class TrainingRun {
       comm_.broadcast(v.data(), num_params * sizeof(float), 0);
     }
     model_->set_optimizer_state(m.data(), v.data());
+    // --precision fp8's scales (none from a run of another precision or a version 3 state).
+    std::vector<uint8_t> precision;
+    if (resume_point) precision.swap(resume_point->state.precision_state);
+    const bool kept = model_->set_precision_state(precision);
+    if (root_ && kept && precision.empty())
+      std::printf("note: the training state holds no FP8 scales (a run of another precision, "
+                  "or written before they were kept): the delayed scales start afresh\n");
+    if (root_ && !kept && !precision.empty())
+      std::printf("note: the training state's FP8 scales are not used by --precision %s\n",
+                  to_string(config_.model.precision));
   }
 
   // Rank 0: --out created and locked if new, made this run's, and its metrics.jsonl opened

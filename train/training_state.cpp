@@ -1,7 +1,7 @@
 /**
  * @file training_state.cpp
  * @brief The training-state file: a 256-int64 header (slots in training_state.h), then AdamW m
- *        and v (fp32), all guarded by one FNV-1a 64 hash.
+ *        and v (fp32) and the precision state's bytes, all guarded by one FNV-1a 64 hash.
  *
  * Little-endian on disk, written from host memory as is. Reads check magic, version, sizes
  * and the hash before returning; every message starts with the file's path. Writes go through
@@ -38,7 +38,12 @@ enum StateSlot : int {
   kSlotMaxLr = 56, kSlotWarmupSteps = 57, kSlotLrSchedule = 58, kSlotFinalLrFrac = 59,
   kSlotWeightDecay = 60, kSlotGradClip = 61, kSlotOnNonfinite = 62, kSlotMaxSkippedInARow = 63,
   kSlotContextParallel = 64,  // 0 (a state written before it existed): 1
+  // Version 4:
+  kSlotPrecisionStateBytes = 65,
 };
+// The largest precision state read: far beyond any (d12's FP8 scales are 46 KiB), and it keeps
+// a corrupted length from asking for gigabytes.
+constexpr int64_t kMaxPrecisionStateBytes = int64_t{1} << 30;
 constexpr int kModelNameSlots = 32;
 static_assert(kModelNameSlots * sizeof(int64_t) == kMaxModelFileName + 1);
 static_assert(kSlotModelName + kModelNameSlots == kSlotRunId);
@@ -95,7 +100,9 @@ void write_training_state(const std::string& path, const TrainingState& state) {
   header[kSlotLoaderShard] = state.loader.shard_cursor;
   header[kSlotLoaderBatch] = state.loader.batch_cursor;
   for (int i = 0; i < 4; ++i) header[kSlotRngState + i] = static_cast<int64_t>(state.sample_rng[i]);
-  header[kSlotPayloadBytes] = static_cast<int64_t>(2 * vector_bytes);
+  const size_t precision_bytes = state.precision_state.size();
+  header[kSlotPayloadBytes] = static_cast<int64_t>(2 * vector_bytes + precision_bytes);
+  header[kSlotPrecisionStateBytes] = static_cast<int64_t>(precision_bytes);
   header[kSlotModelHash] = static_cast<int64_t>(state.model_digest.hash);
   header[kSlotModelBytes] = static_cast<int64_t>(state.model_digest.bytes);
   std::memcpy(&header[kSlotModelName], state.model_file.data(), state.model_file.size());
@@ -116,12 +123,14 @@ void write_training_state(const std::string& path, const TrainingState& state) {
   uint64_t hash = fnv1a64(kFnvOffset, header, sizeof header);  // the hash slot is still 0
   hash = fnv1a64(hash, state.adam_m.data(), vector_bytes);
   hash = fnv1a64(hash, state.adam_v.data(), vector_bytes);
+  hash = fnv1a64(hash, state.precision_state.data(), precision_bytes);
   header[kSlotHash] = static_cast<int64_t>(hash);
 
   AtomicFileWriter writer(path);
   writer.write(header, sizeof header);
   writer.write(state.adam_m.data(), vector_bytes);
   writer.write(state.adam_v.data(), vector_bytes);
+  writer.write(state.precision_state.data(), precision_bytes);
   writer.commit();
 }
 
@@ -147,10 +156,15 @@ TrainingState read_training_state(const std::string& path) {
   if (num_parameters < 0 || num_parameters > (int64_t(1) << 40))
     GPT2_FAIL(path, ": inconsistent header: ", num_parameters, " parameters");
   const uint64_t vector_bytes = static_cast<uint64_t>(num_parameters) * sizeof(float);
-  if (header[kSlotPayloadBytes] != static_cast<int64_t>(2 * vector_bytes))
+  const int64_t precision_bytes = version >= 4 ? header[kSlotPrecisionStateBytes] : 0;
+  if (precision_bytes < 0 || precision_bytes > kMaxPrecisionStateBytes)
+    GPT2_FAIL(path, ": inconsistent header: a precision state of ", precision_bytes, " bytes");
+  const uint64_t payload_bytes = 2 * vector_bytes + static_cast<uint64_t>(precision_bytes);
+  if (header[kSlotPayloadBytes] != static_cast<int64_t>(payload_bytes))
     GPT2_FAIL(path, ": inconsistent header: payload of ", header[kSlotPayloadBytes],
-              " bytes for ", num_parameters, " parameters (expected ", 2 * vector_bytes, ")");
-  const uint64_t expected = kStateHeaderBytes + 2 * vector_bytes;
+              " bytes for ", num_parameters, " parameters and a precision state of ",
+              precision_bytes, " bytes (expected ", payload_bytes, ")");
+  const uint64_t expected = kStateHeaderBytes + payload_bytes;
   if (file.size() != expected)
     GPT2_FAIL(path, ": file is ", file.size(), " bytes but its header (", num_parameters,
               " parameters) requires ", expected, " bytes (",
@@ -195,11 +209,15 @@ TrainingState read_training_state(const std::string& path) {
   state.adam_v.resize(static_cast<size_t>(num_parameters));
   file.read_exactly(state.adam_m.data(), vector_bytes, "the AdamW m vector");
   file.read_exactly(state.adam_v.data(), vector_bytes, "the AdamW v vector");
+  state.precision_state.resize(static_cast<size_t>(precision_bytes));
+  file.read_exactly(state.precision_state.data(), state.precision_state.size(),
+                    "the precision state");
   const auto stored = static_cast<uint64_t>(header[kSlotHash]);
   header[kSlotHash] = 0;
   uint64_t hash = fnv1a64(kFnvOffset, header, sizeof header);
   hash = fnv1a64(hash, state.adam_m.data(), vector_bytes);
   hash = fnv1a64(hash, state.adam_v.data(), vector_bytes);
+  hash = fnv1a64(hash, state.precision_state.data(), state.precision_state.size());
   if (hash != stored)
     GPT2_FAIL(path, ": hash mismatch (stored ", stored, ", computed ", hash,
               "): the file is corrupted");

@@ -42,11 +42,12 @@ class CudaFp8 : public ::testing::Test {
   /// The losses of `steps` optimizer steps of one micro-batch each: fresh tokens from `seed`
   /// every step, or (learn_one_batch) the same batch every step.
   std::vector<float> train(Model& model, int B, int T, int steps, uint64_t seed,
-                           bool learn_one_batch = false, float lr = 1e-3f) const {
+                           bool learn_one_batch = false, float lr = 1e-3f,
+                           int first_step = 1) const {
     AdamWHyper hyper;
     hyper.lr = lr;
     std::vector<float> losses;
-    for (int step = 1; step <= steps; ++step) {
+    for (int step = first_step; step < first_step + steps; ++step) {
       const uint64_t draw = seed + (learn_one_batch ? 0 : 2 * step);
       const std::vector<int> inputs = random_ints(B * T, config_.vocab_size, draw);
       const std::vector<int> targets = random_ints(B * T, config_.vocab_size, draw + 1);
@@ -170,6 +171,43 @@ TEST_F(CudaFp8, RecomputedFcTrainsBitForBit) {
   EXPECT_EQ(finals[0], finals[1]);
   const size_t layers = config_.num_layers - 1, row = size_t(B) * T * config_.channels * 2;
   EXPECT_EQ(plan_bytes[0] - plan_bytes[1], layers * 4 * row - layers * row);
+}
+
+// A resume (gpt2-train --resume: parameters, AdamW moments and the precision state from the
+// checkpoint pair) continues an fp8 run bit for bit: the scales' histories and their update
+// count come back with the rest (naive attention: deterministic).
+TEST_F(CudaFp8, ResumesBitForBitWithItsScales) {
+  const int B = 2, T = 32;
+  auto make = [&] {
+    return make_cuda_model(ModelOptions{config_, B, T, AttentionKind::kNaive, Precision::kFp8});
+  };
+  std::unique_ptr<Model> straight = make();
+  straight->set_parameters(params_.data());
+  const std::vector<float> losses = train(*straight, B, T, 4, 90);
+  std::unique_ptr<Model> first = make();
+  first->set_parameters(params_.data());
+  train(*first, B, T, 2, 90);
+  std::vector<float> params(layout_.total), m(layout_.total), v(layout_.total);
+  first->get_parameters(params.data());
+  first->get_optimizer_state(m.data(), v.data());
+  const std::vector<uint8_t> scales = first->precision_state();
+  EXPECT_FALSE(scales.empty());
+  std::unique_ptr<Model> resumed = make();
+  resumed->set_parameters(params.data());
+  resumed->set_optimizer_state(m.data(), v.data());
+  EXPECT_TRUE(resumed->set_precision_state(scales));
+  const std::vector<float> rest = train(*resumed, B, T, 2, 90, false, 1e-3f, /*first_step=*/3);
+  EXPECT_EQ(rest, std::vector<float>(losses.begin() + 2, losses.end()));
+  std::vector<float> a(layout_.total), b(layout_.total);
+  straight->get_parameters(a.data());
+  resumed->get_parameters(b.data());
+  EXPECT_EQ(a, b);
+  // Bytes of another shape are refused; a bf16 model keeps no precision state.
+  std::vector<uint8_t> cut(scales.begin(), scales.end() - 16);
+  EXPECT_THROW(resumed->set_precision_state(cut), Error);
+  std::unique_ptr<Model> bf16 = make_cuda_model(small_options(Precision::kBf16, B, T));
+  EXPECT_TRUE(bf16->precision_state().empty());
+  EXPECT_FALSE(bf16->set_precision_state(scales));
 }
 
 // A training fp8 model samples between steps (gpt2-train --sample-every) in bf16, its caches in

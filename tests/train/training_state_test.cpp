@@ -2,11 +2,12 @@
  * @file training_state_test.cpp
  * @brief Tests for train/training_state.h: the training-state file of a checkpoint pair.
  *
- * Round trip of every field (int64 extremes, RNG words, float settings as bits); corruption
- * anywhere (a flipped bit in the header or the payload, truncation, trailing bytes, magic,
- * version) is rejected with a message naming the file and the problem; a version 2 state
- * still reads; a write that fails as the disk fills up leaves the old file intact. Each test
- * runs in its own mkdtemp folder, removed afterwards.
+ * Round trip of every field (int64 extremes, RNG words, float settings as bits, the precision
+ * state's bytes); corruption anywhere (a flipped bit in the header or the payload, the
+ * precision state included, truncation, trailing bytes, magic, version, a precision state's
+ * length that does not add up) is rejected with a message naming the file and the problem;
+ * version 3 and version 2 states still read; a write that fails as the disk fills up leaves the
+ * old file intact. Each test runs in its own mkdtemp folder, removed afterwards.
  */
 #include <stdlib.h>
 #include <unistd.h>
@@ -69,13 +70,31 @@ TrainingState sample_state(int64_t num_parameters) {
     s.adam_m.push_back(static_cast<float>(rng.normal()));
     s.adam_v.push_back(static_cast<float>(rng.uniform()));
   }
+  for (int i = 0; i < 37; ++i)
+    s.precision_state.push_back(static_cast<uint8_t>(rng.next_u64() >> 56));
   return s;
+}
+
+// The FNV-1a 64 hash a state's header slot 16 holds: over the header with that slot 0, then the
+// payload.
+void rehash(std::vector<unsigned char>& bytes) {
+  std::vector<int64_t> header(256);
+  std::memcpy(header.data(), bytes.data(), 2048);
+  header[16] = 0;
+  std::memcpy(bytes.data(), header.data(), 2048);
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (const unsigned char byte : bytes) {
+    hash ^= byte;
+    hash *= 0x100000001b3ull;
+  }
+  header[16] = static_cast<int64_t>(hash);
+  std::memcpy(bytes.data(), header.data(), 2048);
 }
 
 TEST_F(TrainingStateTest, TrainingStateRoundTrip) {
   const TrainingState s = sample_state(1001);
   write_training_state(path("state.bin"), s);
-  EXPECT_EQ(read_bytes(path("state.bin")).size(), 2048u + 2 * 4 * 1001);
+  EXPECT_EQ(read_bytes(path("state.bin")).size(), 2048u + 2 * 4 * 1001 + 37);
   const TrainingState r = read_training_state(path("state.bin"));
   EXPECT_EQ(r.step, s.step);
   EXPECT_EQ(r.num_parameters, s.num_parameters);
@@ -92,6 +111,7 @@ TEST_F(TrainingStateTest, TrainingStateRoundTrip) {
   EXPECT_EQ(r.model_digest, s.model_digest);
   EXPECT_EQ(r.adam_m, s.adam_m);
   EXPECT_EQ(r.adam_v, s.adam_v);
+  EXPECT_EQ(r.precision_state, s.precision_state);
   EXPECT_EQ(r.version, kStateVersion);
   EXPECT_EQ(r.run_id, s.run_id);
   EXPECT_EQ(r.skipped_in_a_row, 7);
@@ -101,9 +121,11 @@ TEST_F(TrainingStateTest, TrainingStateRoundTrip) {
   EXPECT_EQ(r.settings->max_lr, 6e-4f);
   EXPECT_EQ(r.settings->final_lr_frac, 0.1f);
 
-  const TrainingState empty = sample_state(0);
+  TrainingState empty = sample_state(0);
+  empty.precision_state.clear();
   write_training_state(path("empty.bin"), empty);
   EXPECT_EQ(read_training_state(path("empty.bin")).num_parameters, 0);
+  EXPECT_TRUE(read_training_state(path("empty.bin")).precision_state.empty());
 }
 
 TEST_F(TrainingStateTest, TrainingStateDetectsCorruption) {
@@ -121,8 +143,9 @@ TEST_F(TrainingStateTest, TrainingStateDetectsCorruption) {
       EXPECT_NE(what.find(problem), std::string::npos) << what;
     }
   };
-  // One bit in m, in v, in the step, in the loader position, in the recorded model hash and
-  // in the model file name: the hash covers the header too.
+  // One bit in m, in v, in the precision state (the last byte), in the step, in the loader
+  // position, in the recorded model hash and in the model file name: the hash covers the header
+  // too.
   for (size_t offset : {size_t{2048}, size_t{2048 + 400 + 3}, good.size() - 1, size_t{2 * 8},
                         size_t{10 * 8 + 1}, size_t{18 * 8 + 7}, size_t{20 * 8 + 2}}) {
     std::vector<unsigned char> flipped = good;
@@ -138,39 +161,61 @@ TEST_F(TrainingStateTest, TrainingStateDetectsCorruption) {
   magic[0] ^= 1;
   expect_rejected("magic.bin", magic, "bad magic number");
   std::vector<unsigned char> version = good;
-  version[8] = 4;
-  expect_rejected("version.bin", version, "unsupported training-state version 4");
+  version[8] = 5;
+  expect_rejected("version.bin", version, "unsupported training-state version 5");
   version[8] = 1;  // written before states recorded their model file
   expect_rejected("version1.bin", version, "do not record their model file's hash");
   expect_rejected("short.bin", std::vector<unsigned char>(good.begin(), good.begin() + 100),
                   "shorter than");
+  // A precision state's length (slot 65) that the payload does not match, or far too long.
+  for (const int64_t length : {int64_t{36}, int64_t{-1}, int64_t{1} << 40}) {
+    std::vector<unsigned char> lengths = good;
+    std::memcpy(lengths.data() + 65 * 8, &length, 8);
+    rehash(lengths);
+    expect_rejected("length.bin", lengths, "inconsistent header");
+  }
   // A model file is not a training state.
   const std::vector<float> zeros(ParameterLayout::for_config(tiny_config()).total);
   write_model_checkpoint(path("model.bin"), tiny_config(), zeros.data());
   EXPECT_THROW(read_training_state(path("model.bin")), Error);
 }
 
+// An older state made from a version 4 file: the precision state cut off, its slot and the
+// payload length set back, later slots cleared, the version set back and the hash computed again.
+std::vector<unsigned char> older_state(std::vector<unsigned char> bytes, size_t precision_bytes,
+                                       int64_t version) {
+  bytes.resize(bytes.size() - precision_bytes);
+  std::vector<int64_t> header(256);
+  std::memcpy(header.data(), bytes.data(), 2048);
+  header[1] = version;
+  header[17] -= static_cast<int64_t>(precision_bytes);
+  header[65] = 0;
+  if (version < 3)
+    for (int slot = 52; slot < 65; ++slot) header[slot] = 0;
+  std::memcpy(bytes.data(), header.data(), 2048);
+  rehash(bytes);
+  return bytes;
+}
+
+// A version 3 state (written before precision states) still reads, with none.
+TEST_F(TrainingStateTest, TrainingStateVersion3ReadsWithoutAPrecisionState) {
+  const TrainingState s = sample_state(10);
+  write_training_state(path("state.bin"), s);
+  write_bytes(path("v3.bin"), older_state(read_bytes(path("state.bin")), 37, 3));
+  const TrainingState r = read_training_state(path("v3.bin"));
+  EXPECT_EQ(r.version, 3);
+  EXPECT_EQ(r.adam_v, s.adam_v);
+  EXPECT_EQ(r.run_id, s.run_id);
+  EXPECT_TRUE(r.settings.has_value());
+  EXPECT_TRUE(r.precision_state.empty());
+}
+
 // A version 2 state (written before run ids) still reads: the fields it has, no run id, a streak
-// of 0 and no settings. Made from a version 3 file: the new slots cleared, the version set back
-// and the FNV-1a 64 hash (header with its hash slot 0, then the payload) computed again.
+// of 0 and no settings.
 TEST_F(TrainingStateTest, TrainingStateVersion2ReadsWithoutRunIdStreakOrSettings) {
   const TrainingState s = sample_state(10);
   write_training_state(path("state.bin"), s);
-  std::vector<unsigned char> bytes = read_bytes(path("state.bin"));
-  std::vector<int64_t> header(256);
-  std::memcpy(header.data(), bytes.data(), 2048);
-  header[1] = 2;
-  header[16] = 0;
-  for (int slot = 52; slot < 64; ++slot) header[slot] = 0;
-  std::memcpy(bytes.data(), header.data(), 2048);
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (const unsigned char byte : bytes) {
-    hash ^= byte;
-    hash *= 0x100000001b3ull;
-  }
-  header[16] = static_cast<int64_t>(hash);
-  std::memcpy(bytes.data(), header.data(), 2048);
-  write_bytes(path("v2.bin"), bytes);
+  write_bytes(path("v2.bin"), older_state(read_bytes(path("state.bin")), 37, 2));
 
   const TrainingState r = read_training_state(path("v2.bin"));
   EXPECT_EQ(r.version, 2);
