@@ -6,14 +6,15 @@ Reads RUNS/runs.tsv and each run's metrics.jsonl and summary.json, then reports:
           otherwise), tokens/s and the ratio to the plain run of the same pass;
   tune    d12 on 2 GPUs over bucket sizes, NCCL thread blocks and the other settings, each
           against the mean of the 1-GPU runs before and after them;
-  agree   2 GPUs against 1 on the same global batch: the largest loss difference, fp32 (must be
+  agree   N GPUs against 1 on the same global batch: the largest loss difference, fp32 (must be
           <= 1e-5 relative) and bf16 (must be within 3x two 1-GPU runs' difference, the
           run-to-run noise);
-  scale   tokens/s of 2 GPUs over twice one GPU's, collective and exposed time per step and the
-          per-rank peak memory, for the defaults and each variant;
+  scale   tokens/s of N GPUs over N times one GPU's (must be >= 97% at 2 GPUs, >= 95% beyond),
+          collective and exposed time per step and the per-rank peak memory, for the defaults
+          and each variant;
   long    the long-context runs, with the same efficiency;
-  context context parallelism: a group of 2 GPUs sharing each sequence against one GPU at the
-          same T (tokens/s over twice the mean of the 1-GPU runs; must be >= 90%), and the
+  context context parallelism: a group of N GPUs sharing each sequence against one GPU at the
+          same T (tokens/s over N times the mean of the 1-GPU runs; must be >= 90%), and the
           longest context the group trained, with its memory per rank;
   memcheck  the sanitizer's verdict on the 2-GPU tests (must be clean) and on a deliberate
           error (must be caught), from their exit codes.
@@ -93,8 +94,8 @@ def main():
     only_context = bool(runs) and all(r["group"].startswith("context") for r in runs)
     title = "Context" if only_context else "Data"
     md = [f"# {title}-parallel training through NCCL\n",
-          f"Device: {device} (x{max(int(r['world']) for r in runs) if runs else 1} where 2 "
-          f"ranks ran), {today}, commit {commit}. gpt2-train, bf16 unless marked, "
+          f"Device: {device} (up to x{max(int(r['world']) for r in runs) if runs else 1}: one "
+          f"per rank), {today}, commit {commit}. gpt2-train, bf16 unless marked, "
           f"NCCL_NVLS_ENABLE=0. Throughput: mean tokens/s over the steps after warm-up; comm: "
           f"GPU time inside the collectives per step, exposed: the part the computation "
           f"waited for.\n"]
@@ -180,21 +181,25 @@ def main():
         return (ra, rb) if ra and rb and ra["summary"] and rb["summary"] else (None, None)
 
     agree_lines = []
-    one, two = pair("agree-1gpu-fp32", "agree-2gpu-fp32")
+    # The agreement runs of N ranks (the job's largest world) against one GPU.
+    agree_worlds = [int(r["world"]) for r in done if r["group"] == "agree" and int(r["world"]) > 1]
+    n = max(agree_worlds, default=2)
+    one, two = pair("agree-1gpu-fp32", f"agree-{n}gpu-fp32")
     if one:
         worst = max_difference(losses(two), losses(one), relative=True)
         if worst > 1e-5:
-            failures.append(f"fp32: 2 GPUs vs 1, max relative loss difference {worst:.3g} > 1e-5")
+            failures.append(f"fp32: {n} GPUs vs 1, max relative loss difference {worst:.3g} "
+                            f"> 1e-5")
         row(one), row(two, max_loss_difference_vs_1gpu=worst)
         agree_lines.append(f"| fp32 | {len(losses(one))} | {worst:.3g} (relative) | <= 1e-5 "
                            f"relative |")
-    one, two = pair("agree-1gpu-bf16", "agree-2gpu-bf16")
+    one, two = pair("agree-1gpu-bf16", f"agree-{n}gpu-bf16")
     _, again = pair("agree-1gpu-bf16", "agree-1gpu-bf16-again")
     if one:
         worst = max_difference(losses(two), losses(one))
         noise = max_difference(losses(again), losses(one)) if again else float("nan")
         if again and worst > 3 * noise:
-            failures.append(f"bf16: 2 GPUs vs 1, max loss difference {worst:.3g} > 3x the "
+            failures.append(f"bf16: {n} GPUs vs 1, max loss difference {worst:.3g} > 3x the "
                             f"run-to-run difference {noise:.3g}")
         row(one), row(two, max_loss_difference_vs_1gpu=worst)
         if again:
@@ -202,7 +207,8 @@ def main():
         agree_lines.append(f"| bf16 ({two.get('grad_reduce', '')} sums) | {len(losses(one))} "
                            f"| {worst:.3g} | <= 3x {noise:.3g}, two 1-GPU runs' difference |")
     if agree_lines:
-        md.append("## 2 GPUs x B=16 against 1 GPU x B=32 (d12, T=1024, same windows)\n")
+        md.append(f"## {n} GPUs x B={32 // n} against 1 GPU x B=32 (d12, T=1024, same "
+                  f"windows)\n")
         md.append("| precision | steps | max loss difference | reference |")
         md.append("|---|---|---|---|")
         md += agree_lines + [""]
@@ -253,7 +259,7 @@ def main():
     context_runs = [r for r in done if r["group"] in ("context", "context-long")]
     if context_runs:
         md.append("## Context parallelism: d12, B=1, one sequence shared by a group of GPUs\n")
-        md.append("| run | T | GPUs | group | tokens/s | vs 2x one GPU | step ms | comm ms "
+        md.append("| run | T | GPUs | group | tokens/s | vs N x one GPU | step ms | comm ms "
                   "| peak GiB per rank | final loss |")
         md.append("|---|---|---|---|---|---|---|---|---|---|")
         singles = [r["summary"]["tokens_per_s"] for r in context_runs
@@ -269,10 +275,11 @@ def main():
                       f"| {tps:.0f} | {shown} | {step_ms:.1f} | {r['comm_ms']} "
                       f"| {r['peak_mem_gib_per_rank']:.2f} | {r['final_loss']:.4f} |")
             if grouped and efficiency < 0.90:
-                failures.append(f"{run['name']}: {100 * efficiency:.1f}% of twice one GPU's "
+                failures.append(f"{run['name']}: {100 * efficiency:.1f}% of {world}x one GPU's "
                                 f"tokens/s, below the 90% target")
-        md.append("\nvs 2x one GPU: tokens/s over twice the mean of the 1-GPU runs at that T in "
-                  "this table (the group shares one sequence, so twice one GPU is its ideal).")
+        md.append("\nvs N x one GPU: tokens/s over N times the mean of the 1-GPU runs at that T "
+                  "in this table (a group of N shares one sequence, so N x one GPU is its "
+                  "ideal).")
         md.append("")
 
     def exit_code(name):
@@ -304,14 +311,18 @@ def main():
                 failures.append("memcheck did not catch the deliberate error: the check is blind")
         md.append("")
 
-    # The targets of issue 20: the default 2-GPU runs keep >= 97% of twice one GPU's tokens/s.
+    # The targets: the default multi-GPU runs keep >= 97% of N x one GPU's tokens/s at 2 GPUs
+    # (issue 20) and >= 95% beyond (issue 25).
     for r in rows:
-        default_two = (r["name"] in ("long-2gpu",) or
-                       r["name"].startswith("scale-") and r["name"].endswith(("-2gpu",
-                                                                              "-2gpu-again")))
-        if default_two and "efficiency" in r and r["efficiency"] < 0.97:
-            failures.append(f"{r['name']}: {100 * r['efficiency']:.1f}% of twice one GPU's "
-                            f"tokens/s, below the 97% target")
+        world = int(r["world"])
+        default_run = world > 1 and (
+            r["name"] == f"long-{world}gpu" or
+            r["name"].startswith("scale-") and r["name"].endswith((f"-{world}gpu",
+                                                                   f"-{world}gpu-again")))
+        target = 0.97 if world == 2 else 0.95
+        if default_run and "efficiency" in r and r["efficiency"] < target:
+            failures.append(f"{r['name']}: {100 * r['efficiency']:.1f}% of {world}x one GPU's "
+                            f"tokens/s, below the {100 * target:.0f}% target")
 
     if failures:
         md.append("## Failed checks\n")

@@ -4,21 +4,22 @@
 #   2. world size 1: the plain single-GPU run against --comm nccl with ZeRO 0 and 1, sums in
 #      bf16 and fp32, communication overlapped or not (d12, T=1024, B=16): the losses must be the
 #      same bits, and the tokens/s are compared;
-#   3. with 2 or more GPUs and mpirun:
+#   3. with 2 or more GPUs and mpirun (N below: the largest of WORLDS, by default every power of
+#      two from 2 up to the GPUs there are: 2, 4, 8):
 #      tune   (only when ONLY names it): T=1024 on 2 GPUs over NCCL's thread blocks
 #             (NCCL_MAX_CTAS) and each --overlap-comm, and bucket sizes, against 1 GPU before
 #             and after, and GPU 1 alone (the GPUs may differ);
-#      agree  2 ranks against 1 GPU on the same global batch: fp32 over 10 steps (2 x B=16
-#             against 1 x B=32), bf16 over 50 with the default bf16 sums, plus a second 1-GPU
-#             bf16 run as the run-to-run noise;
-#      scale  d12 and gpt2-medium at T=1024, B=16 per GPU: 1 GPU and 2 with the defaults
-#             (ZeRO-1, bf16 sums, no overlap, graphs) twice, interleaved, and 2 with overlap;
-#             with SCALE_VARIANTS=1 also fp32 sums and ZeRO-0;
-#      long   d12 at T=65536, B=1 per GPU, 1 GPU and 2;
+#      agree  N ranks against 1 GPU on the same global batch of 32 sequences: fp32 over 10
+#             steps (N x B=32/N against 1 x B=32), bf16 over 50 with the default bf16 sums,
+#             plus a second 1-GPU bf16 run as the run-to-run noise;
+#      scale  d12 and gpt2-medium at T=1024, B=16 per GPU: 1 GPU and each of WORLDS with the
+#             defaults (ZeRO-1, bf16 sums, no overlap, graphs) twice, interleaved, and N with
+#             overlap; with SCALE_VARIANTS=1 also N with fp32 sums and with ZeRO-0;
+#      long   d12 at T=65536, B=1 per GPU, 1 GPU and N;
 #      context  (only when ONLY names it) context parallelism: d12 at CONTEXT_T (131072), B=1,
-#             one GPU against a group of 2 sharing each sequence (--context-parallel 2),
-#             interleaved twice; then the group alone at CONTEXT_LONG_T (524288; 0: skip) with
-#             --recompute fc;
+#             one GPU against a group of CONTEXT_N (N) sharing each sequence
+#             (--context-parallel CONTEXT_N), interleaved twice; then the group alone at
+#             CONTEXT_LONG_T (524288; 0: skip) with --recompute fc;
 #      memcheck  compute-sanitizer memcheck of the 2-GPU tests, and of a deliberate error (the
 #             disabled SanitizerCanary test), which the same command must report;
 #   4. bench/data_parallel_report.py checks the agreement and writes the tables.
@@ -33,7 +34,8 @@
 # agree scale long memcheck, or multi for the last four; default: all but tune); the tune
 # part's grid: TUNE_MODELS ("d12"), TUNE_CTAS ("8 32", each with every --overlap-comm) and
 # TUNE_BUCKETS ("4194304 1048576"); the context part's CONTEXT_T, CONTEXT_LONG_T,
-# CONTEXT_STEPS (10) and CONTEXT_LONG_STEPS (6); REPORT (data_parallel: the results' file name,
+# CONTEXT_STEPS (10), CONTEXT_LONG_STEPS (6) and CONTEXT_N; WORLDS (the multi-GPU world sizes,
+# "2 4 8" on eight GPUs); REPORT (data_parallel: the results' file name,
 # RESULTS/REPORT.md and .csv); RUN_TIMEOUT (600): seconds before a run (a hung
 # collective, say) is killed and reported FAILED; GPT2_COMMIT: the commit the report names, when
 # the tree's git metadata is not its own (a copy of a working tree).
@@ -147,8 +149,22 @@ if wants world1; then
   run w1-nccl-z1-fp32 world1 1 d12 1024 8 fp32 10 --comm nccl --zero 1
 fi
 
+if [ -z "${WORLDS:-}" ]; then
+  WORLDS=""
+  for ((w = 2; w <= GPUS; w *= 2)); do WORLDS="$WORLDS $w"; done
+fi
+N=1
+for w in $WORLDS; do
+  if [ "$w" -gt "$GPUS" ]; then
+    echo "data_parallel_check: WORLDS has $w, $GPUS GPUs here" >&2
+    exit 2
+  fi
+  [ "$w" -gt "$N" ] && N=$w
+done
+CONTEXT_N=${CONTEXT_N:-$N}
+
 multi_gpu_ready() {
-  [ "$GPUS" -ge 2 ] || return 1
+  [ "$GPUS" -ge 2 ] && [ "$N" -ge 2 ] || return 1
   if ! command -v mpirun >/dev/null 2>&1; then
     echo "data_parallel_check: $GPUS GPUs but no mpirun: the multi-GPU part needs OpenMPI" >&2
     exit 1
@@ -175,26 +191,32 @@ if wants tune && multi_gpu_ready; then
 fi
 
 if wants agree && multi_gpu_ready; then
-  section "2 GPUs against 1 on the same global batch (d12, T=1024)"
+  section "$N GPUs against 1 on the same global batch (d12, T=1024)"
   run agree-1gpu-fp32 agree 1 d12 1024 32 fp32 10
-  run agree-2gpu-fp32 agree 2 d12 1024 16 fp32 10
+  run "agree-${N}gpu-fp32" agree "$N" d12 1024 $((32 / N)) fp32 10
   run agree-1gpu-bf16 agree 1 d12 1024 32 bf16 50
   run agree-1gpu-bf16-again agree 1 d12 1024 32 bf16 50
-  run agree-2gpu-bf16 agree 2 d12 1024 16 bf16 50
+  run "agree-${N}gpu-bf16" agree "$N" d12 1024 $((32 / N)) bf16 50
 fi
 
 if wants scale && multi_gpu_ready; then
   for model in d12 gpt2-medium; do
     section "scaling: $model, T=1024, B=16 per GPU, $STEPS steps"
-    # 1 GPU and 2 GPUs with the defaults twice, interleaved; the variants once.
-    run "scale-$model-1gpu" scale 1 "$model" 1024 16 bf16 "$STEPS"
-    run "scale-$model-2gpu" scale 2 "$model" 1024 16 bf16 "$STEPS"
-    run "scale-$model-2gpu-overlap" scale 2 "$model" 1024 16 bf16 "$STEPS" --overlap-comm 1
-    run "scale-$model-1gpu-again" scale 1 "$model" 1024 16 bf16 "$STEPS"
-    run "scale-$model-2gpu-again" scale 2 "$model" 1024 16 bf16 "$STEPS"
+    # 1 GPU and every world size with the defaults twice, interleaved; the variants once.
+    for again in "" "-again"; do
+      run "scale-$model-1gpu$again" scale 1 "$model" 1024 16 bf16 "$STEPS"
+      for w in $WORLDS; do
+        run "scale-$model-${w}gpu$again" scale "$w" "$model" 1024 16 bf16 "$STEPS"
+      done
+      if [ -z "$again" ]; then
+        run "scale-$model-${N}gpu-overlap" scale "$N" "$model" 1024 16 bf16 "$STEPS" \
+          --overlap-comm 1
+      fi
+    done
     if [ -n "${SCALE_VARIANTS:-}" ]; then
-      run "scale-$model-2gpu-fp32sum" scale 2 "$model" 1024 16 bf16 "$STEPS" --grad-reduce fp32
-      run "scale-$model-2gpu-z0" scale 2 "$model" 1024 16 bf16 "$STEPS" --zero 0
+      run "scale-$model-${N}gpu-fp32sum" scale "$N" "$model" 1024 16 bf16 "$STEPS" \
+        --grad-reduce fp32
+      run "scale-$model-${N}gpu-z0" scale "$N" "$model" 1024 16 bf16 "$STEPS" --zero 0
     fi
   done
 fi
@@ -202,20 +224,20 @@ fi
 if wants long && multi_gpu_ready; then
   section "long context: d12, T=65536, B=1 per GPU"
   run long-1gpu long 1 d12 65536 1 bf16 10
-  run long-2gpu long 2 d12 65536 1 bf16 10
+  run "long-${N}gpu" long "$N" d12 65536 1 bf16 10
 fi
 
 if wants context && multi_gpu_ready; then
-  section "context parallel: d12, T=$CONTEXT_T, B=1, one GPU and a group of 2"
+  section "context parallel: d12, T=$CONTEXT_T, B=1, one GPU and a group of $CONTEXT_N"
   for pass in 1 2; do
     run "context-1gpu-$pass" context 1 d12 "$CONTEXT_T" 1 bf16 "$CONTEXT_STEPS"
-    run "context-cp2-$pass" context 2 d12 "$CONTEXT_T" 1 bf16 "$CONTEXT_STEPS" \
-      --context-parallel 2
+    run "context-cp$CONTEXT_N-$pass" context "$CONTEXT_N" d12 "$CONTEXT_T" 1 bf16 \
+      "$CONTEXT_STEPS" --context-parallel "$CONTEXT_N"
   done
   if [ "$CONTEXT_LONG_T" -gt 0 ]; then
-    section "context parallel: d12, T=$CONTEXT_LONG_T, B=1, a group of 2, --recompute fc"
-    run "context-long-cp2" context-long 2 d12 "$CONTEXT_LONG_T" 1 bf16 "$CONTEXT_LONG_STEPS" \
-      --context-parallel 2 --recompute fc
+    section "context parallel: d12, T=$CONTEXT_LONG_T, B=1, a group of $CONTEXT_N, --recompute fc"
+    run "context-long-cp$CONTEXT_N" context-long "$CONTEXT_N" d12 "$CONTEXT_LONG_T" 1 bf16 \
+      "$CONTEXT_LONG_STEPS" --context-parallel "$CONTEXT_N" --recompute fc
   fi
 fi
 
