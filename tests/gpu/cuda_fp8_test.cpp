@@ -210,6 +210,38 @@ TEST_F(CudaFp8, ResumesBitForBitWithItsScales) {
   EXPECT_FALSE(bf16->set_precision_state(scales));
 }
 
+// Gradient accumulation in fp8: two micro-batches of B sequences give the step one micro-batch
+// of 2B gives, within FP8's rounding (the weight gradients accumulate with += over the
+// micro-batches, the amaxes over the whole step, and the scales update once per step).
+TEST_F(CudaFp8, AccumulatesMicroBatchesLikeOneBatch) {
+  const int B = 2, T = 32, kSteps = 3;
+  std::vector<float> losses[2];
+  for (int split = 0; split < 2; ++split) {
+    const int micro = split == 0 ? 1 : 2, rows = 2 * B / micro;
+    std::unique_ptr<Model> model = make_cuda_model(small_options(Precision::kFp8, rows, T));
+    model->set_parameters(params_.data());
+    AdamWHyper hyper;
+    hyper.lr = 1e-3f;
+    for (int step = 1; step <= kSteps; ++step) {
+      const std::vector<int> inputs = random_ints(2 * B * T, config_.vocab_size, 110 + step);
+      const std::vector<int> targets = random_ints(2 * B * T, config_.vocab_size, 120 + step);
+      model->zero_grad();
+      for (int m = 0; m < micro; ++m) {
+        const size_t offset = static_cast<size_t>(m) * rows * T;
+        model->queue_forward_backward(inputs.data() + offset, targets.data() + offset,
+                                      1.0f / static_cast<float>(micro));
+      }
+      const Model::StepOutcome outcome = model->finish_step(hyper, step, 1.0f, micro);
+      ASSERT_TRUE(outcome.applied && std::isfinite(outcome.loss));
+      losses[split].push_back(outcome.loss);
+    }
+  }
+  for (int step = 0; step < kSteps; ++step)
+    EXPECT_NEAR(losses[1][static_cast<size_t>(step)], losses[0][static_cast<size_t>(step)],
+                0.02 * losses[0][static_cast<size_t>(step)])
+        << "step " << step + 1;
+}
+
 // A training fp8 model samples between steps (gpt2-train --sample-every) in bf16, its caches in
 // the FP8 inputs buffer (it keeps one layer of ln1 and ln2): the logits are the bf16 model's
 // with the same parameters, bit for bit; and the next training step runs on.
