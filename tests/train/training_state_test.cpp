@@ -36,6 +36,7 @@ using testing::tiny_config;
 class TrainingStateTest : public testing::ScratchDirTest {
  protected:
   TrainingStateTest() : ScratchDirTest("gpt2_training_state") {}
+  TrainingState read_as_version(int64_t version);
 };
 
 TrainingState sample_state(int64_t num_parameters) {
@@ -197,12 +198,16 @@ std::vector<unsigned char> older_state(std::vector<unsigned char> bytes, size_t 
   return bytes;
 }
 
+// sample_state(10), written, made a state of an older version and read back.
+TrainingState TrainingStateTest::read_as_version(int64_t version) {
+  write_training_state(path("state.bin"), sample_state(10));
+  write_bytes(path("old.bin"), older_state(read_bytes(path("state.bin")), 37, version));
+  return read_training_state(path("old.bin"));
+}
+
 // A version 3 state (written before precision states) still reads, with none.
 TEST_F(TrainingStateTest, TrainingStateVersion3ReadsWithoutAPrecisionState) {
-  const TrainingState s = sample_state(10);
-  write_training_state(path("state.bin"), s);
-  write_bytes(path("v3.bin"), older_state(read_bytes(path("state.bin")), 37, 3));
-  const TrainingState r = read_training_state(path("v3.bin"));
+  const TrainingState s = sample_state(10), r = read_as_version(3);
   EXPECT_EQ(r.version, 3);
   EXPECT_EQ(r.adam_v, s.adam_v);
   EXPECT_EQ(r.run_id, s.run_id);
@@ -213,12 +218,9 @@ TEST_F(TrainingStateTest, TrainingStateVersion3ReadsWithoutAPrecisionState) {
 // A version 2 state (written before run ids) still reads: the fields it has, no run id, a streak
 // of 0 and no settings.
 TEST_F(TrainingStateTest, TrainingStateVersion2ReadsWithoutRunIdStreakOrSettings) {
-  const TrainingState s = sample_state(10);
-  write_training_state(path("state.bin"), s);
-  write_bytes(path("v2.bin"), older_state(read_bytes(path("state.bin")), 37, 2));
-
-  const TrainingState r = read_training_state(path("v2.bin"));
+  const TrainingState s = sample_state(10), r = read_as_version(2);
   EXPECT_EQ(r.version, 2);
+  EXPECT_TRUE(r.precision_state.empty());
   EXPECT_EQ(r.step, s.step);
   EXPECT_EQ(r.model_file, s.model_file);
   EXPECT_EQ(r.adam_v, s.adam_v);
