@@ -119,54 +119,20 @@ void drop_training_buffers(std::vector<GpuBufferSpec>& s) {
     s[id].bytes = 0;
 }
 
-}  // namespace
+/// Writes item id of the specs: set(id, group, name, bytes).
+struct SpecSetter {
+  std::vector<GpuBufferSpec>& specs;
+  void operator()(GpuBuffer id, const char* group, std::string name, size_t bytes) const {
+    specs[id] = {group, std::move(name), bytes};
+  }
+};
 
-std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
-  const ModelConfig& cfg = options.config;
-  const size_t B = options.batch_size, T = options.local_seq_len(), C = cfg.channels;
-  const size_t L = cfg.num_layers, Vp = cfg.padded_vocab_size;
-  const size_t BT = B * T;
-  const bool bf16_storage = gpt2::bf16_storage(options.precision);
-  const size_t x = bf16_storage ? 2 : 4;  // bytes of one stored value
-  const size_t f = 4;
-  const gpu::AttentionConfig attention = attention_config(options);
-  const size_t num_params = ParameterLayout::for_config(cfg).total;
-  const int Bi = options.batch_size, Ti = static_cast<int>(T), Ci = cfg.channels;
-  const size_t max_oc = std::max<size_t>(4 * C, 3 * C);
-  const size_t matmul_scratch =
-      static_cast<size_t>(gpu::matmul_backward_scratch_floats(Bi, Ti, static_cast<int>(max_oc)));
-  const DataParallelShape dp = data_parallel_shape(options);
-  const std::string shard =
-      dp.sharded ? str_cat(", ZeRO-1 shard: ", dp.local, " of ", num_params) : std::string();
-
-  std::vector<GpuBufferSpec> s(kNumGpuBuffers);
-  auto set = [&s](GpuBuffer id, const char* group, std::string name, size_t bytes) {
-    s[id] = {group, std::move(name), bytes};
-  };
-  const char* dtype = bf16_storage ? "bf16" : "fp32";
-  set(kParams, "parameters", str_cat("parameters (", dtype, ")"), dp.padded * x);
-  set(kMaster, "parameters", str_cat("master parameters (fp32", shard, ")"),
-      bf16_storage ? dp.local * f : 0);
-  set(kGrads, "gradients", str_cat("gradients (", dtype, ")"), dp.padded * x);
-  set(kAdamM, "optimizer", str_cat("AdamW m (fp32", shard, ")"), dp.local * f);
-  set(kAdamV, "optimizer", str_cat("AdamW v (fp32", shard, ")"), dp.local * f);
-  set(kAdamWSegments, "optimizer", "AdamW segment table",
-      gpu::adamw_segment_table_bytes(adamw_segments(dp, LayerMajorLayout(cfg)).size()));
-  // Data parallel: the gradients summed over the ranks (ZeRO-0 sums the gradient buffer in place
-  // when it already holds the sum's type), for ZeRO-1 the one bucket a widening or a gather to
-  // the host passes through, and every rank's loss and norm.
-  const size_t reduced = !dp.active                       ? 0
-                         : dp.sharded                     ? dp.local
-                         : bf16_storage && !dp.reduce_bf16 ? dp.padded
-                                                          : 0;
-  set(kReducedGrads, "gradients",
-      str_cat("reduced gradients (", dp.reduce_bf16 ? "bf16" : "fp32", shard, ")"),
-      reduced * (dp.reduce_bf16 ? 2 : f));
-  set(kReduceStaging, "workspace", "data-parallel staging bucket (fp32)",
-      dp.sharded ? dp.plan.max_bucket_size() * f : 0);
-  set(kRankScalars, "workspace", "every rank's loss and norm fp64",
-      dp.active ? 2 * static_cast<size_t>(options.world_size()) * sizeof(double) : 0);
-  set(kEncoded, "activations", "encoded (B,T,C)", BT * C * x);
+/// The per-layer activations of the blocks' LayerNorms and fc layer (x bytes a value).
+void set_block_activations(std::vector<GpuBufferSpec>& s, const ModelOptions& options,
+                           size_t x) {
+  const size_t BT = static_cast<size_t>(options.batch_size) * options.local_seq_len();
+  const size_t C = options.config.channels, L = options.config.num_layers, f = 4;
+  const SpecSetter set{s};
   // --precision fp8 (training): the block linears' backward reads their inputs' FP8 codes (kept
   // per layer in kFp8Inputs), so one layer's bf16 ln1 and GELU output are enough, and ln2's too
   // unless --recompute fc runs the fc GEMM again from it.
@@ -192,6 +158,71 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
       str_cat("fch_gelu ", fp8 ? "(B,T,4C), one layer: the backward reads its FP8 codes"
                                : fc_shape),
       gelu_layers * BT * 4 * C * x);
+}
+
+/// --precision fp8 (training): the block linears' FP8 weights, scales, inputs and operands.
+void set_fp8_buffers(std::vector<GpuBufferSpec>& s, const ModelOptions& options) {
+  const ModelConfig& cfg = options.config;
+  const size_t BT = static_cast<size_t>(options.batch_size) * options.local_seq_len();
+  const bool fp8 = options.precision == Precision::kFp8 && options.training;
+  const SpecSetter set{s};
+  set(kFp8Weights, "parameters", "FP8 block weights, both orders (E4M3)",
+      fp8 ? Fp8Linears::weight_bytes(cfg) : 0);
+  set(kFp8Scales, "workspace", "FP8 scales and amax histories (fp32)",
+      fp8 ? Fp8Linears::scale_bytes(cfg) : 0);
+  set(kFp8Inputs, "activations", "FP8 block inputs, transposed, for the weight gradients "
+      "(L,7C,B*T) E4M3", fp8 ? Fp8Linears::input_bytes(cfg, BT) : 0);
+  set(kFp8Operands, "workspace", "FP8 GEMM operands: input, gradient in both orders (2 x B,T,4C)",
+      fp8 ? Fp8Linears::operand_bytes(cfg, BT) : 0);
+}
+
+}  // namespace
+
+std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
+  const ModelConfig& cfg = options.config;
+  const size_t B = options.batch_size, T = options.local_seq_len(), C = cfg.channels;
+  const size_t L = cfg.num_layers, Vp = cfg.padded_vocab_size;
+  const size_t BT = B * T;
+  const bool bf16_storage = gpt2::bf16_storage(options.precision);
+  const size_t x = bf16_storage ? 2 : 4;  // bytes of one stored value
+  const size_t f = 4;
+  const gpu::AttentionConfig attention = attention_config(options);
+  const size_t num_params = ParameterLayout::for_config(cfg).total;
+  const int Bi = options.batch_size, Ti = static_cast<int>(T), Ci = cfg.channels;
+  const size_t max_oc = std::max<size_t>(4 * C, 3 * C);
+  const size_t matmul_scratch =
+      static_cast<size_t>(gpu::matmul_backward_scratch_floats(Bi, Ti, static_cast<int>(max_oc)));
+  const DataParallelShape dp = data_parallel_shape(options);
+  const std::string shard =
+      dp.sharded ? str_cat(", ZeRO-1 shard: ", dp.local, " of ", num_params) : std::string();
+
+  std::vector<GpuBufferSpec> s(kNumGpuBuffers);
+  const SpecSetter set{s};
+  const char* dtype = bf16_storage ? "bf16" : "fp32";
+  set(kParams, "parameters", str_cat("parameters (", dtype, ")"), dp.padded * x);
+  set(kMaster, "parameters", str_cat("master parameters (fp32", shard, ")"),
+      bf16_storage ? dp.local * f : 0);
+  set(kGrads, "gradients", str_cat("gradients (", dtype, ")"), dp.padded * x);
+  set(kAdamM, "optimizer", str_cat("AdamW m (fp32", shard, ")"), dp.local * f);
+  set(kAdamV, "optimizer", str_cat("AdamW v (fp32", shard, ")"), dp.local * f);
+  set(kAdamWSegments, "optimizer", "AdamW segment table",
+      gpu::adamw_segment_table_bytes(adamw_segments(dp, LayerMajorLayout(cfg)).size()));
+  // Data parallel: the gradients summed over the ranks (ZeRO-0 sums the gradient buffer in place
+  // when it already holds the sum's type), for ZeRO-1 the one bucket a widening or a gather to
+  // the host passes through, and every rank's loss and norm.
+  const size_t reduced = !dp.active                       ? 0
+                         : dp.sharded                     ? dp.local
+                         : bf16_storage && !dp.reduce_bf16 ? dp.padded
+                                                          : 0;
+  set(kReducedGrads, "gradients",
+      str_cat("reduced gradients (", dp.reduce_bf16 ? "bf16" : "fp32", shard, ")"),
+      reduced * (dp.reduce_bf16 ? 2 : f));
+  set(kReduceStaging, "workspace", "data-parallel staging bucket (fp32)",
+      dp.sharded ? dp.plan.max_bucket_size() * f : 0);
+  set(kRankScalars, "workspace", "every rank's loss and norm fp64",
+      dp.active ? 2 * static_cast<size_t>(options.world_size()) * sizeof(double) : 0);
+  set(kEncoded, "activations", "encoded (B,T,C)", BT * C * x);
+  set_block_activations(s, options, x);
   set(kResidual2, "activations", "residual2 (L,B,T,C)", L * BT * C * x);
   set(kResidual3, "activations", "residual3 (L,B,T,C)", L * BT * C * x);
   set(kLnf, "activations", "lnf (B,T,C)", BT * C * x);
@@ -242,15 +273,7 @@ std::vector<GpuBufferSpec> gpu_buffer_specs(const ModelOptions& options) {
   set(kNormResult, "workspace", "gradient-norm result fp64", sizeof(double));
   set(kStepScalars, "workspace", "step scalars: loss sum, norm, clip (training, evaluation)",
       kNumStepScalars * sizeof(gpu::StepScalars));
-  // --precision fp8 (training): the block linears' FP8 weights, scales, inputs and operands.
-  set(kFp8Weights, "parameters", "FP8 block weights, both orders (E4M3)",
-      fp8 ? Fp8Linears::weight_bytes(cfg) : 0);
-  set(kFp8Scales, "workspace", "FP8 scales and amax histories (fp32)",
-      fp8 ? Fp8Linears::scale_bytes(cfg) : 0);
-  set(kFp8Inputs, "activations", "FP8 block inputs, transposed, for the weight gradients "
-      "(L,7C,B*T) E4M3", fp8 ? Fp8Linears::input_bytes(cfg, BT) : 0);
-  set(kFp8Operands, "workspace", "FP8 GEMM operands: input, gradient in both orders (2 x B,T,4C)",
-      fp8 ? Fp8Linears::operand_bytes(cfg, BT) : 0);
+  set_fp8_buffers(s, options);
   set(kInputs, "workspace", "inputs (B,T) int32", BT * sizeof(int));
   set(kTargets, "workspace", "targets (B,T) int32", BT * sizeof(int));
   if (!options.training) drop_training_buffers(s);
