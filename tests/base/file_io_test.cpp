@@ -95,6 +95,17 @@ TEST_F(FileIoTest, CommitReplacesAnExistingFile) {
   EXPECT_THAT(entries(), ElementsAre("out.txt"));
 }
 
+// write_text_file: the folders made first, the old file replaced whole, nothing left behind.
+TEST_F(FileIoTest, WriteTextFileMakesItsFoldersAndReplacesTheFile) {
+  write_text_file(path("a/b/out.csv"), "x,y\n1,2\n");
+  write_text_file(path("a/b/out.csv"), "x\n");
+  EXPECT_EQ(read_plain("a/b/out.csv"), "x\n");
+  std::vector<std::string> inner;
+  for (const auto& entry : std::filesystem::directory_iterator(path("a/b")))
+    inner.push_back(entry.path().filename().string());
+  EXPECT_THAT(inner, ElementsAre("out.csv"));
+}
+
 TEST_F(FileIoTest, AbandonedWriterKeepsTheOldFileAndRemovesItsTemporary) {
   write_plain("model.ckpt", "old");
   {

@@ -1,9 +1,9 @@
 /**
  * @file bench_cli_test.cpp
- * @brief The benchmarks' command lines: gpt2-sweep and gpt2-attention-bench refuse bad values
- * with exit code 2 and a message naming the option, before running anything (the attention
- * bench before touching a GPU, so these run on machines without one): a bad value, an option
- * without its value, an unknown option, a --csv that is a socket.
+ * @brief The benchmarks' command lines: gpt2-sweep, gpt2-attention-bench and gpt2-gemm-bench
+ * refuse bad values with exit code 2 and a message naming the option, before running anything
+ * (the kernel benches before touching a GPU, so these run on machines without one): a bad value,
+ * an option without its value, an unknown option, a --csv that is a socket.
  */
 #include <gtest/gtest.h>
 
@@ -63,6 +63,19 @@ TEST_F(AttentionBenchCli, BadValuesExitTwoBeforeTheDevice) {
   expect_usage_error(bench_, {"--repeats", "0"}, "--repeats");
   expect_usage_error(bench_, {"--csv"}, "gpt2-attention-bench: error: --csv needs a value");
   expect_usage_error(bench_, {"--csv", "/dev/null/x", "--repeats"}, "--repeats needs a value");
+}
+
+TEST(GemmBenchCli, BadValuesExitTwoBeforeTheDevice) {
+  const std::string bench = GPT2_GEMM_BENCH_BINARY;
+  if (!std::filesystem::exists(bench))
+    GTEST_SKIP() << "gpt2-gemm-bench is not built here (it needs CUDA): " << bench;
+  EXPECT_EQ(run_binary(bench, {"--help"}).exit_code, 0);
+  expect_usage_error(bench, {"--widths", "7"}, "--widths");
+  expect_usage_error(bench, {"--widths", "768,x"}, "--widths");
+  expect_usage_error(bench, {"--tokens", "100"}, "--tokens");
+  expect_usage_error(bench, {"--repeats", "0"}, "--repeats");
+  expect_usage_error(bench, {"--frobnicate"},
+                     "gpt2-gemm-bench: error: unknown option '--frobnicate'");
 }
 
 }  // namespace
