@@ -221,8 +221,8 @@ void Fp8Linears::backward(int l, Linear linear, bf16* dinp, bf16* dweight, bf16*
   const gpu::Fp8Operand dy_rows{dy, kE5M2, &g->inverse};
   const gpu::Fp8Operand w_t{weight_codes(l, linear, true), kE4M3, &w->inverse};
   // fcproj's GELU backward after the GEMM, not in its DGELU epilogue: with FP8 operands
-  // cuBLASLt runs that epilogue as a separate generic kernel, five times slower than the GEMM
-  // (gpt2-gemm-bench, H200: 0.42 ms against 0.08 ms at d12; bench/NOTES.md).
+  // cuBLASLt runs that epilogue as a separate generic kernel, several times slower than the
+  // GEMM itself (bench/NOTES.md, "FP8 on the GPU").
   gpu::matmul_fp8(dinp, dy_rows, w_t, nullptr, rows, IC, OC, ctx_);
   if (pre_gelu) gpu::gelu_backward(dinp, pre_gelu, dinp, static_cast<int64_t>(rows) * IC, stream);
   // wgrad: dW += dY^T X, (OC, IC), K = rows.

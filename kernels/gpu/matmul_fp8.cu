@@ -132,7 +132,7 @@ bool try_matmul_fp8(__nv_bfloat16* out, const Fp8Operand& a, const Fp8Operand& b
              "an FP8 GEMM of two E5M2 operands (no tensor-core path takes it)");
   GPT2_CHECK(a.codes && b.codes && a.inverse_scale && b.inverse_scale && out,
              "an FP8 GEMM without its operands, scales or output");
-  // cuBLASLt refuses ("not supported") scale pointers off a 16-byte boundary (CUDA 13.0, H200).
+  // cuBLASLt refuses ("not supported") scale pointers off a 16-byte boundary.
   GPT2_CHECK(alignment_bytes(a.inverse_scale) >= 16 && alignment_bytes(b.inverse_scale) >= 16,
              "FP8 GEMM scales must sit on 16-byte boundaries");
   GPT2_CHECK(!(epilogue.gelu_aux && epilogue.dgelu_aux), "GELU and DGELU in one FP8 GEMM");
