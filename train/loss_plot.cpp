@@ -99,9 +99,7 @@ std::string loss_plot_svg(const std::string& metrics_file, int total_steps,
 void write_loss_plot(const std::string& out_dir, const std::string& metrics_file,
                      int total_steps, const std::string& title) {
   const std::string svg = loss_plot_svg(metrics_file, total_steps, title);
-  AtomicFileWriter writer(loss_plot_path(out_dir));
-  writer.write(svg.data(), svg.size());
-  writer.commit();
+  write_text_file(loss_plot_path(out_dir), svg);
 }
 
 }  // namespace gpt2

@@ -108,9 +108,7 @@ void write_run_record(const std::string& out_dir, uint64_t run_id, const TrainCo
   record["on_nonfinite"] = to_string(config.on_nonfinite);
   record["seed"] = config.seed;
   const std::string text = dump_json(record) + "\n";
-  AtomicFileWriter writer(run_record_path(out_dir));
-  writer.write(text.data(), text.size());
-  writer.commit();
+  write_text_file(run_record_path(out_dir), text);
 }
 
 std::optional<uint64_t> read_run_record_id(const std::string& out_dir) {
@@ -400,9 +398,7 @@ int truncate_metrics(const std::string& path, int64_t max_step) {
     kept += line + "\n";
     ++kept_lines;
   }
-  AtomicFileWriter writer(path);
-  writer.write(kept.data(), kept.size());
-  writer.commit();
+  write_text_file(path, kept);
   return kept_lines;
 }
 

@@ -91,9 +91,7 @@ void write_config_record(const TrainConfig& config, uint64_t run_id,
   record["config"] = train_config_json(config, files);
   // Indented: a file for people to read (and for jq).
   const std::string text = record.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
-  AtomicFileWriter writer(config_record_path(config.out_dir));
-  writer.write(text.data(), text.size());
-  writer.commit();
+  write_text_file(config_record_path(config.out_dir), text);
 }
 
 }  // namespace gpt2

@@ -231,9 +231,7 @@ void report_summary(const TrainConfig& config, const Model& model, const MemoryP
   summary["seq_len"] = config.model.seq_len;
   summary["total_batch_size"] = config.total_batch_size;
   const std::string json = dump_json(summary) + "\n";
-  AtomicFileWriter writer(summary_path(config.out_dir));
-  writer.write(json.data(), json.size());
-  writer.commit();
+  write_text_file(summary_path(config.out_dir), json);
 }
 
 }  // namespace gpt2

@@ -67,6 +67,15 @@ inline bool is_aligned16(const void* ptr) {
   return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0;
 }
 
+/// Largest power of two (up to 256) dividing the address: what a vector access or cuBLASLt
+/// may assume.
+inline uint32_t alignment_bytes(const void* ptr) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(ptr);
+  uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
 /// Blocks of `threads` threads covering n work items (one item per thread).
 inline unsigned int grid_size(int64_t n, int threads) {
   const int64_t blocks = ceil_div(n, threads);

@@ -1,26 +1,37 @@
 /**
  * @file cublaslt_descriptors.cuh
  * @brief What the cuBLASLt GEMMs (matmul.cu, matmul_fp8.cu) share: descriptors owned for a
- *        shape's lifetime, attribute setters that check, and a pointer's alignment. Internal to
- *        kernels/gpu.
+ *        shape's lifetime, attribute setters that check, preferences, the epilogue choice and
+ *        the plan keys' hash. Internal to kernels/gpu.
  */
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 
 #include <cublasLt.h>
 
 #include "base/error.h"
+#include "kernels/gpu/common.cuh"
 #include "kernels/gpu/context.cuh"
 
 namespace gpt2::gpu {
 
-/// Largest power of two (up to 256) dividing the address: what cuBLASLt may assume.
-inline uint32_t alignment_bytes(const void* ptr) {
-  const uintptr_t address = reinterpret_cast<uintptr_t>(ptr);
-  uint32_t alignment = 256;
-  while (alignment > 1 && address % alignment != 0) alignment /= 2;
-  return alignment;
+/// The epilogue of a GEMM with (or without) a bias and a GELU (aux output: the pre-GELU values)
+/// or DGELU (aux input) step.
+inline cublasLtEpilogue_t epilogue_for(bool bias, bool gelu_aux, bool dgelu_aux) {
+  if (gelu_aux) return bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  if (dgelu_aux) return CUBLASLT_EPILOGUE_DGELU;
+  return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+/// A hash of a plan key's fields, for the plan caches' unordered_maps.
+inline size_t hash_key_fields(std::initializer_list<int64_t> fields) {
+  size_t h = 0;
+  for (const int64_t v : fields) h = h * 1000003u ^ std::hash<int64_t>()(v);
+  return h;
 }
 
 /// Owns the cuBLASLt descriptors of one GEMM shape (destroyed also when a check throws).

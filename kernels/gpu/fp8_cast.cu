@@ -135,17 +135,15 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
-
 template <typename T_, __nv_fp8_interpretation_t kFormat>
 void launch(const T_* in, int64_t rows, int64_t cols, const float* scale, uint8_t* out,
             uint8_t* out_t, float* amax, cudaStream_t stream) {
   const int64_t tiles_y = ceil_div(rows, kTileRows), tiles_x = ceil_div(cols, kTileCols);
   GPT2_CHECK(tiles_y <= 65535 && tiles_x < (int64_t{1} << 31), "an fp8 cast of ", rows, " x ", cols,
              " exceeds the grid");
-  const CastShape shape{rows, cols, cols % kRun == 0 && aligned(in, 16),
-                        cols % kRun == 0 && aligned(out, 8),
-                        rows % kColumnRun == 0 && aligned(out_t, 16)};
+  const CastShape shape{rows, cols, cols % kRun == 0 && alignment_bytes(in) >= 16,
+                        cols % kRun == 0 && alignment_bytes(out) >= 8,
+                        rows % kColumnRun == 0 && alignment_bytes(out_t) >= 16};
   const dim3 grid(static_cast<unsigned>(tiles_x), static_cast<unsigned>(tiles_y));
   fp8_cast_transpose_kernel<T_, kFormat>
       <<<grid, kThreads, 0, stream>>>(in, shape, scale, out, out_t, amax);

@@ -75,13 +75,10 @@ struct GemmKey {
 
 struct GemmKeyHash {
   size_t operator()(const GemmKey& key) const {
-    size_t h = 0;
-    for (const int64_t v : {int64_t(key.type), int64_t(key.trans_a), int64_t(key.trans_b),
+    return hash_key_fields({int64_t(key.type), int64_t(key.trans_a), int64_t(key.trans_b),
                             int64_t(key.m), int64_t(key.n), int64_t(key.k), int64_t(key.lda),
                             int64_t(key.ldb), int64_t(key.ldd), int64_t(key.epilogue),
-                            int64_t(key.align_a), int64_t(key.align_b), int64_t(key.align_d)})
-      h = h * 1000003u ^ std::hash<int64_t>()(v);
-    return h;
+                            int64_t(key.align_a), int64_t(key.align_b), int64_t(key.align_d)});
   }
 };
 
@@ -99,9 +96,7 @@ struct LtPlanCache {
 };
 
 cublasLtEpilogue_t epilogue_of(const Gemm& g) {
-  if (g.gelu_aux) return g.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-  if (g.dgelu_aux) return CUBLASLT_EPILOGUE_DGELU;
-  return g.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  return epilogue_for(g.bias != nullptr, g.gelu_aux != nullptr, g.dgelu_aux != nullptr);
 }
 
 /// The bias and aux pointers of one call on a shape's descriptor.

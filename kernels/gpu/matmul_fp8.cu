@@ -34,9 +34,7 @@ cudaDataType_t cuda_type(cpu::Fp8Format format) {
 }
 
 cublasLtEpilogue_t epilogue_of(const Fp8Epilogue& e) {
-  if (e.gelu_aux) return e.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-  if (e.dgelu_aux) return CUBLASLT_EPILOGUE_DGELU;
-  return e.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  return epilogue_for(e.bias != nullptr, e.gelu_aux != nullptr, e.dgelu_aux != nullptr);
 }
 
 struct Fp8Plan {
@@ -60,13 +58,8 @@ struct Fp8PlanKey {
 
 struct Fp8PlanKeyHash {
   size_t operator()(const Fp8PlanKey& key) const {
-    uint64_t h = 1469598103934665603ull;
-    for (const uint64_t v :
-         {uint64_t(key.m), uint64_t(key.n), uint64_t(key.k), uint64_t(key.a_e5m2),
-          uint64_t(key.b_e5m2), uint64_t(key.accumulate), uint64_t(key.epilogue),
-          uint64_t(key.align_a), uint64_t(key.align_b), uint64_t(key.align_d)})
-      h = (h ^ v) * 1099511628211ull;
-    return static_cast<size_t>(h);
+    return hash_key_fields({key.m, key.n, key.k, key.a_e5m2, key.b_e5m2, key.accumulate,
+                            int64_t(key.epilogue), key.align_a, key.align_b, key.align_d});
   }
 };
 
