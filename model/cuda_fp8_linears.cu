@@ -63,7 +63,7 @@ Fp8Linears::Fp8Linears(const ModelConfig& config, const Buffers& buffers, size_t
   GPT2_CHECK(config.channels % 16 == 0, "FP8 GEMMs need C a multiple of 16 (C=",
              config.channels, ")");
   const int L = config.num_layers;
-  std::vector<gpu::Fp8ScaleState> initial(static_cast<size_t>(kNumRoles) * kNumLinears * L);
+  std::vector<gpu::Fp8ScaleState> initial(state_count());
   for (int l = 0; l < L; ++l) {
     for (int k = 0; k < kNumLinears; ++k) {
       const auto linear = static_cast<Linear>(k);
@@ -106,9 +106,9 @@ uint8_t* Fp8Linears::weight_codes(int l, Linear linear, bool transposed) const {
 }
 
 uint8_t* Fp8Linears::input_codes(int l, Linear linear) const {
+  // Layer l's 7C rows of codes: qkv's, attproj's and fc's inputs (C each), then fcproj's (4C).
   const size_t C = static_cast<size_t>(config_.channels);
-  static constexpr size_t kOffsets[] = {0, 1, 2, 3};  // in C x rows, by Linear
-  return inputs_ + (7 * static_cast<size_t>(l) + kOffsets[linear]) * C * rows_;
+  return inputs_ + (7 * static_cast<size_t>(l) + static_cast<size_t>(linear)) * C * rows_;
 }
 
 void Fp8Linears::refresh_weights(const bf16* params, const LayerMajorLayout& layout) {
@@ -152,7 +152,7 @@ constexpr uint64_t kSavedScalesTag = 0x3153454c41435338ull;  // "8SCALES1"
 }  // namespace
 
 std::vector<uint8_t> Fp8Linears::save_state() const {
-  const size_t count = static_cast<size_t>(kNumRoles) * kNumLinears * config_.num_layers;
+  const size_t count = state_count();
   const SavedScalesHeader header{kSavedScalesTag, count, updates_};
   std::vector<uint8_t> bytes(sizeof header + count * sizeof(gpu::Fp8ScaleState));
   std::memcpy(bytes.data(), &header, sizeof header);
@@ -164,12 +164,13 @@ std::vector<uint8_t> Fp8Linears::save_state() const {
 }
 
 void Fp8Linears::load_state(const std::vector<uint8_t>& bytes) {
-  const size_t count = static_cast<size_t>(kNumRoles) * kNumLinears * config_.num_layers;
+  const size_t count = state_count();
   SavedScalesHeader header{};
   if (bytes.size() >= sizeof header) std::memcpy(&header, bytes.data(), sizeof header);
   if (header.tag != kSavedScalesTag)
     GPT2_FAIL("the training state's precision state is not --precision fp8's scales");
-  if (header.states != count || bytes.size() != sizeof header + count * sizeof(gpu::Fp8ScaleState))
+  if (header.states != count ||
+      bytes.size() != sizeof header + count * sizeof(gpu::Fp8ScaleState))
     GPT2_FAIL("the training state holds FP8 scales for ", header.states, " tensors (",
               bytes.size(), " bytes); this model has ", count);
   GPT2_CUDA_CHECK(cudaMemcpyAsync(scales_, bytes.data() + sizeof header,
@@ -196,7 +197,7 @@ void Fp8Linears::forward(int l, Linear linear, bf16* out, const bf16* in, const 
   if (pre_gelu) {
     epilogue.gelu_aux = pre_gelu;
     if (gpu::try_matmul_fp8(out, a, b, rows, OC, IC, epilogue, ctx_)) return;
-    epilogue.gelu_aux = nullptr;  // no fused form here: the GEMM, then the GELU
+    // No fused form here: the GEMM, then the GELU.
     gpu::matmul_fp8(pre_gelu, a, b, bias, rows, OC, IC, ctx_);
     gpu::gelu_forward(out, pre_gelu, static_cast<int64_t>(rows) * OC, ctx_.stream());
     return;

@@ -83,6 +83,9 @@ class Fp8Linears {
   enum Role : int { kWeight, kInput, kGrad, kNumRoles };
   int out_features(Linear linear) const;
   int in_features(Linear linear) const;
+  size_t state_count() const {
+    return static_cast<size_t>(kNumRoles) * kNumLinears * config_.num_layers;
+  }
   /// The scale state of layer l's linear in a role (weights first: one update launch each).
   gpu::Fp8ScaleState* state(int l, Linear linear, Role role) const;
   /// Layer l's weight codes, (OC, IC) or transposed (IC, OC).
