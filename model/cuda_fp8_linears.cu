@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "base/error.h"
+#include "kernels/gpu/common.cuh"
 #include "kernels/gpu/fp8_cast.cuh"
 #include "kernels/gpu/gelu.cuh"
-#include "kernels/gpu/matmul.cuh"
 #include "kernels/gpu/matmul_fp8.cuh"
 
 namespace gpt2::cuda_model_detail {
@@ -180,6 +180,16 @@ void Fp8Linears::load_state(const std::vector<uint8_t>& bytes) {
   updates_ = header.updates;
 }
 
+gpu::Fp8Destination Fp8Linears::input_destination(int l, Linear linear) const {
+  gpu::Fp8ScaleState* x = state(l, linear, kInput);
+  gpu::Fp8Destination destination;
+  destination.rows = operand(0);
+  destination.transposed = input_codes(l, linear);
+  destination.scale = &x->scale;
+  destination.amax = &x->amax;
+  return destination;
+}
+
 void Fp8Linears::forward(int l, Linear linear, bf16* out, const bf16* in, const bf16* bias,
                          bf16* pre_gelu, int rows) {
   const int OC = out_features(linear), IC = in_features(linear);
@@ -188,8 +198,9 @@ void Fp8Linears::forward(int l, Linear linear, bf16* out, const bf16* in, const 
   GPT2_CHECK(static_cast<size_t>(rows) == rows_, "an FP8 forward of ", rows, " rows, planned ",
              rows_);
   uint8_t* x_codes = operand(0);
-  gpu::fp8_cast_transpose(in, rows, IC, &x->scale, kE4M3, x_codes, input_codes(l, linear),
-                          &x->amax, ctx_.stream());
+  if (in != nullptr)
+    gpu::fp8_cast_transpose(in, rows, IC, &x->scale, kE4M3, x_codes, input_codes(l, linear),
+                            &x->amax, ctx_.stream());
   const gpu::Fp8Operand a{x_codes, kE4M3, &x->inverse};
   const gpu::Fp8Operand b{weight_codes(l, linear, false), kE4M3, &w->inverse};
   gpu::Fp8Epilogue epilogue;
@@ -206,7 +217,7 @@ void Fp8Linears::forward(int l, Linear linear, bf16* out, const bf16* in, const 
 }
 
 void Fp8Linears::backward(int l, Linear linear, bf16* dinp, bf16* dweight, bf16* dbias,
-                          const bf16* dout, const bf16* pre_gelu, int rows,
+                          const bf16* dout, const bf16* gelu_input, int rows,
                           float* dbias_scratch) {
   cudaStream_t stream = ctx_.stream();
   const int OC = out_features(linear), IC = in_features(linear);
@@ -215,22 +226,30 @@ void Fp8Linears::backward(int l, Linear linear, bf16* dinp, bf16* dweight, bf16*
   gpu::Fp8ScaleState* g = state(l, linear, kGrad);
   GPT2_CHECK(static_cast<size_t>(rows) == rows_, "an FP8 backward of ", rows, " rows, planned ",
              rows_);
+  GPT2_CHECK((gelu_input != nullptr) == (linear == kFc),
+             "fc's FP8 backward, and only fc's, takes the GELU's input");
   uint8_t* dy = operand(0);
   uint8_t* dy_t = operand(1);
-  gpu::fp8_cast_transpose(dout, rows, OC, &g->scale, kE5M2, dy, dy_t, &g->amax, stream);
-  // dgrad: dX = dY W, (rows, IC), K = OC.
+  // One pass over dout: fc's GELU backward, the codes in both orders, the amax and the bias
+  // gradient's column partials (dbias_scratch: the matmul bias-gradient scratch, which holds
+  // B*T/64 rows of partials, more than these B*T/128).
+  gpu::Fp8CastFusion<bf16> fusion;
+  fusion.gelu_input = gelu_input;
+  fusion.column_partials = dbias != nullptr ? dbias_scratch : nullptr;
+  gpu::fp8_cast_transpose(dout, rows, OC, &g->scale, kE5M2, dy, dy_t, &g->amax, stream, fusion);
+  if (dbias != nullptr)
+    gpu::launch_add_column_partials(dbias, dbias_scratch,
+                                    gpu::ceil_div(rows, gpu::kFp8CastTileRows), OC, stream);
+  // dgrad: dX = dY W, (rows, IC), K = OC. fcproj's dX is left the gradient of the GELU's
+  // output: fc's cast above applies gelu' (cuBLASLt's FP8 DGELU epilogue runs as a separate
+  // generic kernel, several times slower than the GEMM: bench/NOTES.md, "FP8 on the GPU").
   const gpu::Fp8Operand dy_rows{dy, kE5M2, &g->inverse};
   const gpu::Fp8Operand w_t{weight_codes(l, linear, true), kE4M3, &w->inverse};
-  // fcproj's GELU backward after the GEMM, not in its DGELU epilogue: with FP8 operands
-  // cuBLASLt runs that epilogue as a separate generic kernel, several times slower than the
-  // GEMM itself (bench/NOTES.md, "FP8 on the GPU").
   gpu::matmul_fp8(dinp, dy_rows, w_t, nullptr, rows, IC, OC, ctx_);
-  if (pre_gelu) gpu::gelu_backward(dinp, pre_gelu, dinp, static_cast<int64_t>(rows) * IC, stream);
   // wgrad: dW += dY^T X, (OC, IC), K = rows.
   const gpu::Fp8Operand dy_cols{dy_t, kE5M2, &g->inverse};
   const gpu::Fp8Operand x_cols{input_codes(l, linear), kE4M3, &x->inverse};
   gpu::matmul_fp8(dweight, dy_cols, x_cols, nullptr, OC, IC, rows, ctx_, /*accumulate=*/true);
-  if (dbias) gpu::matmul_bias_backward(dbias, dout, 1, rows, OC, dbias_scratch, ctx_);
 }
 
 }  // namespace gpt2::cuda_model_detail

@@ -15,10 +15,12 @@
  *  - forward  Y = X W^T + b         E4M3 X x E4M3 W, X cast here in both orders: the row order
  *                                   for this GEMM, the transposed kept for the backward's;
  *                                   fc with its GELU epilogue (aux = the pre-GELU values)
- *  - dgrad    dX = dY W             E5M2 dY x E4M3 W^T; fcproj's then gelu_backward (the
- *                                   FP8 DGELU epilogue is a slow separate kernel)
+ *  - dY cast  one pass over dY: its codes in both orders, its amax and the bias gradient's
+ *             column partials; fc's with the GELU backward folded in (dY = gelu'(pre) times
+ *             the incoming gradient), so fcproj's dgrad leaves its dX before gelu'
+ *  - dgrad    dX = dY W             E5M2 dY x E4M3 W^T (cuBLASLt's FP8 DGELU epilogue is a
+ *                                   slow separate kernel; hence the GELU in fc's cast)
  *  - wgrad    dW += dY^T X          E5M2 dY^T x E4M3 X^T, the codes the forward kept
- *  - dbias    column sums of dY in bf16 (matmul_bias_backward), as the bf16 path
  *  fp32 accumulation in every GEMM, bf16 outputs. When cuBLASLt pairs no algorithm with the
  *  GELU epilogue, the GEMM runs plain and the GELU kernel after it.
  * Buffers (planned by the model's memory plan): the weights' codes, the scale states, every
@@ -36,6 +38,7 @@
 
 #include "kernels/gpu/context.cuh"
 #include "kernels/gpu/fp8_scale.cuh"
+#include "kernels/gpu/layernorm_fp8.cuh"
 #include "model/config.h"
 #include "model/parameters.h"
 
@@ -71,13 +74,20 @@ class Fp8Linears {
   std::vector<uint8_t> save_state() const;
   void load_state(const std::vector<uint8_t>& bytes);
 
-  /// out (rows, OC) = in (rows, IC) W^T + bias; fc: out = gelu(.), pre_gelu = the GEMM's.
+  /// Where the op that produces layer l's input to `linear` may write it as FP8 codes itself
+  /// (a LayerNorm: gpu::layernorm_forward_fp8): both orders, this input's scale and amax. The
+  /// forward then takes in = nullptr.
+  gpu::Fp8Destination input_destination(int l, Linear linear) const;
+  /// out (rows, OC) = in (rows, IC) W^T + bias; fc: out = gelu(.), pre_gelu = the GEMM's. in
+  /// null: its codes are written already (input_destination), else the forward casts it.
   void forward(int l, Linear linear, bf16* out, const bf16* in, const bf16* bias,
                bf16* pre_gelu, int rows);
-  /// dinp (rows, IC) = dout W (fcproj: times gelu'(pre_gelu)), dweight += dout^T in (in's
-  /// codes from this layer's forward), dbias += column sums of dout.
+  /// dinp (rows, IC) = dout W, dweight += dout^T in (in's codes from this layer's forward),
+  /// dbias += column sums of dout. fc's takes the GELU's input (its pre-GELU values), and its
+  /// dout is the gradient of the GELU's output as fcproj's backward left it: the GELU backward
+  /// runs in fc's cast. dbias_scratch: the matmul bias-gradient scratch.
   void backward(int l, Linear linear, bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout,
-                const bf16* pre_gelu, int rows, float* dbias_scratch);
+                const bf16* gelu_input, int rows, float* dbias_scratch);
 
  private:
   enum Role : int { kWeight, kInput, kGrad, kNumRoles };

@@ -141,9 +141,7 @@ void CudaModel<T_>::forward_blocks(int B, int T, bool shared) {
   }
   gpu::encoder_forward(act(kEncoded), buf<int>(kInputs), param(kWte), wpe, B, T,
                        config_.channels, ctx.stream());
-  const FollowingLayerNorm<T_> first = ln1_of(0, block_activations(0, BT));
-  gpu::layernorm_forward(first.out, first.mean, first.rstd, act(kEncoded), first.weight,
-                         first.bias, B, T, config_.channels, ctx.stream());
+  run_layernorm(ln1_of(0, block_activations(0, BT)), nullptr, act(kEncoded), nullptr, B, T);
   const FollowingLayerNorm<T_> lnf{act(kLnf), buf<float>(kLnfMean), buf<float>(kLnfRstd),
                              param(kLnfw), param(kLnfb)};
   for (int l = 0; l < L; ++l) {
@@ -165,7 +163,47 @@ void CudaModel<T_>::forward_blocks(int B, int T, bool shared) {
 template <typename T_>
 FollowingLayerNorm<T_> CudaModel<T_>::ln1_of(int l, const BlockActivations<T_>& a) const {
   const LayerTensors<T_> w = layer_params(l);
-  return {a.ln1, a.ln1_mean, a.ln1_rstd, w.ln1w, w.ln1b};
+  FollowingLayerNorm<T_> ln{a.ln1, a.ln1_mean, a.ln1_rstd, w.ln1w, w.ln1b};
+  if (fp8_layernorm(Fp8Linears::kQkv)) ln.codes = fp8_->input_destination(l, Fp8Linears::kQkv);
+  return ln;
+}
+
+template <typename T_>
+FollowingLayerNorm<T_> CudaModel<T_>::ln2_of(int l, const BlockActivations<T_>& a) const {
+  const LayerTensors<T_> w = layer_params(l);
+  FollowingLayerNorm<T_> ln{a.ln2, a.ln2_mean, a.ln2_rstd, w.ln2w, w.ln2b};
+  if (fp8_layernorm(Fp8Linears::kFc)) ln.codes = fp8_->input_destination(l, Fp8Linears::kFc);
+  return ln;
+}
+
+template <typename T_>
+bool CudaModel<T_>::fp8_layernorm(int linear) const {
+  return fp8_ && fp8_pass_ && gpu::layernorm_fp8_supported(config_.channels) &&
+         (linear == Fp8Linears::kQkv || !options_.recompute_fc);
+}
+
+template <typename T_>
+void CudaModel<T_>::run_layernorm(const FollowingLayerNorm<T_>& ln, T_* residual_out,
+                                  const T_* residual, const T_* addend, int B, int T) {
+  cudaStream_t stream = ctx_->stream();
+  const int C = config_.channels;
+  if constexpr (std::is_same_v<T_, bf16>) {
+    if (ln.codes.scale != nullptr) {
+      if (addend != nullptr)
+        gpu::residual_layernorm_forward_fp8(residual_out, ln.codes, ln.mean, ln.rstd, residual,
+                                            addend, ln.weight, ln.bias, B, T, C, stream);
+      else
+        gpu::layernorm_forward_fp8(ln.codes, ln.mean, ln.rstd, residual, ln.weight, ln.bias, B,
+                                   T, C, stream);
+      return;
+    }
+  }
+  if (addend != nullptr)
+    gpu::residual_layernorm_forward(residual_out, ln.out, ln.mean, ln.rstd, residual, addend,
+                                    ln.weight, ln.bias, B, T, C, stream);
+  else
+    gpu::layernorm_forward(ln.out, ln.mean, ln.rstd, residual, ln.weight, ln.bias, B, T, C,
+                           stream);
 }
 
 template <typename T_>
@@ -217,8 +255,12 @@ void CudaModel<T_>::linear_backward(int l, int linear, T_* dinp, T_* dweight, T_
   float* scratch = buf<float>(kMatmulScratch);
   if constexpr (std::is_same_v<T_, bf16>) {
     if (fp8_ && fp8_pass_) {
-      fp8_->backward(l, static_cast<Fp8Linears::Linear>(linear), dinp, dweight, dbias, dout,
-                     pre_gelu, B * T, scratch);
+      // fcproj's dinp stays the gradient of the GELU's output; fc's cast applies gelu'.
+      const auto fp8_linear = static_cast<Fp8Linears::Linear>(linear);
+      const T_* gelu_input = fp8_linear == Fp8Linears::kFc
+                                 ? block_activations(l, static_cast<size_t>(B) * T).fch
+                                 : nullptr;
+      fp8_->backward(l, fp8_linear, dinp, dweight, dbias, dout, gelu_input, B * T, scratch);
       return;
     }
   }

@@ -41,6 +41,7 @@
 #include "kernels/gpu/encoder.cuh"
 #include "kernels/gpu/global_norm.cuh"
 #include "kernels/gpu/layernorm.cuh"
+#include "kernels/gpu/layernorm_fp8.cuh"
 #include "kernels/gpu/matmul.cuh"
 #include "kernels/gpu/residual.cuh"
 #include "kernels/gpu/row_copy.cuh"
@@ -139,8 +140,10 @@ struct BlockActivations {
   T_* proj = nullptr;       // attproj / fcproj output (B,T,C), shared
 };
 
-/// The LayerNorm that follows a block's output (the next block's ln1, or lnf after the last),
-/// fused with the block's final residual add; out == nullptr: none (the add alone).
+/// A LayerNorm before a block linear or the classifier: the next block's ln1 or lnf, fused with
+/// a block's final residual add (out == nullptr: none, the add alone), or a block's ln2. With
+/// codes set (codes.scale != nullptr; --precision fp8's training passes) it writes its output
+/// as that linear's FP8 input codes instead of to out (gpu::layernorm_forward_fp8).
 template <typename T_>
 struct FollowingLayerNorm {
   T_* out = nullptr;
@@ -148,6 +151,7 @@ struct FollowingLayerNorm {
   float* rstd = nullptr;
   const T_* weight = nullptr;
   const T_* bias = nullptr;
+  gpu::Fp8Destination codes = {};
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -245,16 +249,26 @@ class CudaModel final : public CudaModelBase {
   /// training pass of an fp8 model (fp8_pass_), else the model's own precision.
   void linear_forward(int l, int linear, T_* out, const T_* in, const T_* weight, const T_* bias,
                       T_* pre_gelu, int B, int T, int IC, int OC);
-  /// Its backward: dinp = dout W (with pre_gelu: times gelu'(pre_gelu)), dweight += dout^T in,
-  /// dbias += column sums of dout.
+  /// Its backward: dinp = dout W (with pre_gelu: times gelu'(pre_gelu); an FP8 pass applies
+  /// that gelu' in fc's backward instead), dweight += dout^T in, dbias += column sums of dout.
   void linear_backward(int l, int linear, T_* dinp, T_* dweight, T_* dbias, const T_* dout,
                        const T_* in, const T_* weight, const T_* pre_gelu, int B, int T, int IC,
                        int OC);
   /// FP8: the weights' codes cast again if the parameters changed since (before a training
   /// pass; outside any graph capture).
   void refresh_fp8_weights();
-  /// Layer l's ln1 over (B,T) rows of a, as `next` of block l-1 (the encoder's for l = 0).
+  /// Layer l's ln1 over (B,T) rows of a, as `next` of block l-1 (the encoder's for l = 0), and
+  /// its ln2; either writing FP8 codes where fp8_layernorm says so.
   FollowingLayerNorm<T_> ln1_of(int l, const BlockActivations<T_>& a) const;
+  FollowingLayerNorm<T_> ln2_of(int l, const BlockActivations<T_>& a) const;
+  /// Whether the LayerNorm before `linear` (Fp8Linears::kQkv: ln1, kFc: ln2) writes its FP8
+  /// codes itself in this pass: an fp8 training pass, a width layernorm_fp8 takes, and for ln2
+  /// no --recompute fc (whose second fc forward reads the bf16 ln2).
+  bool fp8_layernorm(int linear) const;
+  /// ln over (B,T) rows: of residual + addend (each sum stored to residual_out, rounded once)
+  /// when addend is set, else of residual; to ln.out or, with ln.codes, to FP8 codes.
+  void run_layernorm(const FollowingLayerNorm<T_>& ln, T_* residual_out, const T_* residual,
+                     const T_* addend, int B, int T);
   /// Evaluation: the losses (B,T) of the forward's lnf, chunk by chunk (classifier_chunk_rows_).
   void classifier_losses(int B, int T);
   /// Training: per chunk the losses, then dlnf (=) and dwte (+=) through the fused
@@ -357,17 +371,19 @@ void CudaModel<T_>::block_forward(int l, const BlockActivations<T_>& a, int B, i
   const int64_t rows_x_channels = static_cast<int64_t>(B) * T * C;
   const LayerTensors<T_> w = layer_params(l);
   using L8 = Fp8Linears;
-  linear_forward(l, L8::kQkv, a.qkv, a.ln1, w.qkvw, w.qkvb, nullptr, B, T, C, 3 * C);
+  // A LayerNorm that wrote its linear's FP8 codes leaves that linear no input to read.
+  const T_* qkv_in = fp8_layernorm(L8::kQkv) ? nullptr : a.ln1;
+  linear_forward(l, L8::kQkv, a.qkv, qkv_in, w.qkvw, w.qkvb, nullptr, B, T, C, 3 * C);
   attend();
   linear_forward(l, L8::kAttProj, a.proj, a.atty, w.attprojw, w.attprojb, nullptr, B, T, C, C);
-  gpu::residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, a.residual, a.proj,
-                                  w.ln2w, w.ln2b, B, T, C, stream);
-  linear_forward(l, L8::kFc, a.fch_gelu, a.ln2, w.fcw, w.fcb, a.fch, B, T, C, 4 * C);
+  const FollowingLayerNorm<T_> ln2 = ln2_of(l, a);
+  run_layernorm(ln2, a.residual2, a.residual, a.proj, B, T);
+  const T_* fc_in = ln2.codes.scale != nullptr ? nullptr : a.ln2;
+  linear_forward(l, L8::kFc, a.fch_gelu, fc_in, w.fcw, w.fcb, a.fch, B, T, C, 4 * C);
   linear_forward(l, L8::kFcProj, a.proj, a.fch_gelu, w.fcprojw, w.fcprojb, nullptr, B, T, 4 * C,
                  C);
-  if (next.out != nullptr)
-    gpu::residual_layernorm_forward(a.residual3, next.out, next.mean, next.rstd, a.residual2,
-                                    a.proj, next.weight, next.bias, B, T, C, stream);
+  if (next.out != nullptr || next.codes.scale != nullptr)
+    run_layernorm(next, a.residual3, a.residual2, a.proj, B, T);
   else
     gpu::residual_forward(a.residual3, a.residual2, a.proj, rows_x_channels, stream);
 }

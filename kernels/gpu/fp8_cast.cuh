@@ -8,8 +8,17 @@
  *   converted as __nv_cvt_float_to_fp8(x, __NV_SATFINITE, format) converts (round to nearest
  *   even, saturating to the largest finite); *amax = max(*amax, max |in| over the finite
  *   elements): zero it before a fresh reduction. scale and amax are device pointers, so that a
- *   delayed scale updated on the device needs no host round trip. 64 x 64 tiles through shared
- *   memory, so both outputs are written in whole rows. Any rows, cols >= 0.
+ *   delayed scale updated on the device needs no host round trip. 128 x 128 tiles through
+ *   shared memory, so both outputs are written in whole rows. Any rows, cols >= 0.
+ *
+ * A gradient's cast may fold in what would otherwise be passes of their own (Fp8CastFusion):
+ *  - gelu_input: the tensor cast is d = gelu'(gelu_input) * in, rounded to T_, where `in` is
+ *    the gradient of a GELU's output and gelu_input (rows, cols) the GELU's input: the very
+ *    values gpu::gelu_backward(d, gelu_input, in) writes, so the codes and the amax are those
+ *    of gelu_backward then the plain cast, bit for bit.
+ *  - column_partials (ceil(rows / kFp8CastTileRows), cols) fp32: per tile of kFp8CastTileRows
+ *    rows, the column sums of the cast tensor (before the scale; in a fixed order, so the same
+ *    bits every run), a bias gradient's partials for launch_add_column_partials (common.cuh).
  */
 #pragma once
 
@@ -21,9 +30,17 @@
 
 namespace gpt2::gpu {
 
+constexpr int kFp8CastTileRows = 128;
+
+template <typename T_>
+struct Fp8CastFusion {
+  const T_* gelu_input = nullptr;
+  float* column_partials = nullptr;
+};
+
 template <typename T_>
 void fp8_cast_transpose(const T_* in, int64_t rows, int64_t cols, const float* scale,
                         cpu::Fp8Format format, uint8_t* out, uint8_t* out_t, float* amax,
-                        cudaStream_t stream);
+                        cudaStream_t stream, const Fp8CastFusion<T_>& fusion = {});
 
 }  // namespace gpt2::gpu

@@ -2,31 +2,18 @@
  * @file gelu.cu
  * @brief GELU (tanh approximation) forward and backward; see gelu.cuh for the contract.
  *
- * gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2),
- *   t = tanh(sqrt(2/pi) (x + 0.044715 x^3)); 1 - t^2 is sech^2 without coshf's overflow.
+ * The math (gelu, gelu_grad) is gelu_device.cuh's.
  */
 #include "kernels/gpu/gelu.cuh"
 
 #include "base/error.h"
 #include "kernels/gpu/common.cuh"
+#include "kernels/gpu/gelu_device.cuh"
 
 namespace gpt2::gpu {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kGeluCubic = 0.044715f;
-
-__device__ __forceinline__ float gelu(float x) {
-  const float t = tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
-  return 0.5f * x * (1.0f + t);
-}
-
-__device__ __forceinline__ float gelu_grad(float x) {
-  const float t = tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
-  const float sech2 = 1.0f - t * t;
-  return 0.5f * (1.0f + t) + 0.5f * x * sech2 * kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Kernels

@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "kernels/common/layernorm_eps.h"
 #include "kernels/gpu/common.cuh"
+#include "kernels/gpu/layernorm_row.cuh"
 #include "kernels/gpu/residual.cuh"
 
 namespace gpt2::gpu {
@@ -117,7 +118,7 @@ __global__ void layernorm_backward_partials_kernel(float* partial_dweight, float
 // packs l, l+32, ...), so x and dout are read from memory once and every access is 16 bytes.
 // Used when C is a multiple of the pack size, the row fits kMaxPacksPerLane packs per lane, and
 // every pointer is 16-byte aligned (the launchers check); otherwise the scalar kernels above.
-constexpr int kMaxPacksPerLane = 8;
+constexpr int kMaxPacksPerLane = kLayerNormMaxPacksPerLane;
 
 template <typename T_>
 bool packed_rows_fit(int C, std::initializer_list<const void*> pointers) {
@@ -137,60 +138,16 @@ __global__ void layernorm_forward_packed_kernel(T_* out, float* mean, float* rst
                                                 int C, const T_* addend, T_* residual_out) {
   constexpr int kPack = Pack16<T_>::kSize;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
   if (row >= rows) return;  // whole warps leave together
-  const int packs = C / kPack;
-  const T_* x = inp + row * C;
-  Pack16<T_> xs[kMaxPacksPerLane];
-  float sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kMaxPacksPerLane; ++i) {
-    const int p = lane + 32 * i;
-    if (p < packs) {
-      xs[i] = load_pack16(x + p * kPack);
-      if (addend != nullptr) {
-        const Pack16<T_> a = load_pack16(addend + row * C + p * kPack);
-#pragma unroll
-        for (int j = 0; j < kPack; ++j)
-          xs[i].values[j] = from_float<T_>(to_float(xs[i].values[j]) + to_float(a.values[j]));
-        store_pack16(residual_out + row * C + p * kPack, xs[i]);
-      }
-#pragma unroll
-      for (int j = 0; j < kPack; ++j) sum += to_float(xs[i].values[j]);
-    }
-  }
-  const float row_mean = warp_reduce_sum(sum) / C;
-  float sum_sq = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kMaxPacksPerLane; ++i) {
-    if (lane + 32 * i < packs) {
-#pragma unroll
-      for (int j = 0; j < kPack; ++j) {
-        const float d = to_float(xs[i].values[j]) - row_mean;
-        sum_sq += d * d;
-      }
-    }
-  }
-  const float row_rstd = 1.0f / sqrtf(warp_reduce_sum(sum_sq) / C + kEps);
   T_* y = out + row * C;
-#pragma unroll
-  for (int i = 0; i < kMaxPacksPerLane; ++i) {
-    const int p = lane + 32 * i;
-    if (p < packs) {
-      const Pack16<T_> w = load_pack16(weight + p * kPack);
-      const Pack16<T_> b = load_pack16(bias + p * kPack);
-      Pack16<T_> result;
-#pragma unroll
-      for (int j = 0; j < kPack; ++j) {
-        const float norm = (to_float(xs[i].values[j]) - row_mean) * row_rstd;
-        result.values[j] = from_float<T_>(norm * to_float(w.values[j]) + to_float(b.values[j]));
-      }
-      store_pack16(y + p * kPack, result);
-    }
-  }
-  if (lane == 0) {
-    if (mean) mean[row] = row_mean;
-    if (rstd) rstd[row] = row_rstd;
+  const bool residual = addend != nullptr;
+  const RowStatistics stats = layernorm_row_packed(
+      inp + row * C, residual ? addend + row * C : nullptr,
+      residual ? residual_out + row * C : nullptr, weight, bias, C,
+      [&](int p, const Pack16<T_>& result) { store_pack16(y + p * kPack, result); });
+  if (threadIdx.x % 32 == 0) {
+    if (mean) mean[row] = stats.mean;
+    if (rstd) rstd[row] = stats.rstd;
   }
 }
 

@@ -3,7 +3,10 @@
 // fp32 inputs, odd shapes around the 64 x 64 tiles, scales that push values past the formats'
 // range (saturation) and below their smallest subnormal, NaN and infinities in the input; the
 // outputs are poisoned first, so an element the kernel forgot fails, and amax accumulates into
-// what it holds.
+// what it holds. The fusions (Fp8CastFusion): the GELU backward folded in gives the bits of
+// gpu::gelu_backward then the plain cast, and the column partials are each tile's column sums
+// (against fp64, and the same bits on a second run).
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -13,6 +16,7 @@
 #include "gpu/gpu_test_util.h"
 #include "kernels/cpu/fp8.h"
 #include "kernels/gpu/fp8_cast.cuh"
+#include "kernels/gpu/gelu.cuh"
 
 namespace gpt2::gpu::test {
 namespace {
@@ -79,6 +83,85 @@ TEST(GpuFp8Cast, EitherOutputMayBeLeftOut) {
   cpu::fp8_cast_transpose(in.data(), rows, cols, 2.0f, Fp8Format::kE4M3, nullptr, want_t.data(),
                           nullptr);
   EXPECT_EQ(d_out_t.download(), want_t);
+}
+
+const std::pair<int64_t, int64_t> kFusionShapes[] = {{3, 5}, {65, 129}, {128, 768}, {200, 1032},
+                                                     {300, 40}, {129, 2304}};
+
+// The cast of a GELU's output gradient g with gelu' folded in, against gelu_backward then the
+// plain cast: codes in both orders and the amax, bit for bit.
+TEST(GpuFp8Cast, FoldsTheGeluBackwardInBitForBit) {
+  GPT2_REQUIRE_GPU();
+  uint64_t seed = 100;
+  for (const auto& [rows, cols] : kFusionShapes) {
+    const int64_t n = rows * cols;
+    DeviceBuffer<bf16> d_grad(n), d_pre(n), d_gelu_grad(n);
+    upload_floats(d_grad, random_normal(n, ++seed, 0.01));
+    upload_floats(d_pre, random_normal(n, ++seed, 2.0));
+    DeviceBuffer<float> d_scale(1), d_amax(1), d_want_amax(1);
+    d_scale.upload({4096.0f});
+    d_amax.upload({0.0f});
+    d_want_amax.upload({0.0f});
+    DeviceBuffer<uint8_t> d_out(n), d_out_t(n), d_want(n), d_want_t(n);
+    d_out.poison();
+    d_out_t.poison();
+    gelu_backward(d_gelu_grad.get(), d_pre.get(), d_grad.get(), n, nullptr);
+    fp8_cast_transpose(d_gelu_grad.get(), rows, cols, d_scale.get(), Fp8Format::kE5M2,
+                       d_want.get(), d_want_t.get(), d_want_amax.get(), nullptr);
+    Fp8CastFusion<bf16> fusion;
+    fusion.gelu_input = d_pre.get();
+    fp8_cast_transpose(d_grad.get(), rows, cols, d_scale.get(), Fp8Format::kE5M2, d_out.get(),
+                       d_out_t.get(), d_amax.get(), nullptr, fusion);
+    EXPECT_EQ(d_out.download(), d_want.download()) << rows << "x" << cols;
+    EXPECT_EQ(d_out_t.download(), d_want_t.download()) << rows << "x" << cols;
+    EXPECT_EQ(d_amax.download()[0], d_want_amax.download()[0]) << rows << "x" << cols;
+  }
+}
+
+// column_partials[tile][c] = the sum of the cast tensor's column c over the tile's rows (with
+// the GELU folded in or not): within fp32's rounding of 128 additions of the fp64 sum, and the
+// same bits when run again.
+TEST(GpuFp8Cast, ColumnPartialsAreEachTilesColumnSums) {
+  GPT2_REQUIRE_GPU();
+  uint64_t seed = 200;
+  for (const bool gelu : {false, true}) {
+    for (const auto& [rows, cols] : kFusionShapes) {
+      const int64_t n = rows * cols;
+      const int64_t tiles = (rows + kFp8CastTileRows - 1) / kFp8CastTileRows;
+      DeviceBuffer<bf16> d_grad(n), d_pre(n), d_cast(n);
+      upload_floats(d_grad, random_normal(n, ++seed, 3.0));
+      upload_floats(d_pre, random_normal(n, ++seed, 2.0));
+      DeviceBuffer<float> d_scale(1), d_partials(tiles * cols);
+      d_scale.upload({1.0f});
+      d_partials.poison();
+      Fp8CastFusion<bf16> fusion;
+      fusion.gelu_input = gelu ? d_pre.get() : nullptr;
+      fusion.column_partials = d_partials.get();
+      fp8_cast_transpose(d_grad.get(), rows, cols, d_scale.get(), Fp8Format::kE5M2, nullptr,
+                         nullptr, nullptr, nullptr, fusion);
+      const std::vector<float> partials = d_partials.download();
+      fp8_cast_transpose(d_grad.get(), rows, cols, d_scale.get(), Fp8Format::kE5M2, nullptr,
+                         nullptr, nullptr, nullptr, fusion);
+      EXPECT_EQ(d_partials.download(), partials) << "a second run, " << rows << "x" << cols;
+      // The tensor the cast saw: the gradient itself, or gelu_backward's output.
+      if (gelu) gelu_backward(d_cast.get(), d_pre.get(), d_grad.get(), n, nullptr);
+      const std::vector<float> cast = download_floats(gelu ? d_cast : d_grad);
+      for (int64_t t = 0; t < tiles; ++t) {
+        for (int64_t c = 0; c < cols; ++c) {
+          double sum = 0.0, magnitude = 0.0;
+          for (int64_t r = t * kFp8CastTileRows; r < std::min(rows, (t + 1) * kFp8CastTileRows);
+               ++r) {
+            sum += cast[r * cols + c];
+            magnitude += std::fabs(cast[r * cols + c]);
+          }
+          const double got = partials[t * cols + c];
+          ASSERT_LE(std::fabs(got - sum), 128 * std::ldexp(magnitude, -24) + 1e-30)
+              << "tile " << t << " column " << c << ", " << rows << "x" << cols
+              << (gelu ? " with the GELU" : "");
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,144 @@
+/**
+ * @file layernorm_fp8.cu
+ * @brief layernorm_forward_fp8 and residual_layernorm_forward_fp8; see layernorm_fp8.cuh.
+ *
+ * Block = 32 rows, 8 warps of 4 rows each. A row's output packs (8 bf16, rounded as the bf16
+ * LayerNorm rounds them) become 8 codes, stored to `rows` in one 8-byte store and to the
+ * block's (32, C) shared tile; after one barrier a thread per column gathers its 32 codes (a
+ * warp reads 32 neighbouring bytes of a row at a time: no bank conflicts) and stores them as
+ * two 16-byte runs of `transposed` (whole 32-byte sectors). The amax goes through
+ * raise_block_amax once per block.
+ */
+#include "kernels/gpu/layernorm_fp8.cuh"
+
+#include <cuda_fp8.h>
+
+#include "base/error.h"
+#include "kernels/gpu/common.cuh"
+#include "kernels/gpu/fp8_device.cuh"
+#include "kernels/gpu/layernorm_row.cuh"
+
+namespace gpt2::gpu {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kRowsPerBlock = 32;
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kPack = Pack16<bf16>::kSize;
+constexpr int kMaxChannels = 32 * kLayerNormMaxPacksPerLane * kPack;  // 2048
+constexpr int kStaticSharedLimit = 48 * 1024;
+
+struct RowsShape {
+  int64_t rows;
+  int C;
+  bool vector_transposed;  // whole 32-row tiles may store 16-byte runs of `transposed`
+};
+
+__global__ void __launch_bounds__(kThreads)
+    layernorm_fp8_kernel(const Fp8Destination out, float* mean, float* rstd, const bf16* inp,
+                         const bf16* weight, const bf16* bias, const RowsShape shape,
+                         const bf16* addend, bf16* residual_out) {
+  extern __shared__ __align__(16) uint8_t tile[];  // (kRowsPerBlock, C) codes
+  __shared__ float reduce_scratch[32];
+  const int64_t rows = shape.rows;
+  const int C = shape.C;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
+  const float scale = *out.scale;
+  float largest = 0.0f;
+  for (int r = threadIdx.x / 32; r < kRowsPerBlock && row0 + r < rows; r += kWarps) {
+    const int64_t row = row0 + r;
+    const bool residual = addend != nullptr;
+    const RowStatistics stats = layernorm_row_packed(
+        inp + row * C, residual ? addend + row * C : nullptr,
+        residual ? residual_out + row * C : nullptr, weight, bias, C,
+        [&](int p, const Pack16<bf16>& y) {
+          float x[kPack];
+#pragma unroll
+          for (int j = 0; j < kPack; ++j) {
+            x[j] = to_float(y.values[j]);
+            if (isfinite(x[j])) largest = fmaxf(largest, fabsf(x[j]));
+          }
+          __align__(8) uint8_t codes[kPack];
+          fp8_codes<__NV_E4M3>(x, scale, codes);
+          const uint2 packed = *reinterpret_cast<const uint2*>(codes);
+          if (out.rows != nullptr)
+            *reinterpret_cast<uint2*>(out.rows + row * C + p * kPack) = packed;
+          *reinterpret_cast<uint2*>(tile + r * C + p * kPack) = packed;
+        });
+    if (threadIdx.x % 32 == 0) {
+      if (mean) mean[row] = stats.mean;
+      if (rstd) rstd[row] = stats.rstd;
+    }
+  }
+  if (out.transposed != nullptr) {
+    __syncthreads();
+    const int valid =
+        rows - row0 < kRowsPerBlock ? static_cast<int>(rows - row0) : kRowsPerBlock;
+    const bool vector = shape.vector_transposed && valid == kRowsPerBlock;
+    for (int c = threadIdx.x; c < C; c += kThreads) {
+      __align__(16) uint8_t column[kRowsPerBlock];
+#pragma unroll
+      for (int r = 0; r < kRowsPerBlock; ++r) column[r] = r < valid ? tile[r * C + c] : 0;
+      uint8_t* dst = out.transposed + static_cast<int64_t>(c) * rows + row0;
+      if (vector) {
+        reinterpret_cast<uint4*>(dst)[0] = reinterpret_cast<const uint4*>(column)[0];
+        reinterpret_cast<uint4*>(dst)[1] = reinterpret_cast<const uint4*>(column)[1];
+      } else {
+        for (int r = 0; r < valid; ++r) dst[r] = column[r];
+      }
+    }
+  }
+  if (out.amax != nullptr) raise_block_amax(largest, out.amax, reduce_scratch);
+}
+
+void launch(const Fp8Destination& out, float* mean, float* rstd, const bf16* inp,
+            const bf16* weight, const bf16* bias, int B, int T, int C, const bf16* addend,
+            bf16* residual_out, cudaStream_t stream) {
+  GPT2_CHECK(B >= 1 && T >= 1, "B=", B, " T=", T);
+  GPT2_CHECK(layernorm_fp8_supported(C), "a LayerNorm to FP8 codes needs C a multiple of ",
+             kPack, " up to ", kMaxChannels, " (C=", C, ")");
+  GPT2_CHECK(out.scale != nullptr, "a LayerNorm to FP8 codes needs a scale");
+  for (const void* p : {static_cast<const void*>(inp), static_cast<const void*>(weight),
+                        static_cast<const void*>(bias), static_cast<const void*>(addend),
+                        static_cast<const void*>(residual_out)})
+    GPT2_CHECK(alignment_bytes(p) >= 16, "a LayerNorm to FP8 codes needs 16-byte aligned rows");
+  GPT2_CHECK(alignment_bytes(out.rows) >= 8, "FP8 code rows need 8-byte alignment");
+  const int64_t rows = static_cast<int64_t>(B) * T;
+  const RowsShape shape{rows, C, rows % 16 == 0 && alignment_bytes(out.transposed) >= 16};
+  const int shared_bytes = kRowsPerBlock * C;
+  if (shared_bytes > kStaticSharedLimit) {
+    static const bool opted_in = [] {
+      GPT2_CUDA_CHECK(cudaFuncSetAttribute(layernorm_fp8_kernel,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           kRowsPerBlock * kMaxChannels));
+      return true;
+    }();
+    (void)opted_in;
+  }
+  layernorm_fp8_kernel<<<grid_size(rows, kRowsPerBlock), kThreads, shared_bytes, stream>>>(
+      out, mean, rstd, inp, weight, bias, shape, addend, residual_out);
+  GPT2_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool layernorm_fp8_supported(int C) { return C >= kPack && C % kPack == 0 && C <= kMaxChannels; }
+
+void layernorm_forward_fp8(const Fp8Destination& out, float* mean, float* rstd, const bf16* inp,
+                           const bf16* weight, const bf16* bias, int B, int T, int C,
+                           cudaStream_t stream) {
+  GPT2_CHECK(inp != nullptr && weight != nullptr && bias != nullptr);
+  launch(out, mean, rstd, inp, weight, bias, B, T, C, nullptr, nullptr, stream);
+}
+
+void residual_layernorm_forward_fp8(bf16* residual_out, const Fp8Destination& out, float* mean,
+                                    float* rstd, const bf16* residual, const bf16* addend,
+                                    const bf16* weight, const bf16* bias, int B, int T, int C,
+                                    cudaStream_t stream) {
+  GPT2_CHECK(residual_out != nullptr && residual != nullptr && addend != nullptr &&
+             weight != nullptr && bias != nullptr);
+  launch(out, mean, rstd, residual, weight, bias, B, T, C, addend, residual_out, stream);
+}
+
+}  // namespace gpt2::gpu

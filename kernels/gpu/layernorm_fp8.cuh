@@ -1,0 +1,48 @@
+/**
+ * @file layernorm_fp8.cuh
+ * @brief LayerNorm whose output goes straight to FP8 codes (--precision fp8, issue 22): the
+ *        forward of the LayerNorms before qkv and fc writes those GEMMs' E4M3 operands itself,
+ *        so the bf16 output is never stored and read back by a cast.
+ *
+ * layernorm_forward_fp8 / residual_layernorm_forward_fp8 are layernorm_forward /
+ * residual_layernorm_forward (layernorm.cuh) with `out` replaced by an Fp8Destination: the
+ * codes of y * (*scale), y the bf16 output those would store, in both orders (rows (B*T, C) and
+ * transposed (C, B*T); either may be null), and *amax raised to max |y| over the finite
+ * values: the bits of the bf16 LayerNorm then fp8_cast_transpose (fp8_cast.cuh) to E4M3.
+ * mean, rstd and residual_out as there. Needs the packed form (bf16, C a multiple of 8 and at
+ * most 2048, 16-byte aligned inputs): layernorm_fp8_supported(C) says whether C allows it.
+ * Parallel scheme: a block of 8 warps per 32 rows, a warp per row (layernorm_row.cuh); each
+ * row's codes go to `rows` from registers and to a shared tile, from which each thread writes
+ * a column's 32 codes to `transposed` in two 16-byte stores.
+ */
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace gpt2::gpu {
+
+/// An FP8 operand written by the op that produces it: E4M3 codes in both orders, the scale
+/// they are cast with and the amax they raise (device pointers).
+struct Fp8Destination {
+  uint8_t* rows = nullptr;
+  uint8_t* transposed = nullptr;
+  const float* scale = nullptr;
+  float* amax = nullptr;
+};
+
+bool layernorm_fp8_supported(int C);
+
+void layernorm_forward_fp8(const Fp8Destination& out, float* mean, float* rstd,
+                           const __nv_bfloat16* inp, const __nv_bfloat16* weight,
+                           const __nv_bfloat16* bias, int B, int T, int C, cudaStream_t stream);
+
+void residual_layernorm_forward_fp8(__nv_bfloat16* residual_out, const Fp8Destination& out,
+                                    float* mean, float* rstd, const __nv_bfloat16* residual,
+                                    const __nv_bfloat16* addend, const __nv_bfloat16* weight,
+                                    const __nv_bfloat16* bias, int B, int T, int C,
+                                    cudaStream_t stream);
+
+}  // namespace gpt2::gpu
