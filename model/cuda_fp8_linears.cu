@@ -114,18 +114,26 @@ uint8_t* Fp8Linears::input_codes(int l, Linear linear) const {
 void Fp8Linears::refresh_weights(const bf16* params, const LayerMajorLayout& layout) {
   cudaStream_t stream = ctx_.stream();
   const int L = config_.num_layers;
-  // One pass over every weight: its amax alone (codes false), or its codes in both orders.
+  // One pass over every weight, all of them in a few launches: their amaxes alone (codes
+  // false), or their codes in both orders.
   auto pass = [&](bool codes) {
+    std::vector<gpu::Fp8CastJob<bf16>> jobs;
+    jobs.reserve(static_cast<size_t>(L) * kNumLinears);
     for (int l = 0; l < L; ++l)
       for (int k = 0; k < kNumLinears; ++k) {
         const auto linear = static_cast<Linear>(k);
         gpu::Fp8ScaleState* s = state(l, linear, kWeight);
-        gpu::fp8_cast_transpose(params + layout.offset(kWeightTensors[k], l),
-                                out_features(linear), in_features(linear), &s->scale, kE4M3,
-                                codes ? weight_codes(l, linear, false) : nullptr,
-                                codes ? weight_codes(l, linear, true) : nullptr,
-                                codes ? nullptr : &s->amax, stream);
+        gpu::Fp8CastJob<bf16> job;
+        job.in = params + layout.offset(kWeightTensors[k], l);
+        job.rows = out_features(linear);
+        job.cols = in_features(linear);
+        job.scale = &s->scale;
+        job.out = codes ? weight_codes(l, linear, false) : nullptr;
+        job.out_t = codes ? weight_codes(l, linear, true) : nullptr;
+        job.amax = codes ? nullptr : &s->amax;
+        jobs.push_back(job);
       }
+    gpu::fp8_cast_transpose_group(jobs.data(), static_cast<int>(jobs.size()), kE4M3, stream);
   };
   // Current scaling: the amaxes, the scales from them alone (a history of 1), the casts.
   pass(false);

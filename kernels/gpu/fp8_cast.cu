@@ -1,6 +1,12 @@
 /**
  * @file fp8_cast.cu
- * @brief fp8_cast_transpose (fp8_cast.cuh): a block of 512 threads per 128 x 128 tile.
+ * @brief fp8_cast_transpose and fp8_cast_transpose_group (fp8_cast.cuh): a block of 512
+ *        threads per 128 x 128 tile.
+ *
+ * A launch takes up to kFp8CastJobsPerLaunch tensors (jobs, in the kernel's parameters) and
+ * one block per tile of any of them, the tiles numbered job after job; a block finds its job
+ * by the jobs' first tiles. (A weight cast alone was a launch of a few dozen tiles, about 11
+ * us each, twice per weight per step.)
  *
  * Load: each thread takes runs of 8 columns of one row (4 runs, rows 32 apart): one 16-byte
  * load when the run is whole and aligned (bf16; two for fp32), with a fused GELU backward the
@@ -40,10 +46,19 @@ __device__ __forceinline__ int tile_offset(int r, int c) {
   return r * kTileStride + r / kColumnRun * 4 + c;
 }
 
-struct CastShape {
-  int64_t rows, cols;
-  // whole runs may use 16-byte loads of in and gelu_input, 8/16-byte stores of out/out_t
+/// A job as the kernel takes it: whether its whole runs may use 16-byte loads of in and
+/// gelu_input, and 8- and 16-byte stores of out and out_t.
+template <typename T_>
+struct CastJob {
+  Fp8CastJob<T_> job;
   bool vector_in, vector_gelu, vector_out, vector_out_t;
+};
+
+template <typename T_>
+struct CastLaunch {
+  int count;
+  int64_t first_tile[kFp8CastJobsPerLaunch + 1];  // job j: [first_tile[j], first_tile[j + 1])
+  CastJob<T_> jobs[kFp8CastJobsPerLaunch];
 };
 
 __device__ __forceinline__ void load_run(const __nv_bfloat16* p, float (&x)[kRun]) {
@@ -78,15 +93,25 @@ __device__ __forceinline__ void load_values(const T_* p, bool vector, int64_t va
 
 template <typename T_, __nv_fp8_interpretation_t kFormat>
 __global__ void __launch_bounds__(kThreads)
-    fp8_cast_transpose_kernel(const T_* in, const CastShape shape, const float* scale, uint8_t* out,
-                              uint8_t* out_t, float* amax, const Fp8CastFusion<T_> fusion) {
+    fp8_cast_transpose_kernel(const __grid_constant__ CastLaunch<T_> launch) {
   __shared__ __align__(16) uint8_t tile[kTileBytes];
   __shared__ float warp_column_sums[kWarps][kTileCols];
   __shared__ float reduce_scratch[32];
-  const int64_t rows = shape.rows, cols = shape.cols;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTileRows;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kTileCols;
-  const float s = *scale;
+  int j = 0;
+  while (j + 1 < launch.count && blockIdx.x >= launch.first_tile[j + 1]) ++j;
+  const CastJob<T_>& shape = launch.jobs[j];
+  const Fp8CastJob<T_>& job = shape.job;
+  const T_* in = job.in;
+  const Fp8CastFusion<T_>& fusion = job.fusion;
+  uint8_t* out = job.out;
+  uint8_t* out_t = job.out_t;
+  const int64_t rows = job.rows, cols = job.cols;
+  const int64_t tiles_x = ceil_div(cols, kTileCols);  // this job's tiles, row after row
+  const int64_t tile_index = blockIdx.x - launch.first_tile[j];
+  const int64_t tile_row = tile_index / tiles_x;
+  const int64_t row0 = tile_row * kTileRows;
+  const int64_t col0 = tile_index % tiles_x * kTileCols;
+  const float s = *job.scale;
   float largest = 0.0f;
   float column_sums[kRun] = {};
   constexpr int kRunsPerRow = kTileCols / kRun;
@@ -156,43 +181,68 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x < kTileCols && col0 + threadIdx.x < cols) {
       float total = 0.0f;
       for (int w = 0; w < kWarps; ++w) total += warp_column_sums[w][threadIdx.x];
-      fusion.column_partials[blockIdx.y * cols + col0 + threadIdx.x] = total;
+      fusion.column_partials[tile_row * cols + col0 + threadIdx.x] = total;
     }
   }
-  if (amax != nullptr) raise_block_amax(largest, amax, reduce_scratch);
+  if (job.amax != nullptr) raise_block_amax(largest, job.amax, reduce_scratch);
+}
+
+template <typename T_>
+CastJob<T_> checked_job(const Fp8CastJob<T_>& job) {
+  GPT2_CHECK(job.rows >= 0 && job.cols >= 0, "an fp8 cast of ", job.rows, " x ", job.cols);
+  GPT2_CHECK(job.scale != nullptr, "an fp8 cast needs a scale");
+  const bool whole_runs = job.cols % kRun == 0;
+  return {job, whole_runs && alignment_bytes(job.in) >= 16,
+          whole_runs && alignment_bytes(job.fusion.gelu_input) >= 16,
+          whole_runs && alignment_bytes(job.out) >= 8,
+          job.rows % kColumnRun == 0 && alignment_bytes(job.out_t) >= 16};
 }
 
 template <typename T_, __nv_fp8_interpretation_t kFormat>
-void launch(const T_* in, int64_t rows, int64_t cols, const float* scale, uint8_t* out,
-            uint8_t* out_t, float* amax, const Fp8CastFusion<T_>& fusion, cudaStream_t stream) {
-  const int64_t tiles_y = ceil_div(rows, kTileRows), tiles_x = ceil_div(cols, kTileCols);
-  GPT2_CHECK(tiles_y <= 65535 && tiles_x < (int64_t{1} << 31), "an fp8 cast of ", rows, " x ", cols,
-             " exceeds the grid");
-  const bool whole_runs = cols % kRun == 0;
-  const CastShape shape{rows, cols, whole_runs && alignment_bytes(in) >= 16,
-                        whole_runs && alignment_bytes(fusion.gelu_input) >= 16,
-                        whole_runs && alignment_bytes(out) >= 8,
-                        rows % kColumnRun == 0 && alignment_bytes(out_t) >= 16};
-  const dim3 grid(static_cast<unsigned>(tiles_x), static_cast<unsigned>(tiles_y));
-  fp8_cast_transpose_kernel<T_, kFormat>
-      <<<grid, kThreads, 0, stream>>>(in, shape, scale, out, out_t, amax, fusion);
-  GPT2_CUDA_CHECK_LAUNCH();
+void launch_group(const Fp8CastJob<T_>* jobs, int count, cudaStream_t stream) {
+  CastLaunch<T_> launch{};
+  int64_t tiles = 0;
+  auto flush = [&] {
+    if (launch.count == 0) return;
+    GPT2_CHECK(tiles < (int64_t{1} << 31), "an fp8 cast of ", tiles, " tiles exceeds the grid");
+    fp8_cast_transpose_kernel<T_, kFormat>
+        <<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(launch);
+    GPT2_CUDA_CHECK_LAUNCH();
+    launch.count = 0;
+    tiles = 0;
+  };
+  for (int i = 0; i < count; ++i) {
+    const CastJob<T_> job = checked_job(jobs[i]);
+    const int64_t job_tiles = ceil_div(job.job.rows, kTileRows) * ceil_div(job.job.cols, kTileCols);
+    if (job_tiles == 0) continue;
+    launch.first_tile[launch.count] = tiles;
+    launch.jobs[launch.count++] = job;
+    tiles += job_tiles;
+    launch.first_tile[launch.count] = tiles;
+    if (launch.count == kFp8CastJobsPerLaunch) flush();
+  }
+  flush();
 }
 
 }  // namespace
 
 template <typename T_>
+void fp8_cast_transpose_group(const Fp8CastJob<T_>* jobs, int count, cpu::Fp8Format format,
+                              cudaStream_t stream) {
+  GPT2_CHECK(count >= 0 && (count == 0 || jobs != nullptr), "an fp8 cast of ", count, " jobs");
+  if (format == cpu::Fp8Format::kE4M3) {
+    launch_group<T_, __NV_E4M3>(jobs, count, stream);
+  } else {
+    launch_group<T_, __NV_E5M2>(jobs, count, stream);
+  }
+}
+
+template <typename T_>
 void fp8_cast_transpose(const T_* in, int64_t rows, int64_t cols, const float* scale,
                         cpu::Fp8Format format, uint8_t* out, uint8_t* out_t, float* amax,
                         cudaStream_t stream, const Fp8CastFusion<T_>& fusion) {
-  GPT2_CHECK(rows >= 0 && cols >= 0, "an fp8 cast of ", rows, " x ", cols);
-  GPT2_CHECK(scale != nullptr, "an fp8 cast needs a scale");
-  if (rows == 0 || cols == 0) return;
-  if (format == cpu::Fp8Format::kE4M3) {
-    launch<T_, __NV_E4M3>(in, rows, cols, scale, out, out_t, amax, fusion, stream);
-  } else {
-    launch<T_, __NV_E5M2>(in, rows, cols, scale, out, out_t, amax, fusion, stream);
-  }
+  const Fp8CastJob<T_> job{in, rows, cols, scale, out, out_t, amax, fusion};
+  fp8_cast_transpose_group(&job, 1, format, stream);
 }
 
 template void fp8_cast_transpose<float>(const float*, int64_t, int64_t, const float*,
@@ -202,5 +252,9 @@ template void fp8_cast_transpose<__nv_bfloat16>(const __nv_bfloat16*, int64_t, i
                                                 const float*, cpu::Fp8Format, uint8_t*, uint8_t*,
                                                 float*, cudaStream_t,
                                                 const Fp8CastFusion<__nv_bfloat16>&);
+template void fp8_cast_transpose_group<float>(const Fp8CastJob<float>*, int, cpu::Fp8Format,
+                                              cudaStream_t);
+template void fp8_cast_transpose_group<__nv_bfloat16>(const Fp8CastJob<__nv_bfloat16>*, int,
+                                                      cpu::Fp8Format, cudaStream_t);
 
 }  // namespace gpt2::gpu

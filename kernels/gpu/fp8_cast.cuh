@@ -19,6 +19,7 @@
  *  - column_partials (ceil(rows / kFp8CastTileRows), cols) fp32: per tile of kFp8CastTileRows
  *    rows, the column sums of the cast tensor (before the scale; in a fixed order, so the same
  *    bits every run), a bias gradient's partials for launch_add_column_partials (common.cuh).
+ * fp8_cast_transpose_group: the same for a list of tensors (Fp8CastJob), each as if cast alone.
  */
 #pragma once
 
@@ -42,5 +43,24 @@ template <typename T_>
 void fp8_cast_transpose(const T_* in, int64_t rows, int64_t cols, const float* scale,
                         cpu::Fp8Format format, uint8_t* out, uint8_t* out_t, float* amax,
                         cudaStream_t stream, const Fp8CastFusion<T_>& fusion = {});
+
+/// One tensor of a grouped cast: fp8_cast_transpose's arguments.
+template <typename T_>
+struct Fp8CastJob {
+  const T_* in = nullptr;
+  int64_t rows = 0, cols = 0;
+  const float* scale = nullptr;
+  uint8_t* out = nullptr;
+  uint8_t* out_t = nullptr;
+  float* amax = nullptr;
+  Fp8CastFusion<T_> fusion = {};
+};
+
+/// fp8_cast_transpose of every job, several tensors a launch (up to kFp8CastJobsPerLaunch):
+/// many small tensors, such as a model's weights, without a launch and a tail each.
+constexpr int kFp8CastJobsPerLaunch = 16;
+template <typename T_>
+void fp8_cast_transpose_group(const Fp8CastJob<T_>* jobs, int count, cpu::Fp8Format format,
+                              cudaStream_t stream);
 
 }  // namespace gpt2::gpu

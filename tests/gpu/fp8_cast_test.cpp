@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -161,6 +162,52 @@ TEST(GpuFp8Cast, ColumnPartialsAreEachTilesColumnSums) {
         }
       }
     }
+  }
+}
+
+// A grouped cast of more tensors than one launch takes (kFp8CastJobsPerLaunch), of assorted
+// shapes, an empty one and one with only its amax: each job's codes, both orders, and amax as
+// the CPU twin gives them for that tensor alone.
+TEST(GpuFp8Cast, GroupCastsEachTensorAsIfAlone) {
+  GPT2_REQUIRE_GPU();
+  constexpr int kJobs = kFp8CastJobsPerLaunch + 5;
+  std::vector<std::vector<float>> values(kJobs);
+  std::deque<DeviceBuffer<bf16>> d_in;  // deques: DeviceBuffer does not move
+  std::deque<DeviceBuffer<uint8_t>> d_out, d_out_t;
+  DeviceBuffer<float> d_scale(1), d_amax(kJobs);
+  d_scale.upload({8.0f});
+  d_amax.upload(std::vector<float>(kJobs, 0.0f));
+  std::vector<Fp8CastJob<bf16>> jobs(kJobs);
+  for (int i = 0; i < kJobs; ++i) {
+    const int64_t rows = i == 3 ? 0 : 16 + 37 * i, cols = 8 + 24 * (i % 7);
+    values[i] = round_through<bf16>(random_normal(rows * cols, 300 + i, 2.0));
+    d_in.emplace_back(rows * cols);
+    d_out.emplace_back(rows * cols);
+    d_out_t.emplace_back(rows * cols);
+    upload_floats(d_in.back(), values[i]);
+    d_out.back().poison();
+    d_out_t.back().poison();
+    jobs[i].in = d_in.back().get();
+    jobs[i].rows = rows;
+    jobs[i].cols = cols;
+    jobs[i].scale = d_scale.get();
+    const bool amax_only = i == 5;
+    jobs[i].out = amax_only ? nullptr : d_out.back().get();
+    jobs[i].out_t = amax_only ? nullptr : d_out_t.back().get();
+    jobs[i].amax = d_amax.get() + i;
+  }
+  fp8_cast_transpose_group(jobs.data(), kJobs, Fp8Format::kE4M3, nullptr);
+  const std::vector<float> amaxes = d_amax.download();
+  for (int i = 0; i < kJobs; ++i) {
+    const int64_t n = jobs[i].rows * jobs[i].cols;
+    std::vector<uint8_t> want(static_cast<size_t>(n)), want_t(static_cast<size_t>(n));
+    float want_amax = 0.0f;
+    cpu::fp8_cast_transpose(values[i].data(), jobs[i].rows, jobs[i].cols, 8.0f, Fp8Format::kE4M3,
+                            want.data(), want_t.data(), &want_amax);
+    EXPECT_EQ(amaxes[i], want_amax) << "job " << i;
+    if (jobs[i].out == nullptr) continue;
+    EXPECT_EQ(d_out[i].download(), want) << "job " << i;
+    EXPECT_EQ(d_out_t[i].download(), want_t) << "job " << i;
   }
 }
 
