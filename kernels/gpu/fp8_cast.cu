@@ -91,11 +91,68 @@ __device__ __forceinline__ void load_values(const T_* p, bool vector, int64_t va
   for (int j = 0; j < kRun; ++j) x[j] = j < valid ? to_float(p[j]) : 0.f;
 }
 
-template <typename T_, __nv_fp8_interpretation_t kFormat>
-__global__ void __launch_bounds__(kThreads)
+/// out_t's runs of a whole tile (every row and column inside the tensor, out_t 16-byte
+/// aligned, rows a multiple of 16): the first 256 threads each take 4 columns x 16 rows, read
+/// as 16 words (one per row) and transposed in registers by byte permutes into 4 columns of 16
+/// codes, each one 16-byte store. Lane l of warp w takes rows 16 (l % 8) + [0, 16) and columns
+/// 4 G + [0, 4), G = 8 (l / 8) + w: a column's 8 runs are one whole 128-byte line, and the
+/// word reads of a row fall on 32 distinct banks (the tile's padding gives row R the bank
+/// offset 33 R + R / 16).
+__device__ __forceinline__ void store_transposed_whole(const uint8_t* tile, uint8_t* out_t,
+                                                       int64_t rows, int64_t row0, int64_t col0) {
+  if (threadIdx.x >= 256) return;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int r = kColumnRun * (lane % 8);
+  const int c = 4 * (8 * (lane / 8) + warp);
+  uint32_t words[kColumnRun];
+#pragma unroll
+  for (int i = 0; i < kColumnRun; ++i)
+    words[i] = *reinterpret_cast<const uint32_t*>(&tile[tile_offset(r + i, c)]);
+  uint4 columns[4];  // columns[k] = codes of column c + k, rows r .. r + 15
+  uint32_t* column_words = reinterpret_cast<uint32_t*>(columns);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {  // rows r + 4q .. r + 4q + 3
+    const uint32_t a = words[4 * q], b = words[4 * q + 1];
+    const uint32_t e = words[4 * q + 2], f = words[4 * q + 3];
+    const uint32_t low_ab = __byte_perm(a, b, 0x5140), high_ab = __byte_perm(a, b, 0x7362);
+    const uint32_t low_ef = __byte_perm(e, f, 0x5140), high_ef = __byte_perm(e, f, 0x7362);
+    column_words[0 * 4 + q] = __byte_perm(low_ab, low_ef, 0x5410);
+    column_words[1 * 4 + q] = __byte_perm(low_ab, low_ef, 0x7632);
+    column_words[2 * 4 + q] = __byte_perm(high_ab, high_ef, 0x5410);
+    column_words[3 * 4 + q] = __byte_perm(high_ab, high_ef, 0x7632);
+  }
+  uint8_t* dst = out_t + (col0 + c) * rows + row0 + r;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) *reinterpret_cast<uint4*>(dst + k * rows) = columns[k];
+}
+
+/// out_t's runs of any tile: a thread per column and run of 16 rows, byte by byte.
+__device__ __forceinline__ void store_transposed_ragged(const uint8_t* tile, uint8_t* out_t,
+                                                        int64_t rows, int64_t cols, int64_t row0,
+                                                        int64_t col0, bool vector_out_t) {
+  constexpr int kRunsPerColumn = kTileRows / kColumnRun;
+  for (int i = threadIdx.x; i < kTileCols * kRunsPerColumn; i += kThreads) {
+    const int c = i / kRunsPerColumn, r = (i % kRunsPerColumn) * kColumnRun;
+    const int64_t col = col0 + c, row = row0 + r;
+    if (col >= cols || row >= rows) continue;
+    __align__(16) uint8_t codes[kColumnRun];
+#pragma unroll
+    for (int j = 0; j < kColumnRun; ++j) codes[j] = tile[tile_offset(r + j, c)];
+    if (row + kColumnRun <= rows && vector_out_t) {
+      *reinterpret_cast<uint4*>(out_t + col * rows + row) = *reinterpret_cast<uint4*>(codes);
+    } else {
+      for (int j = 0; j < kColumnRun && row + j < rows; ++j) out_t[col * rows + row + j] = codes[j];
+    }
+  }
+}
+
+/// kColumnSums: some job of the launch wants its column partials (the sums cost registers and
+/// adds, so the other launches leave them out).
+template <typename T_, __nv_fp8_interpretation_t kFormat, bool kColumnSums>
+__global__ void __launch_bounds__(kThreads, kColumnSums ? 3 : 4)
     fp8_cast_transpose_kernel(const __grid_constant__ CastLaunch<T_> launch) {
   __shared__ __align__(16) uint8_t tile[kTileBytes];
-  __shared__ float warp_column_sums[kWarps][kTileCols];
+  __shared__ float warp_column_sums[kColumnSums ? kWarps : 1][kTileCols];
   __shared__ float reduce_scratch[32];
   int j = 0;
   while (j + 1 < launch.count && blockIdx.x >= launch.first_tile[j + 1]) ++j;
@@ -113,7 +170,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t col0 = tile_index % tiles_x * kTileCols;
   const float s = *job.scale;
   float largest = 0.0f;
-  float column_sums[kRun] = {};
+  float column_sums[kColumnSums ? kRun : 1] = {};
   constexpr int kRunsPerRow = kTileCols / kRun;
   for (int i = threadIdx.x; i < kTileRows * kRunsPerRow; i += kThreads) {
     const int r = i / kRunsPerRow, c = (i % kRunsPerRow) * kRun;
@@ -132,7 +189,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < kRun; ++j) {
         if (isfinite(x[j])) largest = fmaxf(largest, fabsf(x[j]));
-        column_sums[j] += x[j];
+        if constexpr (kColumnSums) column_sums[j] += x[j];
       }
       fp8_codes<kFormat>(x, s, codes);
       if (out != nullptr) {
@@ -150,38 +207,31 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (out_t != nullptr) {
     __syncthreads();
-    constexpr int kRunsPerColumn = kTileRows / kColumnRun;
-    for (int i = threadIdx.x; i < kTileCols * kRunsPerColumn; i += kThreads) {
-      const int c = i / kRunsPerColumn, r = (i % kRunsPerColumn) * kColumnRun;
-      const int64_t col = col0 + c, row = row0 + r;
-      if (col >= cols || row >= rows) continue;
-      __align__(16) uint8_t codes[kColumnRun];
-#pragma unroll
-      for (int j = 0; j < kColumnRun; ++j) codes[j] = tile[tile_offset(r + j, c)];
-      if (row + kColumnRun <= rows && shape.vector_out_t) {
-        *reinterpret_cast<uint4*>(out_t + col * rows + row) = *reinterpret_cast<uint4*>(codes);
-      } else {
-        for (int j = 0; j < kColumnRun && row + j < rows; ++j)
-          out_t[col * rows + row + j] = codes[j];
-      }
+    const bool whole = row0 + kTileRows <= rows && col0 + kTileCols <= cols && shape.vector_out_t;
+    if (whole) {
+      store_transposed_whole(tile, out_t, rows, row0, col0);
+    } else {
+      store_transposed_ragged(tile, out_t, rows, cols, row0, col0, shape.vector_out_t);
     }
   }
-  if (fusion.column_partials != nullptr) {
-    // Thread t's runs are columns (t % 16) * 8 + [0, 8) of rows t / 16 + 32 k: lanes l and
-    // l ^ 16 share their columns, and the warps' sums go in warp order.
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if constexpr (kColumnSums) {
+    if (fusion.column_partials != nullptr) {
+      // Thread t's runs are columns (t % 16) * 8 + [0, 8) of rows t / 16 + 32 k: lanes l and
+      // l ^ 16 share their columns, and the warps' sums go in warp order.
+      const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
-    for (int j = 0; j < kRun; ++j)
-      column_sums[j] += __shfl_xor_sync(kFullWarpMask, column_sums[j], 16);
-    if (lane < 16) {
+      for (int j = 0; j < kRun; ++j)
+        column_sums[j] += __shfl_xor_sync(kFullWarpMask, column_sums[j], 16);
+      if (lane < 16) {
 #pragma unroll
-      for (int j = 0; j < kRun; ++j) warp_column_sums[warp][lane * kRun + j] = column_sums[j];
-    }
-    __syncthreads();
-    if (threadIdx.x < kTileCols && col0 + threadIdx.x < cols) {
-      float total = 0.0f;
-      for (int w = 0; w < kWarps; ++w) total += warp_column_sums[w][threadIdx.x];
-      fusion.column_partials[tile_row * cols + col0 + threadIdx.x] = total;
+        for (int j = 0; j < kRun; ++j) warp_column_sums[warp][lane * kRun + j] = column_sums[j];
+      }
+      __syncthreads();
+      if (threadIdx.x < kTileCols && col0 + threadIdx.x < cols) {
+        float total = 0.0f;
+        for (int w = 0; w < kWarps; ++w) total += warp_column_sums[w][threadIdx.x];
+        fusion.column_partials[tile_row * cols + col0 + threadIdx.x] = total;
+      }
     }
   }
   if (job.amax != nullptr) raise_block_amax(largest, job.amax, reduce_scratch);
@@ -205,8 +255,16 @@ void launch_group(const Fp8CastJob<T_>* jobs, int count, cudaStream_t stream) {
   auto flush = [&] {
     if (launch.count == 0) return;
     GPT2_CHECK(tiles < (int64_t{1} << 31), "an fp8 cast of ", tiles, " tiles exceeds the grid");
-    fp8_cast_transpose_kernel<T_, kFormat>
-        <<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(launch);
+    bool column_sums = false;
+    for (int i = 0; i < launch.count; ++i)
+      column_sums = column_sums || launch.jobs[i].job.fusion.column_partials != nullptr;
+    if (column_sums) {
+      fp8_cast_transpose_kernel<T_, kFormat, true>
+          <<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(launch);
+    } else {
+      fp8_cast_transpose_kernel<T_, kFormat, false>
+          <<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(launch);
+    }
     GPT2_CUDA_CHECK_LAUNCH();
     launch.count = 0;
     tiles = 0;

@@ -11,6 +11,8 @@
  */
 #include "kernels/gpu/layernorm_fp8.cuh"
 
+#include <type_traits>
+
 #include <cuda_fp8.h>
 
 #include "base/error.h"
@@ -35,6 +37,7 @@ struct RowsShape {
   bool vector_transposed;  // whole 32-row tiles may store 16-byte runs of `transposed`
 };
 
+template <int kPacksPerLane>
 __global__ void __launch_bounds__(kThreads)
     layernorm_fp8_kernel(const Fp8Destination out, float* mean, float* rstd, const bf16* inp,
                          const bf16* weight, const bf16* bias, const RowsShape shape,
@@ -49,7 +52,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int r = threadIdx.x / 32; r < kRowsPerBlock && row0 + r < rows; r += kWarps) {
     const int64_t row = row0 + r;
     const bool residual = addend != nullptr;
-    const RowStatistics stats = layernorm_row_packed(
+    const RowStatistics stats = layernorm_row_packed<bf16, kPacksPerLane>(
         inp + row * C, residual ? addend + row * C : nullptr,
         residual ? residual_out + row * C : nullptr, weight, bias, C,
         [&](int p, const Pack16<bf16>& y) {
@@ -107,17 +110,33 @@ void launch(const Fp8Destination& out, float* mean, float* rstd, const bf16* inp
   const int64_t rows = static_cast<int64_t>(B) * T;
   const RowsShape shape{rows, C, rows % 16 == 0 && alignment_bytes(out.transposed) >= 16};
   const int shared_bytes = kRowsPerBlock * C;
-  if (shared_bytes > kStaticSharedLimit) {
-    static const bool opted_in = [] {
-      GPT2_CUDA_CHECK(cudaFuncSetAttribute(layernorm_fp8_kernel,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           kRowsPerBlock * kMaxChannels));
-      return true;
-    }();
-    (void)opted_in;
+  // The row's packs per lane as a template argument: registers for the width at hand.
+  const int packs_per_lane = static_cast<int>(ceil_div(C / kPack, 32));
+  auto run = [&](auto packs) {
+    constexpr int kPacksPerLane = decltype(packs)::value;
+    if (shared_bytes > kStaticSharedLimit) {
+      static const bool opted_in = [] {
+        GPT2_CUDA_CHECK(cudaFuncSetAttribute(layernorm_fp8_kernel<kPacksPerLane>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             kRowsPerBlock * kMaxChannels));
+        return true;
+      }();
+      (void)opted_in;
+    }
+    layernorm_fp8_kernel<kPacksPerLane>
+        <<<grid_size(rows, kRowsPerBlock), kThreads, shared_bytes, stream>>>(
+            out, mean, rstd, inp, weight, bias, shape, addend, residual_out);
+  };
+  switch (packs_per_lane) {
+    case 1: run(std::integral_constant<int, 1>{}); break;
+    case 2: run(std::integral_constant<int, 2>{}); break;
+    case 3: run(std::integral_constant<int, 3>{}); break;
+    case 4: run(std::integral_constant<int, 4>{}); break;
+    case 5: run(std::integral_constant<int, 5>{}); break;
+    case 6: run(std::integral_constant<int, 6>{}); break;
+    case 7: run(std::integral_constant<int, 7>{}); break;
+    default: run(std::integral_constant<int, kLayerNormMaxPacksPerLane>{}); break;
   }
-  layernorm_fp8_kernel<<<grid_size(rows, kRowsPerBlock), kThreads, shared_bytes, stream>>>(
-      out, mean, rstd, inp, weight, bias, shape, addend, residual_out);
   GPT2_CUDA_CHECK_LAUNCH();
 }
 

@@ -4,14 +4,15 @@
  *        kernel and layernorm_fp8.cu's share, so both give the same bits. Device code: include
  *        from .cu files only.
  *
- * layernorm_row_packed(x, addend, residual_out, weight, bias, C, store): lane l holds packs
- * l, l + 32, ... of the row (16 bytes each, up to kLayerNormMaxPacksPerLane per lane) in
- * registers. With addend set, the row is first x + addend, each sum rounded once to T_ (as
- * residual_forward rounds it) and stored to residual_out. Then mean = E[row], rstd =
- * 1 / sqrt(Var[row] + eps) (biased, two passes over the registers), and for every pack p the
- * lane calls store(p, y) with y = (row - mean) rstd w + b, rounded to T_. Returns {mean, rstd}
- * to every lane. C must be a multiple of the pack and at most 32 kLayerNormMaxPacksPerLane
- * packs; every pointer 16-byte aligned.
+ * layernorm_row_packed<T_, kPacksPerLane>(x, addend, residual_out, weight, bias, C, store):
+ * lane l holds packs l, l + 32, ... of the row (16 bytes each, kPacksPerLane at most, which
+ * sets the registers the row takes: up to kLayerNormMaxPacksPerLane) in registers. With addend
+ * set, the row is first x + addend, each sum rounded once to T_ (as residual_forward rounds
+ * it) and stored to residual_out. Then mean = E[row], rstd = 1 / sqrt(Var[row] + eps)
+ * (biased, two passes over the registers), and for every pack p the lane calls store(p, y)
+ * with y = (row - mean) rstd w + b, rounded to T_. Returns {mean, rstd} to every lane. C must
+ * be a multiple of the pack and at most 32 kPacksPerLane packs; every pointer 16-byte aligned.
+ * The bits do not depend on kPacksPerLane.
  */
 #pragma once
 
@@ -26,7 +27,7 @@ struct RowStatistics {
   float mean, rstd;
 };
 
-template <typename T_, typename Store>
+template <typename T_, int kPacksPerLane = kLayerNormMaxPacksPerLane, typename Store>
 __device__ __forceinline__ RowStatistics layernorm_row_packed(const T_* x, const T_* addend,
                                                               T_* residual_out, const T_* weight,
                                                               const T_* bias, int C,
@@ -35,10 +36,11 @@ __device__ __forceinline__ RowStatistics layernorm_row_packed(const T_* x, const
   constexpr float kEps = static_cast<float>(kLayerNormEps);
   const int lane = threadIdx.x % 32;
   const int packs = C / kPack;
-  Pack16<T_> xs[kLayerNormMaxPacksPerLane];
+  static_assert(kPacksPerLane >= 1 && kPacksPerLane <= kLayerNormMaxPacksPerLane);
+  Pack16<T_> xs[kPacksPerLane];
   float sum = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kLayerNormMaxPacksPerLane; ++i) {
+  for (int i = 0; i < kPacksPerLane; ++i) {
     const int p = lane + 32 * i;
     if (p < packs) {
       xs[i] = load_pack16(x + p * kPack);
@@ -56,7 +58,7 @@ __device__ __forceinline__ RowStatistics layernorm_row_packed(const T_* x, const
   const float row_mean = warp_reduce_sum(sum) / C;
   float sum_sq = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kLayerNormMaxPacksPerLane; ++i) {
+  for (int i = 0; i < kPacksPerLane; ++i) {
     if (lane + 32 * i < packs) {
 #pragma unroll
       for (int j = 0; j < kPack; ++j) {
@@ -67,7 +69,7 @@ __device__ __forceinline__ RowStatistics layernorm_row_packed(const T_* x, const
   }
   const float row_rstd = 1.0f / sqrtf(warp_reduce_sum(sum_sq) / C + kEps);
 #pragma unroll
-  for (int i = 0; i < kLayerNormMaxPacksPerLane; ++i) {
+  for (int i = 0; i < kPacksPerLane; ++i) {
     const int p = lane + 32 * i;
     if (p < packs) {
       const Pack16<T_> w = load_pack16(weight + p * kPack);
