@@ -23,6 +23,8 @@ constexpr Fp8Format kE5M2 = Fp8Format::kE5M2;
 constexpr float kInitialGradScale = 32768.0f;  // 2^15, see the header
 constexpr int kOperandSlots = 2;               // X (forward); dY and dY^T (backward)
 constexpr int kWeightTensors[] = {kQkvw, kAttprojw, kFcw, kFcprojw};  // by Linear
+// cuBLASLt takes scale and amax pointers on 16-byte boundaries only.
+constexpr size_t kScaleStride = 16;
 
 // Elements of one layer's four weights: 3C^2 + C^2 + 4C^2 + 4C^2.
 size_t layer_weight_elements(const ModelConfig& config) {
@@ -44,7 +46,9 @@ size_t Fp8Linears::scale_bytes(const ModelConfig& config) {
 }
 
 size_t Fp8Linears::operand_bytes(const ModelConfig& config, size_t rows) {
-  return kOperandSlots * round_up_256(rows * 4 * static_cast<size_t>(config.channels));
+  // The slots, then the GEMM to codes' amax and its output scales (gemm_amax_, gemm_scales_).
+  return kOperandSlots * round_up_256(rows * 4 * static_cast<size_t>(config.channels)) +
+         round_up_256(kScaleStride * (1 + static_cast<size_t>(config.num_layers)));
 }
 
 size_t Fp8Linears::input_bytes(const ModelConfig& config, size_t rows) {
@@ -57,7 +61,10 @@ Fp8Linears::Fp8Linears(const ModelConfig& config, const Buffers& buffers, size_t
                        const gpu::Context& ctx)
     : config_(config), ctx_(ctx), weights_(buffers.weights), scales_(buffers.scales),
       operands_(buffers.operands), inputs_(buffers.inputs), rows_(rows),
-      slot_bytes_(round_up_256(rows * 4 * static_cast<size_t>(config.channels))) {
+      slot_bytes_(round_up_256(rows * 4 * static_cast<size_t>(config.channels))),
+      gemm_amax_(reinterpret_cast<float*>(operands_ + kOperandSlots * slot_bytes_)),
+      gemm_scales_(reinterpret_cast<float*>(operands_ + kOperandSlots * slot_bytes_ +
+                                            kScaleStride)) {
   GPT2_CHECK(weights_ && scales_ && operands_ && inputs_, "Fp8Linears without its buffers");
   GPT2_CHECK(rows % 16 == 0, "FP8 GEMMs need B*T a multiple of 16 (got ", rows, ")");
   GPT2_CHECK(config.channels % 16 == 0, "FP8 GEMMs need C a multiple of 16 (C=",
@@ -75,6 +82,7 @@ Fp8Linears::Fp8Linears(const ModelConfig& config, const Buffers& buffers, size_t
   }
   GPT2_CUDA_CHECK(cudaMemcpyAsync(scales_, initial.data(), initial.size() * sizeof(initial[0]),
                                   cudaMemcpyHostToDevice, ctx_.stream()));
+  copy_gemm_scales();
   GPT2_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));  // `initial` leaves with this scope
 }
 
@@ -103,6 +111,11 @@ uint8_t* Fp8Linears::weight_codes(int l, Linear linear, bool transposed) const {
   const size_t layer = 2 * layer_weight_elements(config_) * static_cast<size_t>(l);
   return weights_ + layer + (transposed ? layer_weight_elements(config_) : 0) +
          kOffsets[linear] * C * C;
+}
+
+uint8_t* Fp8Linears::input_rows(Linear linear) const {
+  // fcproj's in the other slot: fc's GEMM writes them while it reads its own from slot 0.
+  return operand(linear == kFcProj ? 1 : 0);
 }
 
 uint8_t* Fp8Linears::input_codes(int l, Linear linear) const {
@@ -145,6 +158,19 @@ void Fp8Linears::update_scales() {
   const int count = 2 * kNumLinears * config_.num_layers;  // the inputs' and the gradients'
   gpu::fp8_update_scales(state(0, kQkv, kInput), count, updates_++, gpu::kFp8History, 0,
                          ctx_.stream());
+  copy_gemm_scales();
+}
+
+void Fp8Linears::copy_gemm_scales() {
+  // Every layer's fcproj input scale, from inside its state to a 16-byte slot of its own.
+  GPT2_CUDA_CHECK(cudaMemcpy2DAsync(gemm_scales_, kScaleStride, &state(0, kFcProj, kInput)->scale,
+                                    kNumLinears * sizeof(gpu::Fp8ScaleState), sizeof(float),
+                                    static_cast<size_t>(config_.num_layers),
+                                    cudaMemcpyDeviceToDevice, ctx_.stream()));
+}
+
+float* Fp8Linears::gemm_scale(int l) const {
+  return gemm_scales_ + static_cast<size_t>(l) * (kScaleStride / sizeof(float));
 }
 
 namespace {
@@ -184,6 +210,7 @@ void Fp8Linears::load_state(const std::vector<uint8_t>& bytes) {
   GPT2_CUDA_CHECK(cudaMemcpyAsync(scales_, bytes.data() + sizeof header,
                                   count * sizeof(gpu::Fp8ScaleState), cudaMemcpyHostToDevice,
                                   ctx_.stream()));
+  copy_gemm_scales();
   GPT2_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));  // `bytes` may go when this returns
   updates_ = header.updates;
 }
@@ -191,7 +218,7 @@ void Fp8Linears::load_state(const std::vector<uint8_t>& bytes) {
 gpu::Fp8Destination Fp8Linears::input_destination(int l, Linear linear) const {
   gpu::Fp8ScaleState* x = state(l, linear, kInput);
   gpu::Fp8Destination destination;
-  destination.rows = operand(0);
+  destination.rows = input_rows(linear);
   destination.transposed = input_codes(l, linear);
   destination.scale = &x->scale;
   destination.amax = &x->amax;
@@ -200,25 +227,39 @@ gpu::Fp8Destination Fp8Linears::input_destination(int l, Linear linear) const {
 
 void Fp8Linears::forward(int l, Linear linear, bf16* out, const bf16* in, const bf16* bias,
                          bf16* pre_gelu, int rows) {
+  cudaStream_t stream = ctx_.stream();
   const int OC = out_features(linear), IC = in_features(linear);
   gpu::Fp8ScaleState* x = state(l, linear, kInput);
   gpu::Fp8ScaleState* w = state(l, linear, kWeight);
   GPT2_CHECK(static_cast<size_t>(rows) == rows_, "an FP8 forward of ", rows, " rows, planned ",
              rows_);
-  uint8_t* x_codes = operand(0);
-  if (in != nullptr)
+  uint8_t* x_codes = input_rows(linear);
+  // fcproj's input codes are there already when fc's GEMM wrote them.
+  const bool written = in == nullptr || (linear == kFcProj && gelu_codes_layer_ == l);
+  if (linear == kFcProj) gelu_codes_layer_ = -1;
+  if (!written)
     gpu::fp8_cast_transpose(in, rows, IC, &x->scale, kE4M3, x_codes, input_codes(l, linear),
-                            &x->amax, ctx_.stream());
+                            &x->amax, stream);
   const gpu::Fp8Operand a{x_codes, kE4M3, &x->inverse};
   const gpu::Fp8Operand b{weight_codes(l, linear, false), kE4M3, &w->inverse};
   gpu::Fp8Epilogue epilogue;
   epilogue.bias = bias;
   if (pre_gelu) {
     epilogue.gelu_aux = pre_gelu;
+    // The GELU output straight to fcproj's input codes, then their transpose (which also
+    // carries the GEMM's amax, set rather than raised by cuBLASLt, into fcproj's running one).
+    gpu::Fp8ScaleState* y = state(l, kFcProj, kInput);
+    uint8_t* y_codes = input_rows(kFcProj);
+    if (gpu::try_matmul_fp8_to_codes(y_codes, gemm_scale(l), gemm_amax_, a, b, rows, OC, IC,
+                                     epilogue, ctx_)) {
+      gpu::fp8_transpose(y_codes, rows, OC, input_codes(l, kFcProj), gemm_amax_, &y->amax, stream);
+      gelu_codes_layer_ = l;
+      return;
+    }
     if (gpu::try_matmul_fp8(out, a, b, rows, OC, IC, epilogue, ctx_)) return;
     // No fused form here: the GEMM, then the GELU.
     gpu::matmul_fp8(pre_gelu, a, b, bias, rows, OC, IC, ctx_);
-    gpu::gelu_forward(out, pre_gelu, static_cast<int64_t>(rows) * OC, ctx_.stream());
+    gpu::gelu_forward(out, pre_gelu, static_cast<int64_t>(rows) * OC, stream);
     return;
   }
   gpu::matmul_fp8(out, a, b, bias, rows, OC, IC, ctx_);

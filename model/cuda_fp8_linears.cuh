@@ -14,7 +14,8 @@
  *    initialization are far below E5M2's 57344 / 2^15 = 1.75).
  *  - forward  Y = X W^T + b         E4M3 X x E4M3 W, X cast here in both orders: the row order
  *                                   for this GEMM, the transposed kept for the backward's;
- *                                   fc with its GELU epilogue (aux = the pre-GELU values)
+ *                                   fc with its GELU epilogue (aux = the pre-GELU values),
+ *                                   its output E4M3 codes: fcproj's X with no cast
  *  - dY cast  one pass over dY: its codes in both orders, its amax and the bias gradient's
  *             column partials; fc's with the GELU backward folded in (dY = gelu'(pre) times
  *             the incoming gradient), so fcproj's dgrad leaves its dX before gelu'
@@ -26,7 +27,7 @@
  * Buffers (planned by the model's memory plan): the weights' codes, the scale states, every
  * layer's inputs X^T (7C codes a row: what lets the model keep one layer's bf16 GELU output
  * instead of L, cuda_model_plan.cu) and two operand slots of rows x 4C codes (X in the forward,
- * dY in both orders in the backward).
+ * fcproj's X in the second; dY in both orders in the backward).
  */
 #pragma once
 
@@ -79,7 +80,10 @@ class Fp8Linears {
   /// forward then takes in = nullptr.
   gpu::Fp8Destination input_destination(int l, Linear linear) const;
   /// out (rows, OC) = in (rows, IC) W^T + bias; fc: out = gelu(.), pre_gelu = the GEMM's. in
-  /// null: its codes are written already (input_destination), else the forward casts it.
+  /// null: its codes are written already (input_destination), else the forward casts it. fc's
+  /// GEMM writes its GELU output straight to fcproj's input codes when cuBLASLt has that GEMM
+  /// (try_matmul_fp8_to_codes), and leaves out unwritten; fcproj's forward, which must follow
+  /// fc's in the same layer, then takes those codes and does not read its in.
   void forward(int l, Linear linear, bf16* out, const bf16* in, const bf16* bias,
                bf16* pre_gelu, int rows);
   /// dinp (rows, IC) = dout W, dweight += dout^T in (in's codes from this layer's forward),
@@ -100,8 +104,15 @@ class Fp8Linears {
   gpu::Fp8ScaleState* state(int l, Linear linear, Role role) const;
   /// Layer l's weight codes, (OC, IC) or transposed (IC, OC).
   uint8_t* weight_codes(int l, Linear linear, bool transposed) const;
+  /// Where a linear's input codes (rows, IC) are: slot 0, fcproj's slot 1 (fc's GEMM writes
+  /// them while it reads its own input from slot 0).
+  uint8_t* input_rows(Linear linear) const;
   /// Layer l's input X^T (IC, rows), written by the forward for the backward.
   uint8_t* input_codes(int l, Linear linear) const;
+  /// fc's GEMM to codes takes its output scale (fcproj's input scale) on a 16-byte boundary:
+  /// a copy of it, made whenever the scales change.
+  float* gemm_scale(int l) const;
+  void copy_gemm_scales();
   uint8_t* operand(int slot) const { return operands_ + static_cast<size_t>(slot) * slot_bytes_; }
 
   ModelConfig config_;
@@ -112,6 +123,9 @@ class Fp8Linears {
   uint8_t* inputs_;
   size_t rows_;
   size_t slot_bytes_;
+  float* gemm_amax_;           // the amax a GEMM to codes sets (after the operand slots)
+  float* gemm_scales_;         // every layer's fcproj input scale, 16 bytes apart (gemm_scale)
+  int gelu_codes_layer_ = -1;  // the layer whose fc GEMM wrote fcproj's input codes, if any
   int64_t updates_ = 0;  // delayed-scale updates so far
 };
 

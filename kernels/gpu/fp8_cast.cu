@@ -237,6 +237,48 @@ __global__ void __launch_bounds__(kThreads, kColumnSums ? 3 : 4)
   if (job.amax != nullptr) raise_block_amax(largest, job.amax, reduce_scratch);
 }
 
+/// fp8_transpose: a block per 128 x 128 tile, the rows' codes into the code tile 16 bytes a
+/// thread (four conflict-free word stores), then the cast's transposed stores.
+__global__ void __launch_bounds__(kThreads)
+    fp8_transpose_kernel(const uint8_t* in, const int64_t rows, const int64_t cols,
+                         uint8_t* out_t, const bool vector_in, const bool vector_out_t,
+                         const float* amax_from, float* amax) {
+  __shared__ __align__(16) uint8_t tile[kTileBytes];
+  constexpr int kChunk = 16;
+  constexpr int kChunksPerRow = kTileCols / kChunk;
+  const int64_t tiles_x = ceil_div(cols, kTileCols);
+  const int64_t row0 = blockIdx.x / tiles_x * kTileRows;
+  const int64_t col0 = blockIdx.x % tiles_x * kTileCols;
+  for (int i = threadIdx.x; i < kTileRows * kChunksPerRow; i += kThreads) {
+    const int r = i / kChunksPerRow, c = (i % kChunksPerRow) * kChunk;
+    const int64_t row = row0 + r, col = col0 + c;
+    uint4 chunk = make_uint4(0, 0, 0, 0);
+    if (row < rows && col < cols) {
+      if (vector_in && col + kChunk <= cols) {
+        chunk = *reinterpret_cast<const uint4*>(in + row * cols + col);
+      } else {
+        auto* bytes = reinterpret_cast<uint8_t*>(&chunk);
+        for (int j = 0; j < kChunk && col + j < cols; ++j) bytes[j] = in[row * cols + col + j];
+      }
+    }
+    *reinterpret_cast<uint32_t*>(&tile[tile_offset(r, c)]) = chunk.x;
+    *reinterpret_cast<uint32_t*>(&tile[tile_offset(r, c + 4)]) = chunk.y;
+    *reinterpret_cast<uint32_t*>(&tile[tile_offset(r, c + 8)]) = chunk.z;
+    *reinterpret_cast<uint32_t*>(&tile[tile_offset(r, c + 12)]) = chunk.w;
+  }
+  __syncthreads();
+  if (row0 + kTileRows <= rows && col0 + kTileCols <= cols && vector_out_t) {
+    store_transposed_whole(tile, out_t, rows, row0, col0);
+  } else {
+    store_transposed_ragged(tile, out_t, rows, cols, row0, col0, vector_out_t);
+  }
+  if (amax_from != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+    const float carried = *amax_from;
+    if (isfinite(carried) && carried > *amax)
+      atomicMax(reinterpret_cast<int*>(amax), __float_as_int(carried));
+  }
+}
+
 template <typename T_>
 CastJob<T_> checked_job(const Fp8CastJob<T_>& job) {
   GPT2_CHECK(job.rows >= 0 && job.cols >= 0, "an fp8 cast of ", job.rows, " x ", job.cols);
@@ -293,6 +335,20 @@ void fp8_cast_transpose_group(const Fp8CastJob<T_>* jobs, int count, cpu::Fp8For
   } else {
     launch_group<T_, __NV_E5M2>(jobs, count, stream);
   }
+}
+
+void fp8_transpose(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out_t,
+                   const float* amax_from, float* amax, cudaStream_t stream) {
+  GPT2_CHECK(rows >= 0 && cols >= 0, "an fp8 transpose of ", rows, " x ", cols);
+  GPT2_CHECK(in != nullptr && out_t != nullptr, "an fp8 transpose without its tensors");
+  GPT2_CHECK((amax_from == nullptr) == (amax == nullptr), "an amax to carry needs both ends");
+  const int64_t tiles = ceil_div(rows, kTileRows) * ceil_div(cols, kTileCols);
+  if (tiles == 0) return;
+  GPT2_CHECK(tiles < (int64_t{1} << 31), "an fp8 transpose of ", tiles, " tiles exceeds the grid");
+  fp8_transpose_kernel<<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(
+      in, rows, cols, out_t, cols % 16 == 0 && alignment_bytes(in) >= 16,
+      rows % kColumnRun == 0 && alignment_bytes(out_t) >= 16, amax_from, amax);
+  GPT2_CUDA_CHECK_LAUNCH();
 }
 
 template <typename T_>

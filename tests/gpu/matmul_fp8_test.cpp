@@ -77,6 +77,39 @@ double gelu_derivative(double x) {
   return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
+// The fp64 products of the dequantized operands, (M, N): each sum_k a_k b_k and sum_k |a_k b_k|.
+struct Reference {
+  std::vector<double> sum, magnitude;
+};
+
+Reference reference_products(const Cast& a, Fp8Format a_format, const Cast& b,
+                             Fp8Format b_format, int M, int N, int K) {
+  auto dequantized = [](const Cast& c, Fp8Format format) {
+    std::vector<double> values(c.codes.size());
+    for (size_t i = 0; i < values.size(); ++i)
+      values[i] = double(cpu::fp8_decode(c.codes[i], format)) * c.inverse;
+    return values;
+  };
+  const std::vector<double> av = dequantized(a, a_format), bv = dequantized(b, b_format);
+  Reference ref;
+  ref.sum.resize(static_cast<size_t>(M) * N);
+  ref.magnitude.resize(ref.sum.size());
+  for (int m = 0; m < M; ++m) {
+    for (int n = 0; n < N; ++n) {
+      const double* arow = av.data() + static_cast<size_t>(m) * K;
+      const double* brow = bv.data() + static_cast<size_t>(n) * K;
+      double sum = 0.0, magnitude = 0.0;
+      for (int k = 0; k < K; ++k) {
+        sum += arow[k] * brow[k];
+        magnitude += std::fabs(arow[k] * brow[k]);
+      }
+      ref.sum[static_cast<size_t>(m) * N + n] = sum;
+      ref.magnitude[static_cast<size_t>(m) * N + n] = magnitude;
+    }
+  }
+  return ref;
+}
+
 // One GEMM with `epilogue` against the fp64 product of its dequantized operands. GELU's
 // output is checked against gelu of the reference within 1.13 (GELU's largest slope) times the
 // product's bound plus a bf16 rounding, its aux output against the product + bias; DGELU's
@@ -132,14 +165,7 @@ bool check_fp8_gemm(int M, int N, int K, Fp8Format a_format, Fp8Format b_format,
     return false;
   }
   const std::vector<float> got = download_floats(d_out), got_aux = download_floats(d_aux);
-  // The dequantized operands, decoded once.
-  auto dequantized = [](const Cast& c, Fp8Format format) {
-    std::vector<double> values(c.codes.size());
-    for (size_t i = 0; i < values.size(); ++i)
-      values[i] = double(cpu::fp8_decode(c.codes[i], format)) * c.inverse;
-    return values;
-  };
-  const std::vector<double> av = dequantized(a, a_format), bv = dequantized(b, b_format);
+  const Reference ref = reference_products(a, a_format, b, b_format, M, N, K);
   int64_t bad = 0;
   double worst = 0.0;
   auto check = [&](const char* what, size_t i, double value, double want, double allowed) {
@@ -152,13 +178,7 @@ bool check_fp8_gemm(int M, int N, int K, Fp8Format a_format, Fp8Format b_format,
   for (int m = 0; m < M; ++m) {
     for (int n = 0; n < N; ++n) {
       const size_t i = static_cast<size_t>(m) * N + n;
-      double sum = 0.0, magnitude = 0.0;
-      const double* arow = av.data() + static_cast<size_t>(m) * K;
-      const double* brow = bv.data() + static_cast<size_t>(n) * K;
-      for (int k = 0; k < K; ++k) {
-        sum += arow[k] * brow[k];
-        magnitude += std::fabs(arow[k] * brow[k]);
-      }
+      const double sum = ref.sum[i], magnitude = ref.magnitude[i];
       const double added = (bias ? bias_values[static_cast<size_t>(n)] : 0.0) +
                            (accumulate ? initial[i] : 0.0);
       const double accumulation = std::max(0x1p-13, K * 0x1p-24) * magnitude + 1e-30;
@@ -207,6 +227,77 @@ TEST(GpuMatmulFp8, GeluEpiloguesMatchTheFp64Reference) {
   check_fp8_gemm(128, 3072, 768, e4, e4, Epilogue::kGelu, 41);
   check_fp8_gemm(37, 64, 256, e4, e4, Epilogue::kGelu, 42);
   check_fp8_gemm(128, 768, 3072, e5, e4, Epilogue::kDgelu, 43);
+}
+
+// fc's forward to codes (try_matmul_fp8_to_codes): E4M3 x E4M3 + bias, GELU, the output as
+// E4M3 codes at scale 16 and the pre-GELU aux in bf16. The decoded codes / 16 against gelu of
+// the fp64 reference within GELU's slope times the product's bound plus E4M3's rounding (half a
+// step: 2^-4 relative, 2^-10 / 16 absolute among the subnormals); the amax cuBLASLt sets
+// against the largest |gelu| within 1%. Skips with a line when cuBLASLt has no such algorithm.
+void check_gemm_to_codes(int M, int N, int K, uint64_t seed) {
+  SCOPED_TRACE(str_cat("to codes: M=", M, " N=", N, " K=", K));
+  const Fp8Format e4 = Fp8Format::kE4M3;
+  const std::vector<float> x = random_normal(int64_t{M} * K, seed, 2.0);
+  const std::vector<float> w = random_normal(int64_t{N} * K, seed + 1, 0.05);
+  const std::vector<float> bias_values = round_through<bf16>(random_normal(N, seed + 2, 0.1));
+  const Cast a = cast(x, M, K, e4), b = cast(w, N, K, e4);
+  constexpr float kOutScale = 16.0f;
+  Context ctx;
+  DeviceBuffer<uint8_t> d_a(int64_t{M} * K), d_b(int64_t{N} * K), d_out(int64_t{M} * N);
+  DeviceBuffer<float> d_scales(16);  // a's, b's, out's scales and the amax, 16 bytes apart
+  DeviceBuffer<bf16> d_bias(N), d_aux(int64_t{M} * N);
+  d_a.upload(a.codes);
+  d_b.upload(b.codes);
+  d_scales.upload({a.inverse, 0, 0, 0, b.inverse, 0, 0, 0, kOutScale, 0, 0, 0, 0, 0, 0, 0});
+  upload_floats(d_bias, bias_values);
+  d_out.poison();
+  d_aux.poison();
+  Fp8Epilogue e;
+  e.bias = d_bias.get();
+  e.gelu_aux = d_aux.get();
+  float* d_amax = d_scales.get() + 12;
+  try {
+    if (!try_matmul_fp8_to_codes(d_out.get(), d_scales.get() + 8, d_amax,
+                                 Fp8Operand{d_a.get(), e4, d_scales.get()},
+                                 Fp8Operand{d_b.get(), e4, d_scales.get() + 4}, M, N, K, e, ctx)) {
+      std::printf("[ fp8 gemm ] M=%d N=%d K=%d to codes: cuBLASLt offers no algorithm\n", M, N,
+                  K);
+      return;
+    }
+    ctx.synchronize();
+  } catch (const Error& error) {
+    ADD_FAILURE() << error.what();
+    return;
+  }
+  const std::vector<uint8_t> codes = d_out.download();
+  const std::vector<float> aux = download_floats(d_aux);
+  const float amax = d_scales.download()[12];
+  const Reference ref = reference_products(a, e4, b, e4, M, N, K);
+  int64_t bad = 0;
+  double largest = 0.0;
+  for (size_t i = 0; i < codes.size(); ++i) {
+    const double pre = ref.sum[i] + bias_values[i % static_cast<size_t>(N)];
+    const double accumulation = std::max(0x1p-13, K * 0x1p-24) * ref.magnitude[i] + 1e-30;
+    const double pre_allowed = 0x1p-8 * std::fabs(pre) + accumulation;
+    const double want = gelu(pre);
+    largest = std::max(largest, std::fabs(want));
+    const double got = double(cpu::fp8_decode(codes[i], e4)) / kOutScale;
+    const double allowed = 1.13 * pre_allowed + 0x1p-4 * std::fabs(want) + 0x1p-10 / kOutScale;
+    if (!(std::fabs(got - want) <= allowed) && bad++ < 5)
+      ADD_FAILURE() << "codes[" << i << "] = " << got << ", fp64 " << want;
+    if (!(std::fabs(aux[i] - pre) <= pre_allowed) && bad++ < 5)
+      ADD_FAILURE() << "aux[" << i << "] = " << aux[i] << ", fp64 " << pre;
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_NEAR(amax, largest, 0.01 * largest);
+  std::printf("[ fp8 gemm ] M=%d N=%d K=%d to codes: amax %.6g against %.6g\n", M, N, K, amax,
+              largest);
+}
+
+TEST(GpuMatmulFp8, GeluToCodesMatchesTheFp64Reference) {
+  GPT2_REQUIRE_FP8_GPU();
+  check_gemm_to_codes(128, 3072, 768, 51);
+  check_gemm_to_codes(37, 64, 256, 52);
 }
 
 TEST(GpuMatmulFp8, ShapesAndFormatsItCannotTakeAreRefused) {
