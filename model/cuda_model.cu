@@ -161,18 +161,15 @@ void CudaModel<T_>::forward_blocks(int B, int T, bool shared) {
 }
 
 template <typename T_>
-FollowingLayerNorm<T_> CudaModel<T_>::ln1_of(int l, const BlockActivations<T_>& a) const {
+FollowingLayerNorm<T_> CudaModel<T_>::layernorm_before(int l, int linear,
+                                                       const BlockActivations<T_>& a) const {
   const LayerTensors<T_> w = layer_params(l);
-  FollowingLayerNorm<T_> ln{a.ln1, a.ln1_mean, a.ln1_rstd, w.ln1w, w.ln1b};
-  if (fp8_layernorm(Fp8Linears::kQkv)) ln.codes = fp8_->input_destination(l, Fp8Linears::kQkv);
-  return ln;
-}
-
-template <typename T_>
-FollowingLayerNorm<T_> CudaModel<T_>::ln2_of(int l, const BlockActivations<T_>& a) const {
-  const LayerTensors<T_> w = layer_params(l);
-  FollowingLayerNorm<T_> ln{a.ln2, a.ln2_mean, a.ln2_rstd, w.ln2w, w.ln2b};
-  if (fp8_layernorm(Fp8Linears::kFc)) ln.codes = fp8_->input_destination(l, Fp8Linears::kFc);
+  FollowingLayerNorm<T_> ln =
+      linear == Fp8Linears::kQkv
+          ? FollowingLayerNorm<T_>{a.ln1, a.ln1_mean, a.ln1_rstd, w.ln1w, w.ln1b}
+          : FollowingLayerNorm<T_>{a.ln2, a.ln2_mean, a.ln2_rstd, w.ln2w, w.ln2b};
+  if (fp8_layernorm(linear))
+    ln.codes = fp8_->input_destination(l, static_cast<Fp8Linears::Linear>(linear));
   return ln;
 }
 

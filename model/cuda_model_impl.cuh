@@ -257,10 +257,13 @@ class CudaModel final : public CudaModelBase {
   /// FP8: the weights' codes cast again if the parameters changed since (before a training
   /// pass; outside any graph capture).
   void refresh_fp8_weights();
-  /// Layer l's ln1 over (B,T) rows of a, as `next` of block l-1 (the encoder's for l = 0), and
-  /// its ln2; either writing FP8 codes where fp8_layernorm says so.
-  FollowingLayerNorm<T_> ln1_of(int l, const BlockActivations<T_>& a) const;
-  FollowingLayerNorm<T_> ln2_of(int l, const BlockActivations<T_>& a) const;
+  /// Layer l's LayerNorm over (B,T) rows of a before `linear` (Fp8Linears::kQkv: ln1, as
+  /// `next` of block l-1 or the encoder's for l = 0; kFc: ln2), writing FP8 codes where
+  /// fp8_layernorm says so.
+  FollowingLayerNorm<T_> layernorm_before(int l, int linear, const BlockActivations<T_>& a) const;
+  FollowingLayerNorm<T_> ln1_of(int l, const BlockActivations<T_>& a) const {
+    return layernorm_before(l, Fp8Linears::kQkv, a);
+  }
   /// Whether the LayerNorm before `linear` (Fp8Linears::kQkv: ln1, kFc: ln2) writes its FP8
   /// codes itself in this pass: an fp8 training pass, a width layernorm_fp8 takes, and for ln2
   /// no --recompute fc (whose second fc forward reads the bf16 ln2).
@@ -376,7 +379,7 @@ void CudaModel<T_>::block_forward(int l, const BlockActivations<T_>& a, int B, i
   linear_forward(l, L8::kQkv, a.qkv, qkv_in, w.qkvw, w.qkvb, nullptr, B, T, C, 3 * C);
   attend();
   linear_forward(l, L8::kAttProj, a.proj, a.atty, w.attprojw, w.attprojb, nullptr, B, T, C, C);
-  const FollowingLayerNorm<T_> ln2 = ln2_of(l, a);
+  const FollowingLayerNorm<T_> ln2 = layernorm_before(l, L8::kFc, a);
   run_layernorm(ln2, a.residual2, a.residual, a.proj, B, T);
   const T_* fc_in = ln2.codes.scale != nullptr ? nullptr : a.ln2;
   linear_forward(l, L8::kFc, a.fch_gelu, fc_in, w.fcw, w.fcb, a.fch, B, T, C, 4 * C);
