@@ -16,11 +16,14 @@
  * FLOPs (FlashAttention's convention; causal: the masked half not counted; recomputation not
  * counted): forward 4 B NH T^2 HS / 2, backward 2.5 x forward, forward+backward 3.5 x forward.
  * Naive runs are skipped (NaN) when its T x T buffers do not fit in free memory.
+ * The CSV also holds a 64-bit FNV-1a digest of each kernel's out and dqkv bits on set 0: equal
+ * digests from two builds show a change left a deterministic kernel's results bit for bit.
  * Prints a table and writes CSV (--csv, default out/attention_bench.csv).
  */
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <sstream>
@@ -70,6 +73,26 @@ std::vector<float> download_bf16(const Buffer& buffer, size_t n) {
   std::vector<float> out(n);
   for (size_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(host[i]);
   return out;
+}
+
+/// FNV-1a over the values' bits: a fingerprint of a result, to compare builds bit for bit.
+uint64_t bit_digest(const std::vector<float>& values) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (float v : values) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &v, sizeof bits);
+    for (int byte = 0; byte < 4; ++byte) {
+      hash ^= (bits >> (8 * byte)) & 0xffu;
+      hash *= 0x100000001b3ull;
+    }
+  }
+  return hash;
+}
+
+std::string hex_digest(uint64_t digest) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(digest));
+  return text;
 }
 
 double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
@@ -134,6 +157,7 @@ struct InputSet {
 
 struct Timing {
   double fwd_ms = NAN, bwd_ms = NAN, fwdbwd_ms = NAN, err_out = NAN, err_dqkv = NAN;
+  uint64_t out_digest = 0, dqkv_digest = 0;  // of set 0's results; 0 when the kernel did not run
   int sets = 0;
 };
 
@@ -251,7 +275,7 @@ int bench_main(int argc, char** argv) {
               "err out", "err dqkv");
   std::ostringstream csv;
   csv << "device,head_size,seq_len,batch,heads,kernel,deterministic,sets,fwd_ms,bwd_ms,fwdbwd_ms,"
-         "fwd_tflops,bwd_tflops,fwdbwd_tflops,rel_err_out,rel_err_dqkv\n";
+         "fwd_tflops,bwd_tflops,fwdbwd_tflops,rel_err_out,rel_err_dqkv,out_digest,dqkv_digest\n";
 
   for (int HS : head_sizes) {
     std::vector<BenchKernel> kernels = listed_kernels;
@@ -287,6 +311,8 @@ int bench_main(int argc, char** argv) {
                          ctx, &timings[k], &out, &dqkv))
           continue;
         Timing& timing = timings[k];
+        timing.out_digest = bit_digest(out);
+        timing.dqkv_digest = bit_digest(dqkv);
         if (ref_name.empty()) {
           ref_name = kernels[k].name;
           ref_out = std::move(out);
@@ -307,7 +333,8 @@ int bench_main(int argc, char** argv) {
             << name << ',' << (kernels[k].deterministic ? 1 : 0) << ',' << t.sets << ','
             << t.fwd_ms << ',' << t.bwd_ms << ',' << t.fwdbwd_ms << ',' << tflops(fwd_flops, t.fwd_ms) << ','
             << tflops(2.5 * fwd_flops, t.bwd_ms) << ',' << tflops(3.5 * fwd_flops, t.fwdbwd_ms)
-            << ',' << t.err_out << ',' << t.err_dqkv << '\n';
+            << ',' << t.err_out << ',' << t.err_dqkv << ',' << hex_digest(t.out_digest) << ','
+            << hex_digest(t.dqkv_digest) << '\n';
       }
       if (!ref_name.empty())
         std::printf("%4s %6s %3s (errors: rel L2 against %s on the same inputs)\n", "", "", "",
