@@ -201,12 +201,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   auto stats = [&](int s) { return Traits::kStatsOffset + s * Traits::kStatsBytes; };
   auto dq_block = [&](int c) { return Traits::kDqOffset + c * Traits::kDqBlockBytes; };
   const uint32_t bars = smem + Traits::kBarrierOffset;
-  const uint32_t kv_full = bars;
-  auto full = [&](int s) { return bars + 8 * (1 + s); };
-  auto empty = [&](int s) { return bars + 8 * (1 + kStages + s); };
-  auto dq_full = [&](int c) { return bars + 8 * (1 + 2 * kStages + c); };
-  auto dq_empty = [&](int c) { return bars + 8 * (1 + 2 * kStages + kConsumers + c); };
-  const uint32_t kv_empty = bars + 8 * (1 + 2 * kStages + 2 * kConsumers);
+  // Rings (StageRing), used in order: the query tiles' (Q, dO, stats), by step; K and V, one
+  // stage, by item count; and per consumer its staged dQ block, one stage, by step.
+  const hopper::StageRing<kStages> q_ring{bars + 8, bars + 8 * (1 + kStages)};
+  const hopper::StageRing<1> kv_ring{bars, bars + 8 * (1 + 2 * kStages + 2 * kConsumers)};
+  auto dq_ring = [&](int c) {
+    return hopper::StageRing<1>{bars + 8 * (1 + 2 * kStages + c),
+                                bars + 8 * (1 + 2 * kStages + kConsumers + c)};
+  };
 
   // The schedule: item w is key block head_group_item(w).index of head .bh (attention_schedule.h,
   // key block 0 of every head of a group first); each block takes the next item from a global
@@ -240,16 +242,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   };
 
   if (threadIdx.x == 0) {
-    hopper::mbarrier_init(kv_full, 1);
-    hopper::mbarrier_init(kv_empty, kConsumers * 128);
-    for (int s = 0; s < kStages; ++s) {
-      hopper::mbarrier_init(full(s), 1);
-      hopper::mbarrier_init(empty(s), kConsumers * 128);
-    }
-    for (int c = 0; c < kConsumers; ++c) {
-      hopper::mbarrier_init(dq_full(c), 128);
-      hopper::mbarrier_init(dq_empty(c), 1);
-    }
+    kv_ring.init(1, kConsumers * 128);
+    q_ring.init(1, kConsumers * 128);
+    for (int c = 0; c < kConsumers; ++c) dq_ring(c).init(128, 1);
     hopper::fence_barrier_init();
   }
   __syncthreads();
@@ -266,14 +261,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       hopper::prefetch_tensor_map(&dout_map);
       int step = 0;  // query tiles issued so far, over all items
       auto load_query_tile = [&](const Item& item, int m) {
-        const int s = step % kStages;
-        if (step >= kStages) hopper::mbarrier_wait(empty(s), ((step / kStages) - 1) & 1);
-        hopper::mbarrier_arrive_expect_tx(full(s), 2 * QTile::kBytes + Traits::kStatsBytes);
-        q_tile(s).load(&q_map, full(s), item.h * kHeadDim, m * kBlockM, item.b);
-        do_tile(s).load(&dout_map, full(s), item.h * kHeadDim, m * kBlockM, item.b);
+        const int s = q_ring.stage(step);
+        const uint32_t full = q_ring.full(step);
+        q_ring.wait_empty(step);
+        hopper::mbarrier_arrive_expect_tx(full, 2 * QTile::kBytes + Traits::kStatsBytes);
+        q_tile(s).load(&q_map, full, item.h * kHeadDim, m * kBlockM, item.b);
+        do_tile(s).load(&dout_map, full, item.h * kHeadDim, m * kBlockM, item.b);
         const int64_t row = (static_cast<int64_t>(item.bh) * p.num_m_tiles + m) * kBlockM;
-        hopper::bulk_load(smem + stats(s), p.lse2 + row, kBlockM * 4, full(s));
-        hopper::bulk_load(smem + stats(s) + kBlockM * 4, p.dsum + row, kBlockM * 4, full(s));
+        hopper::bulk_load(smem + stats(s), p.lse2 + row, kBlockM * 4, full);
+        hopper::bulk_load(smem + stats(s) + kBlockM * 4, p.dsum + row, kBlockM * 4, full);
         ++step;
       };
       for (int count = 0;; ++count) {
@@ -282,8 +278,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         const Item item = item_of(done ? 0 : w);
         const int first = next_tile(item.m_begin);  // < m_end: every item has a query tile
         if (!done) load_query_tile(item, first);
-        if (count > 0) hopper::mbarrier_wait(kv_empty, (count - 1) & 1);
+        kv_ring.wait_empty(count);
         item_slot[count % 2] = done ? -1 : w;
+        const uint32_t kv_full = kv_ring.full(count);
         if (done) {
           hopper::mbarrier_arrive(kv_full);  // the consumers read -1 and stop
           break;
@@ -313,7 +310,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       bool end = false;
       for (int step = 0; !end; ++step) {
         for (int c = 0; c < kConsumers; ++c) {
-          hopper::mbarrier_wait(dq_full(c), step & 1);
+          dq_ring(c).wait_full(step);
           const int tile = dq_tile[c];
           if (tile < 0) {  // only consumer 0 stages the end mark
             end = true;
@@ -335,7 +332,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           }
           hopper::bulk_commit_group();
           hopper::bulk_wait_group_read<0>();
-          hopper::mbarrier_arrive(dq_empty(c));
+          dq_ring(c).release(step);
         }
         if (pending) pass_on();
       }
@@ -349,8 +346,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int tid = threadIdx.x % 128;
   const int lane = threadIdx.x % 32;
   const int warp = tid / 32;
-  const int key_local = 16 * warp + lane / 4;  // this thread's keys: + 0 and + 8 (of 64)
-  const int col_pair = 2 * (lane % 4);
+  const hopper::AccumulatorLayout fragment(lane);
+  const int col_pair = fragment.col;
   const int store_row = 16 * warp + lane % 8 + 8 * ((lane / 8) % 2);  // of dS^T, by stmatrix
   const int store_col = 8 * (lane / 16);
   constexpr int kSRegs = kBlockM / 2;       // S^T, dP^T accumulators (64 keys x kBlockM)
@@ -364,11 +361,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   int step = 0;  // query tiles processed so far, over all items (ring stages and phases)
   for (int count = 0;; ++count) {
-    hopper::mbarrier_wait(kv_full, count & 1);
+    kv_ring.wait_full(count);
     const int w = item_slot[count % 2];
     if (w < 0) break;
     const Item item = item_of(w);
-    const int key0 = item.n0 + 64 * c + key_local;
+    const int warp_key0 = item.n0 + 64 * c + 16 * warp;  // this warp's first key
+    const int key0 = warp_key0 + fragment.row;  // this thread's keys: key0 and key0 + 8
 
     float dk_acc[kGradRegs];
     float dv_acc[kGradRegs];
@@ -376,9 +374,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     for (int i = 0; i < kGradRegs; ++i) dk_acc[i] = dv_acc[i] = 0.f;
 
     for (int m = next_tile(item.m_begin); m < m_end; m = next_tile(m + 1), ++step) {
-      const int s = step % kStages;
+      const int s = q_ring.stage(step);
       const int m0 = m * kBlockM;
-      hopper::mbarrier_wait(full(s), (step / kStages) & 1);
+      q_ring.wait_full(step);
 
       float st[kSRegs];   // S^T, then P^T
       float dpt[kSRegs];  // dP^T, then dS^T
@@ -417,8 +415,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
             const int v = 2 * (u / 4) + (u % 2);
             float prob = hopper::exp2_approx(fmaf(st[i], p.scale_log2, -lse2[v]));
             if constexpr (decltype(masked)::value) {
-              const int col = 8 * (i / 4) + col_pair + (i % 2);  // query - m0
-              const int key = key0 + ((i % 4) >= 2 ? 8 : 0);
+              const int col = fragment.column_of(i);  // query - m0
+              const int key = warp_key0 + fragment.row_of(i);
               if (key > m0 + col) prob = 0.f;
             }
             st[i] = prob;
@@ -476,11 +474,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       hopper::fence_operands(dq);
       hopper::fence_operands(dk_acc);
       hopper::fence_operands(dv_acc);
-      hopper::mbarrier_arrive(empty(s));  // Q, dO and the stats of this stage are consumed
-      if (next_tile(m + 1) == m_end) hopper::mbarrier_arrive(kv_empty);  // K and V are free
+      q_ring.release(step);  // Q, dO and the stats of this stage are consumed
+      if (next_tile(m + 1) == m_end) kv_ring.release(count);  // K and V are free
 
       // Stage the block (fragment order: float2 j of this thread at [j * 128 + tid]).
-      if (step > 0) hopper::mbarrier_wait(dq_empty(c), (step - 1) & 1);
+      dq_ring(c).wait_empty(step);
       float2* staged = reinterpret_cast<float2*>(smem_generic + dq_block(c));
 #pragma unroll
       for (int j = 0; j < 16; ++j) staged[j * 128 + tid] = make_float2(dq[2 * j], dq[2 * j + 1]);
@@ -489,7 +487,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         dq_n_block[c] = item.n_block;
       }
       hopper::fence_proxy_async_shared();
-      hopper::mbarrier_arrive(dq_full(c));
+      hopper::mbarrier_arrive(dq_ring(c).full(step));
     }
 
     // dK = scale * dS^T Q and dV, rows = this thread's keys (while the loader fetches the next
@@ -513,9 +511,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   }
   // The end mark for the writer, staged like a block by consumer 0.
   if (c == 0) {
-    if (step > 0) hopper::mbarrier_wait(dq_empty(0), (step - 1) & 1);
+    dq_ring(0).wait_empty(step);
     if (tid == 0) dq_tile[0] = -1;
-    hopper::mbarrier_arrive(dq_full(0));
+    hopper::mbarrier_arrive(dq_ring(0).full(step));
   }
 #else
   __trap();  // built without sm_90a code: the dispatch never launches this

@@ -110,10 +110,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   const QTile q_tile{smem + Traits::kQOffset};
   const uint32_t bars = smem + Traits::kBarrierOffset;
   const uint32_t q_full = bars;
-  auto k_full = [&](int s) { return bars + 8 * (1 + s); };
-  auto v_full = [&](int s) { return bars + 8 * (1 + kStages + s); };
-  auto k_empty = [&](int s) { return bars + 8 * (1 + 2 * kStages + s); };
-  auto v_empty = [&](int s) { return bars + 8 * (1 + 3 * kStages + s); };
+  // The K and V rings: full barriers after q_full, then the empty ones.
+  const hopper::StageRing<kStages> k_ring{bars + 8, bars + 8 * (1 + 2 * kStages)};
+  const hopper::StageRing<kStages> v_ring{bars + 8 * (1 + kStages), bars + 8 * (1 + 3 * kStages)};
   auto k_tile = [&](int s) { return KVTile{smem + Traits::kKOffset + s * KVTile::kBytes}; };
   auto v_tile = [&](int s) { return KVTile{smem + Traits::kVOffset + s * KVTile::kBytes}; };
 
@@ -131,12 +130,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 
   if (threadIdx.x == 0) {
     hopper::mbarrier_init(q_full, 1);
-    for (int s = 0; s < kStages; ++s) {
-      hopper::mbarrier_init(k_full(s), 1);
-      hopper::mbarrier_init(v_full(s), 1);
-      hopper::mbarrier_init(k_empty(s), Traits::kConsumers * 128);
-      hopper::mbarrier_init(v_empty(s), Traits::kConsumers * 128);
-    }
+    k_ring.init(1, Traits::kConsumers * 128);
+    v_ring.init(1, Traits::kConsumers * 128);
     hopper::fence_barrier_init();
   }
   __syncthreads();
@@ -154,16 +149,16 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     q_tile.load(&q_map, q_full, head_col, m0, b);
   };
   auto load_k = [&](int it) {
-    const int s = it % kStages;
-    if (it >= kStages) hopper::mbarrier_wait(k_empty(s), ((it / kStages) - 1) & 1);
-    hopper::mbarrier_arrive_expect_tx(k_full(s), KVTile::kBytes);
-    k_tile(s).load(&kv_map, k_full(s), p.C + head_col, (n_blocks - 1 - it) * kBlockN, b);
+    k_ring.wait_empty(it);
+    hopper::mbarrier_arrive_expect_tx(k_ring.full(it), KVTile::kBytes);
+    k_tile(k_ring.stage(it))
+        .load(&kv_map, k_ring.full(it), p.C + head_col, (n_blocks - 1 - it) * kBlockN, b);
   };
   auto load_v = [&](int it) {
-    const int s = it % kStages;
-    if (it >= kStages) hopper::mbarrier_wait(v_empty(s), ((it / kStages) - 1) & 1);
-    hopper::mbarrier_arrive_expect_tx(v_full(s), KVTile::kBytes);
-    v_tile(s).load(&kv_map, v_full(s), 2 * p.C + head_col, (n_blocks - 1 - it) * kBlockN, b);
+    v_ring.wait_empty(it);
+    hopper::mbarrier_arrive_expect_tx(v_ring.full(it), KVTile::kBytes);
+    v_tile(v_ring.stage(it))
+        .load(&kv_map, v_ring.full(it), 2 * p.C + head_col, (n_blocks - 1 - it) * kBlockN, b);
   };
 
   const int warpgroup = threadIdx.x / 128;
@@ -196,8 +191,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   const int c = Traits::kProducer ? warpgroup - 1 : 0;
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x % 128) / 32;
-  const int row0 = m0 + 64 * c + 16 * warp + lane / 4;
-  const int col_pair = 2 * (lane % 4);
+  const int warp_row0 = m0 + 64 * c + 16 * warp;  // this warp's first query row
+  const hopper::AccumulatorLayout fragment(lane);
+  const int row0 = warp_row0 + fragment.row;
+  const int col_pair = fragment.col;
   constexpr int kSRegs = kBlockN / 2;   // S accumulators (64 x kBlockN per warpgroup)
   constexpr int kORegs = kHeadDim / 2;  // O accumulators (64 x kHeadDim)
   constexpr int kPSlabs = kBlockN / 16;
@@ -257,8 +254,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   // point per tile, the end of the iteration (refill_after), where it waits for the other
   // threads once: K(it + kStages), released at this iteration's start, and V(it - 1 + kStages).
   // (Refilling K at its release stalled warp 0 before the softmax: 7-30% slower.)
-  auto release_k = [&](int it) { hopper::mbarrier_arrive(k_empty(it % kStages)); };
-  auto release_v = [&](int it) { hopper::mbarrier_arrive(v_empty(it % kStages)); };
   auto refill_after = [&](int it) {
     if constexpr (!Traits::kProducer) {
       if (threadIdx.x == 0) {
@@ -272,18 +267,18 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 
   // First key tile (the diagonal one, possibly ragged at T): masked.
   {
-    hopper::mbarrier_wait(k_full(0), 0);
+    k_ring.wait_full(0);
     hopper::wgmma_fence();
     issue_scores(0);
     hopper::wgmma_commit_group();
     hopper::wgmma_wait_group<0>();
     hopper::fence_operands(s_acc);
-    release_k(0);
+    k_ring.release(0);
     const int n0 = (n_blocks - 1) * kBlockN;
 #pragma unroll
     for (int i = 0; i < kSRegs; ++i) {
-      const int key = n0 + 8 * (i / 4) + col_pair + (i % 2);
-      const int row = row0 + ((i % 4) >= 2 ? 8 : 0);
+      const int key = n0 + fragment.column_of(i);
+      const int row = warp_row0 + fragment.row_of(i);
       if (key > row || key >= p.T) s_acc[i] = -INFINITY;
     }
     row_max[0] = row_max[1] = -INFINITY;
@@ -295,18 +290,16 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   }
 
   for (int it = 1; it < n_blocks; ++it) {
-    const int s = it % kStages;
-    const int prev = (it - 1) % kStages;
-    hopper::mbarrier_wait(k_full(s), (it / kStages) & 1);
+    k_ring.wait_full(it);
     hopper::wgmma_fence();
-    issue_scores(s);
+    issue_scores(k_ring.stage(it));
     hopper::wgmma_commit_group();
-    hopper::mbarrier_wait(v_full(prev), ((it - 1) / kStages) & 1);
-    issue_pv(prev);
+    v_ring.wait_full(it - 1);
+    issue_pv(v_ring.stage(it - 1));
     hopper::wgmma_commit_group();
     hopper::wgmma_wait_group<1>();  // S of this tile is ready; P V of the last still runs
     hopper::fence_operands(s_acc);
-    release_k(it);
+    k_ring.release(it);
 
     float new_max[2] = {row_max[0], row_max[1]};
     tile_row_max(new_max);
@@ -321,7 +314,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 
     hopper::wgmma_wait_group<0>();
     hopper::fence_operands(o_acc);
-    release_v(it - 1);
+    v_ring.release(it - 1);
     refill_after(it);
 #pragma unroll
     for (int i = 0; i < kORegs; i += 4) {
@@ -334,10 +327,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   }
 
   {
-    const int last = (n_blocks - 1) % kStages;
-    hopper::mbarrier_wait(v_full(last), ((n_blocks - 1) / kStages) & 1);
+    v_ring.wait_full(n_blocks - 1);
     hopper::wgmma_fence();
-    issue_pv(last);
+    issue_pv(v_ring.stage(n_blocks - 1));
     hopper::wgmma_commit_group();
     hopper::wgmma_wait_group<0>();
     hopper::fence_operands(o_acc);
