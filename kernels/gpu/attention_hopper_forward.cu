@@ -191,9 +191,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   const int c = Traits::kProducer ? warpgroup - 1 : 0;
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x % 128) / 32;
-  const int warp_row0 = m0 + 64 * c + 16 * warp;  // this warp's first query row
   const hopper::AccumulatorLayout fragment(lane);
-  const int row0 = warp_row0 + fragment.row;
+  const int row0 = m0 + 64 * c + 16 * warp + fragment.row;
   const int col_pair = fragment.col;
   constexpr int kSRegs = kBlockN / 2;   // S accumulators (64 x kBlockN per warpgroup)
   constexpr int kORegs = kHeadDim / 2;  // O accumulators (64 x kHeadDim)
@@ -277,8 +276,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     const int n0 = (n_blocks - 1) * kBlockN;
 #pragma unroll
     for (int i = 0; i < kSRegs; ++i) {
-      const int key = n0 + fragment.column_of(i);
-      const int row = warp_row0 + fragment.row_of(i);
+      const int key = n0 + col_pair + hopper::AccumulatorLayout::column_offset(i);
+      const int row = row0 + hopper::AccumulatorLayout::row_offset(i);
       if (key > row || key >= p.T) s_acc[i] = -INFINITY;
     }
     row_max[0] = row_max[1] = -INFINITY;

@@ -104,17 +104,16 @@ struct StageRing {
 };
 
 /// Where a thread's accumulators of a wgmma m64nN fragment sit in its warp's 16 x N slice of
-/// the warpgroup's 64 x N tile (warp w: rows 16 w .. 16 w + 15): lane l holds row l / 4
-/// (accumulators i with i % 4 < 2) and row l / 4 + 8 (i % 4 >= 2), accumulator i in column
-/// 8 (i / 4) + 2 (l % 4) + i % 2. The lane's part is computed once; i is a compile-time index
-/// in the unrolled loops that use it.
+/// the warpgroup's 64 x N tile (warp w: rows 16 w .. 16 w + 15): accumulator i of lane l at
+/// row l / 4 + row_offset(i) and column 2 (l % 4) + column_offset(i). The lane's part is
+/// computed once; i is a compile-time index in the unrolled loops that use the offsets.
 struct AccumulatorLayout {
-  int row;  // lane / 4
+  int row;  // lane / 4: the lane's first row
   int col;  // 2 (lane % 4): the first of the lane's column pair
   __device__ __forceinline__ explicit AccumulatorLayout(int lane)
       : row(lane / 4), col(2 * (lane % 4)) {}
-  __device__ __forceinline__ int row_of(int i) const { return row + ((i % 4) >= 2 ? 8 : 0); }
-  __device__ __forceinline__ int column_of(int i) const { return col + 8 * (i / 4) + (i % 2); }
+  __device__ __forceinline__ static int row_offset(int i) { return (i % 4) >= 2 ? 8 : 0; }
+  __device__ __forceinline__ static int column_offset(int i) { return 8 * (i / 4) + (i % 2); }
 };
 
 /// Host: streaming multiprocessors of the current device.
