@@ -52,7 +52,7 @@
 #include <type_traits>
 
 #include "base/error.h"
-#include "kernels/gpu/attention_flash_tiles.cuh"
+#include "kernels/gpu/attention_flash_common.cuh"
 #include "kernels/gpu/attention_hopper_backward_pre_post.cuh"
 #include "kernels/gpu/attention_hopper_tiles.cuh"
 #include "kernels/gpu/attention_schedule.h"

@@ -31,7 +31,7 @@
 #include <cmath>
 
 #include "base/error.h"
-#include "kernels/gpu/attention_flash_tiles.cuh"
+#include "kernels/gpu/attention_flash_common.cuh"
 #include "kernels/gpu/attention_hopper_tiles.cuh"
 #include "kernels/gpu/attention_schedule.h"
 #include "kernels/gpu/tensor_map.cuh"
