@@ -32,6 +32,7 @@
 
 #include "base/error.h"
 #include "kernels/gpu/attention_flash_common.cuh"
+#include "kernels/gpu/attention_hopper_softmax.cuh"
 #include "kernels/gpu/attention_hopper_tiles.cuh"
 #include "kernels/gpu/attention_schedule.h"
 #include "kernels/gpu/tensor_map.cuh"
@@ -203,8 +204,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 #pragma unroll
   for (int i = 0; i < kORegs; ++i) o_acc[i] = 0.f;
   uint32_t p_frag[kPSlabs][4];
-  float row_max[2] = {-INFINITY, -INFINITY};  // raw-score maxima (scale > 0 keeps order)
-  float row_sum[2] = {0.f, 0.f};  // this thread's columns only; quad-reduced at the end
+  hopper::OnlineSoftmax<kSRegs> softmax(p.scale_log2);
 
   auto issue_scores = [&](int s) {
 #pragma unroll
@@ -216,33 +216,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 #pragma unroll
     for (int kk = 0; kk < kPSlabs; ++kk)
       hopper::wgmma_rs<kHeadDim, 1>(o_acc, p_frag[kk], v_tile(s).mn_major(16 * kk), true);
-  };
-  // exp2(s * scale_log2 - max * scale_log2) in place; returns this thread's row sums.
-  auto exponentiate = [&](float (&tile_sum)[2]) {
-    const float shift0 = row_max[0] * p.scale_log2;
-    const float shift1 = row_max[1] * p.scale_log2;
-    tile_sum[0] = tile_sum[1] = 0.f;
-#pragma unroll
-    for (int i = 0; i < kSRegs; i += 4) {
-      s_acc[i + 0] = hopper::exp2_approx(fmaf(s_acc[i + 0], p.scale_log2, -shift0));
-      s_acc[i + 1] = hopper::exp2_approx(fmaf(s_acc[i + 1], p.scale_log2, -shift0));
-      s_acc[i + 2] = hopper::exp2_approx(fmaf(s_acc[i + 2], p.scale_log2, -shift1));
-      s_acc[i + 3] = hopper::exp2_approx(fmaf(s_acc[i + 3], p.scale_log2, -shift1));
-      tile_sum[0] += s_acc[i + 0] + s_acc[i + 1];
-      tile_sum[1] += s_acc[i + 2] + s_acc[i + 3];
-    }
-  };
-  auto tile_row_max = [&](float (&m)[2]) {
-#pragma unroll
-    for (int i = 0; i < kSRegs; i += 4) {
-      m[0] = fmaxf(m[0], fmaxf(s_acc[i + 0], s_acc[i + 1]));
-      m[1] = fmaxf(m[1], fmaxf(s_acc[i + 2], s_acc[i + 3]));
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 1));
-      m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 2));
-    }
   };
   auto pack_p = [&] {
 #pragma unroll
@@ -280,10 +253,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
       const int row = row0 + hopper::AccumulatorLayout::row_offset(i);
       if (key > row || key >= p.T) s_acc[i] = -INFINITY;
     }
-    row_max[0] = row_max[1] = -INFINITY;
-    tile_row_max(row_max);
     // Every row keeps key n0 <= row unmasked, so the maxima are finite.
-    exponentiate(row_sum);
+    softmax.first(s_acc);
     pack_p();
     refill_after(0);
   }
@@ -300,16 +271,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     hopper::fence_operands(s_acc);
     k_ring.release(it);
 
-    float new_max[2] = {row_max[0], row_max[1]};
-    tile_row_max(new_max);
-    const float correction0 = hopper::exp2_approx((row_max[0] - new_max[0]) * p.scale_log2);
-    const float correction1 = hopper::exp2_approx((row_max[1] - new_max[1]) * p.scale_log2);
-    row_max[0] = new_max[0];
-    row_max[1] = new_max[1];
-    float tile_sum[2];
-    exponentiate(tile_sum);
-    row_sum[0] = row_sum[0] * correction0 + tile_sum[0];
-    row_sum[1] = row_sum[1] * correction1 + tile_sum[1];
+    float correction[2];
+    softmax.next(s_acc, correction);
 
     hopper::wgmma_wait_group<0>();
     hopper::fence_operands(o_acc);
@@ -317,10 +280,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     refill_after(it);
 #pragma unroll
     for (int i = 0; i < kORegs; i += 4) {
-      o_acc[i + 0] *= correction0;
-      o_acc[i + 1] *= correction0;
-      o_acc[i + 2] *= correction1;
-      o_acc[i + 3] *= correction1;
+      o_acc[i + 0] *= correction[0];
+      o_acc[i + 1] *= correction[0];
+      o_acc[i + 2] *= correction[1];
+      o_acc[i + 3] *= correction[1];
     }
     pack_p();
   }
@@ -337,9 +300,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   // Epilogue: normalize, write O (bf16) and lse (fp32, natural log).
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float sum = row_sum[r];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float sum = softmax.total(r);
     const int row = row0 + 8 * r;
     if (row < p.T) {
       const float inv_sum = 1.f / sum;
@@ -350,8 +311,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
             __floats2bfloat162_rn(o_acc[i + 2 * r] * inv_sum, o_acc[i + 2 * r + 1] * inv_sum);
       }
       if (lane % 4 == 0)
-        p.lse[static_cast<int64_t>(bh) * p.T + row] =
-            row_max[r] * p.scale_log2 * flash::kLn2 + logf(sum);
+        p.lse[static_cast<int64_t>(bh) * p.T + row] = softmax.lse(r, sum);
     }
   }
 #else
