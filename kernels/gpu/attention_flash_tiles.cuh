@@ -6,7 +6,8 @@
  * row r is kHeadDim bf16 values at head_base + (row0 + r) * row_stride. Tiles live in shared
  * memory as swizzled rows of kHeadDim/8 16-byte chunks (mma::swizzled_offset). Rows at or past
  * num_rows (= T) are zero-filled, which makes ragged last tiles harmless for the GEMMs; the
- * kernels mask their scores separately. Also the launchers' shared host helpers.
+ * kernels mask their scores separately. Also the launchers' shared host helpers (and, through
+ * attention_flash_common.cuh, what the Hopper kernels share with these).
  */
 #pragma once
 
@@ -16,12 +17,10 @@
 #include <cuda_runtime.h>
 
 #include "base/error.h"
+#include "kernels/gpu/attention_flash_common.cuh"
 #include "kernels/gpu/mma_primitives.cuh"
 
 namespace gpt2::gpu::flash {
-
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 /// Issues (does not wait for) the cp.async copies of one head tile.
 template <int kRows, int kHeadDim, int kThreads>
@@ -140,16 +139,6 @@ struct BlockHead {
 
 // ---------------------------------------------------------------------------------------------
 // Host side, shared by the flash launchers (bf16 tensor-core and fp32 SIMT)
-
-/// Checks the shape every flash launcher accepts; returns the head size (64 or 128).
-inline int checked_head_size(int B, int T, int C, int NH) {
-  GPT2_CHECK(B >= 1 && T >= 1 && NH >= 1 && C % NH == 0, "B=", B, " T=", T, " C=", C, " NH=", NH);
-  GPT2_CHECK(B * NH <= 65535, "B*NH=", B * NH, " exceeds the grid's y limit");
-  const int head_size = C / NH;
-  GPT2_CHECK(head_size == 64 || head_size == 128,
-             "flash attention supports head size 64 or 128, got ", head_size);
-  return head_size;
-}
 
 /// Launches kernel<<<grid, threads, smem_bytes>>>(params), first raising the kernel's
 /// dynamic shared-memory limit when it needs more than the default 48 KB.

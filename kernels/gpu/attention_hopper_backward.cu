@@ -52,7 +52,7 @@
 #include <type_traits>
 
 #include "base/error.h"
-#include "kernels/gpu/attention_flash_tiles.cuh"
+#include "kernels/gpu/attention_flash_common.cuh"
 #include "kernels/gpu/attention_hopper_backward_pre_post.cuh"
 #include "kernels/gpu/attention_hopper_tiles.cuh"
 #include "kernels/gpu/attention_schedule.h"
@@ -173,54 +173,84 @@ __device__ __forceinline__ int load_acquire(const int* p) {
   return v;
 }
 
+/// One block of the main kernel: its shared memory (tiles, rings, the schedule's slots) and
+/// its three roles, each a member run by its threads (see the file comment): load() by the
+/// producer warpgroup's thread 0, write_dq() by its thread 32, consume(c) by consumer
+/// warpgroup c (threads 128 (c + 1) ..).
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreads, 1)
-    hopper_backward_kernel(const __grid_constant__ CUtensorMap kv_map,
-                           const __grid_constant__ CUtensorMap q_map,
-                           const __grid_constant__ CUtensorMap dout_map,
-                           const HopperBackwardParams p) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kHeadDim = Traits::kHeadDim;
-  constexpr int kBlockM = Traits::kBlockM;
-  constexpr int kStages = Traits::kStages;
-  constexpr int kConsumers = Traits::kConsumers;
+struct HopperBackwardBlock {
+  static constexpr int kHeadDim = Traits::kHeadDim;
+  static constexpr int kBlockM = Traits::kBlockM;
+  static constexpr int kStages = Traits::kStages;
+  static constexpr int kConsumers = Traits::kConsumers;
   using KVTile = typename Traits::KVTile;
   using QTile = typename Traits::QTile;
   using DsTile = typename Traits::DsTile;
 
-  extern __shared__ unsigned char smem_raw[];
-  const uint32_t smem = (hopper::smem_addr(smem_raw) + 1023u) & ~1023u;
-  unsigned char* smem_generic = smem_raw + (smem - hopper::smem_addr(smem_raw));
-  const KVTile k_tile{smem + Traits::kKOffset};
-  const KVTile v_tile{smem + Traits::kVOffset};
-  auto q_tile = [&](int s) { return QTile{smem + Traits::kQOffset + s * QTile::kBytes}; };
-  auto do_tile = [&](int s) { return QTile{smem + Traits::kDoOffset + s * QTile::kBytes}; };
-  auto ds_tile = [&](int buffer, int c) {
-    return DsTile{smem + Traits::kDsOffset + (buffer * kConsumers + c) * DsTile::kBytes};
-  };
-  auto stats = [&](int s) { return Traits::kStatsOffset + s * Traits::kStatsBytes; };
-  auto dq_block = [&](int c) { return Traits::kDqOffset + c * Traits::kDqBlockBytes; };
-  const uint32_t bars = smem + Traits::kBarrierOffset;
-  const uint32_t kv_full = bars;
-  auto full = [&](int s) { return bars + 8 * (1 + s); };
-  auto empty = [&](int s) { return bars + 8 * (1 + kStages + s); };
-  auto dq_full = [&](int c) { return bars + 8 * (1 + 2 * kStages + c); };
-  auto dq_empty = [&](int c) { return bars + 8 * (1 + 2 * kStages + kConsumers + c); };
-  const uint32_t kv_empty = bars + 8 * (1 + 2 * kStages + 2 * kConsumers);
-
-  // The schedule: item w is key block head_group_item(w).index of head .bh (attention_schedule.h,
-  // key block 0 of every head of a group first); each block takes the next item from a global
-  // counter until none is left. item_slot[count % 2] hands item number `count` of this block (or -1: no
-  // more) from the loader to the consumers with kv_full; dq_tile[c] tells the writer which tile
-  // a staged block belongs to.
-  volatile int* item_slot = reinterpret_cast<volatile int*>(smem_generic + Traits::kSlotOffset);
-  volatile int* dq_tile = item_slot + 2;  // [c]: tile index (bh * num_m_tiles + m), or -1
-  volatile int* dq_n_block = item_slot + 4;  // [c]: the key block that staged it
+  /// A work item: key block n_block (keys n0 ..) of head bh = (b, h); its first query tile
+  /// with a query at or after n0 is m_begin.
   struct Item {
     int n_block, bh, b, h, n0, m_begin;
   };
-  const int n_blocks = p.n_blocks;
-  auto item_of = [&](int w) {
+
+  const HopperBackwardParams& p;
+  uint32_t smem;               // shared-memory address, 1024-byte aligned
+  unsigned char* smem_generic;  // the same, as a generic pointer
+  KVTile k_tile, v_tile;
+  uint32_t bars;
+  // Rings (StageRing), used in order: the query tiles' (Q, dO, stats), by step; K and V, one
+  // stage, by item count; and per consumer its staged dQ block, one stage, by step (dq_ring).
+  hopper::StageRing<kStages> q_ring;
+  hopper::StageRing<1> kv_ring;
+  // The schedule: item w is key block head_group_item(w).index of head .bh
+  // (attention_schedule.h, key block 0 of every head of a group first); each block takes the
+  // next item from a global counter until none is left. item_slot[count % 2] hands item number
+  // `count` of this block (or -1: no more) from the loader to the consumers with the K/V ring's
+  // full barrier; dq_tile[c] tells the writer which tile a staged block belongs to.
+  volatile int* item_slot;
+  volatile int* dq_tile;     // [c]: tile index (bh * num_m_tiles + m), or -1
+  volatile int* dq_n_block;  // [c]: the key block that staged it
+  int n_blocks;
+  int m_end;                 // past the last computed query tile
+
+  __device__ __forceinline__ HopperBackwardBlock(const HopperBackwardParams& params,
+                                                 unsigned char* smem_raw)
+      : p(params),
+        smem((hopper::smem_addr(smem_raw) + 1023u) & ~1023u),
+        smem_generic(smem_raw + (smem - hopper::smem_addr(smem_raw))),
+        k_tile{smem + Traits::kKOffset},
+        v_tile{smem + Traits::kVOffset},
+        bars(smem + Traits::kBarrierOffset),
+        q_ring{bars + 8, bars + 8 * (1 + kStages)},
+        kv_ring{bars, bars + 8 * (1 + 2 * kStages + 2 * kConsumers)},
+        item_slot(reinterpret_cast<volatile int*>(smem_generic + Traits::kSlotOffset)),
+        dq_tile(item_slot + 2),
+        dq_n_block(item_slot + 4),
+        n_blocks(params.n_blocks),
+        m_end(params.tile_end[1]) {}
+
+  __device__ __forceinline__ QTile q_tile(int s) const {
+    return QTile{smem + Traits::kQOffset + s * QTile::kBytes};
+  }
+  __device__ __forceinline__ QTile do_tile(int s) const {
+    return QTile{smem + Traits::kDoOffset + s * QTile::kBytes};
+  }
+  __device__ __forceinline__ DsTile ds_tile(int buffer, int c) const {
+    return DsTile{smem + Traits::kDsOffset + (buffer * kConsumers + c) * DsTile::kBytes};
+  }
+  /// Byte offsets (from smem) of a stage's lse2 and D, and of consumer c's staged dQ block.
+  __device__ __forceinline__ static int stats(int s) {
+    return Traits::kStatsOffset + s * Traits::kStatsBytes;
+  }
+  __device__ __forceinline__ static int dq_block(int c) {
+    return Traits::kDqOffset + c * Traits::kDqBlockBytes;
+  }
+  __device__ __forceinline__ hopper::StageRing<1> dq_ring(int c) const {
+    return hopper::StageRing<1>{bars + 8 * (1 + 2 * kStages + c),
+                                bars + 8 * (1 + 2 * kStages + kConsumers + c)};
+  }
+
+  __device__ __forceinline__ Item item_of(int w) const {
     Item item;
     const HeadGroupItem unit = head_group_item(w, n_blocks, p.group_heads, p.BH);
     item.n_block = unit.index;
@@ -230,293 +260,311 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     item.n0 = item.n_block * Traits::kBlockN;
     item.m_begin = item.n0 / kBlockM;  // first query tile with a query >= n0
     return item;
-  };
-  const int m_end = p.tile_end[1];
-  // The first computed query tile at or after m (m_end: none).
-  auto next_tile = [&](int m) {
+  }
+
+  /// The first computed query tile at or after m (m_end: none).
+  __device__ __forceinline__ int next_tile(int m) const {
     if (m < p.tile_begin[0]) return p.tile_begin[0];
     if (m >= p.tile_end[0] && m < p.tile_begin[1]) return p.tile_begin[1];
     return m;
-  };
+  }
 
-  if (threadIdx.x == 0) {
-    hopper::mbarrier_init(kv_full, 1);
-    hopper::mbarrier_init(kv_empty, kConsumers * 128);
-    for (int s = 0; s < kStages; ++s) {
-      hopper::mbarrier_init(full(s), 1);
-      hopper::mbarrier_init(empty(s), kConsumers * 128);
-    }
-    for (int c = 0; c < kConsumers; ++c) {
-      hopper::mbarrier_init(dq_full(c), 128);
-      hopper::mbarrier_init(dq_empty(c), 1);
-    }
+  /// One thread, before the block's __syncthreads.
+  __device__ __forceinline__ void init_barriers() const {
+    kv_ring.init(1, kConsumers * 128);
+    q_ring.init(1, kConsumers * 128);
+    for (int c = 0; c < kConsumers; ++c) dq_ring(c).init(128, 1);
     hopper::fence_barrier_init();
   }
-  __syncthreads();
 
+  __device__ __forceinline__ void load(const CUtensorMap& kv_map, const CUtensorMap& q_map,
+                                       const CUtensorMap& dout_map) const {
+    // Loader: per item, K and V (once the consumers are done with the last item's), then the
+    // ring of query tiles; the item's first query tile is issued before waiting for K and V
+    // to be free, so it lands while the consumers finish the last item.
+    hopper::prefetch_tensor_map(&kv_map);
+    hopper::prefetch_tensor_map(&q_map);
+    hopper::prefetch_tensor_map(&dout_map);
+    int step = 0;  // query tiles issued so far, over all items
+    auto load_query_tile = [&](const Item& item, int m) {
+      const int s = q_ring.stage(step);
+      const uint32_t full = q_ring.full(step);
+      q_ring.wait_empty(step);
+      hopper::mbarrier_arrive_expect_tx(full, 2 * QTile::kBytes + Traits::kStatsBytes);
+      q_tile(s).load(&q_map, full, item.h * kHeadDim, m * kBlockM, item.b);
+      do_tile(s).load(&dout_map, full, item.h * kHeadDim, m * kBlockM, item.b);
+      const int64_t row = (static_cast<int64_t>(item.bh) * p.num_m_tiles + m) * kBlockM;
+      hopper::bulk_load(smem + stats(s), p.lse2 + row, kBlockM * 4, full);
+      hopper::bulk_load(smem + stats(s) + kBlockM * 4, p.dsum + row, kBlockM * 4, full);
+      ++step;
+    };
+    for (int count = 0;; ++count) {
+      const int w = atomicAdd(p.work_counter, 1);
+      const bool done = w >= p.num_items;
+      const Item item = item_of(done ? 0 : w);
+      const int first = next_tile(item.m_begin);  // < m_end: every item has a query tile
+      if (!done) load_query_tile(item, first);
+      kv_ring.wait_empty(count);
+      item_slot[count % 2] = done ? -1 : w;
+      const uint32_t kv_full = kv_ring.full(count);
+      if (done) {
+        hopper::mbarrier_arrive(kv_full);  // the consumers read -1 and stop
+        break;
+      }
+      hopper::mbarrier_arrive_expect_tx(kv_full, 2 * KVTile::kBytes);
+      k_tile.load(&kv_map, kv_full, p.C + item.h * kHeadDim, item.n0, item.b);
+      v_tile.load(&kv_map, kv_full, 2 * p.C + item.h * kHeadDim, item.n0, item.b);
+      for (int m = next_tile(first + 1); m < m_end; m = next_tile(m + 1))
+        load_query_tile(item, m);
+    }
+  }
+
+  __device__ __forceinline__ void write_dq() const {
+    // dQ writer: moves each staged block into the fp32 accumulator with one bulk copy (a
+    // reduce-add; in deterministic mode a store from key block 0) and frees the staging slot
+    // once the copy engine has read it. Deterministic mode: a tile's semaphore counts the
+    // writes into it that have landed, key block n writes tile m once the count is n (key
+    // block n - 1 is done) and passes it on as soon as both blocks have landed (while the
+    // consumers compute the next step), so that the next key block, often only a step or two
+    // behind, waits as little as possible.
+    int* pending = nullptr;  // the semaphore of the tile being written, not yet passed on
+    auto pass_on = [&] {
+      hopper::bulk_wait_group<0>();
+      hopper::fence_proxy_async_global();  // the copies' writes before the count
+      __threadfence();
+      atomicAdd(pending, 1);
+      pending = nullptr;
+    };
+    bool end = false;
+    for (int step = 0; !end; ++step) {
+      for (int c = 0; c < kConsumers; ++c) {
+        dq_ring(c).wait_full(step);
+        const int tile = dq_tile[c];
+        if (tile < 0) {  // only consumer 0 stages the end mark
+          end = true;
+          break;
+        }
+        const int n_block = dq_n_block[c];
+        if (p.deterministic && c == 0) {
+          int* semaphore = p.semaphores + tile;
+          while (load_acquire(semaphore) != n_block) {
+          }
+          hopper::fence_proxy_async_global();  // the count before this copy's writes
+          pending = semaphore;
+        }
+        float* block = p.dq_accum + (static_cast<int64_t>(tile) * kConsumers + c) * 64 * 64;
+        if (p.deterministic && n_block == 0) {
+          hopper::bulk_store(block, smem + dq_block(c), Traits::kDqBlockBytes);
+        } else {
+          hopper::bulk_reduce_add_f32(block, smem + dq_block(c), Traits::kDqBlockBytes);
+        }
+        hopper::bulk_commit_group();
+        hopper::bulk_wait_group_read<0>();
+        dq_ring(c).release(step);
+      }
+      if (pending) pass_on();
+    }
+    hopper::bulk_wait_group<0>();
+  }
+
+  __device__ __forceinline__ void consume(int c) const {
+    const int tid = threadIdx.x % 128;
+    const int lane = threadIdx.x % 32;
+    const int warp = tid / 32;
+    const hopper::AccumulatorLayout fragment(lane);
+    const int col_pair = fragment.col;
+    const int store_row = 16 * warp + lane % 8 + 8 * ((lane / 8) % 2);  // of dS^T, by stmatrix
+    const int store_col = 8 * (lane / 16);
+    constexpr int kSRegs = kBlockM / 2;       // S^T, dP^T accumulators (64 keys x kBlockM)
+    constexpr int kGradRegs = kHeadDim / 2;   // dK, dV accumulators (64 keys x kHeadDim)
+    constexpr int kSlabs = kBlockM / 16;      // k16 slabs of the query dimension
+    constexpr int kConsumerBarrier = 1;       // named barrier of the two consumer warpgroups
+    // This consumer's dQ block: columns of the dS^T tiles (queries) and of K (head dims).
+    constexpr bool kSplitQueries = Traits::kDqSplitsQueries;
+    const int ds_column_block = kSplitQueries ? c : 0;
+    const int k_column_block = kSplitQueries ? 0 : c;
+
+    int step = 0;  // query tiles processed so far, over all items (ring stages and phases)
+    for (int count = 0;; ++count) {
+      kv_ring.wait_full(count);
+      const int w = item_slot[count % 2];
+      if (w < 0) break;
+      const Item item = item_of(w);
+      const int key0 = item.n0 + 64 * c + 16 * warp + fragment.row;  // keys key0, key0 + 8
+
+      float dk_acc[kGradRegs];
+      float dv_acc[kGradRegs];
+    #pragma unroll
+      for (int i = 0; i < kGradRegs; ++i) dk_acc[i] = dv_acc[i] = 0.f;
+
+      for (int m = next_tile(item.m_begin); m < m_end; m = next_tile(m + 1), ++step) {
+        const int s = q_ring.stage(step);
+        const int m0 = m * kBlockM;
+        q_ring.wait_full(step);
+
+        float st[kSRegs];   // S^T, then P^T
+        float dpt[kSRegs];  // dP^T, then dS^T
+        hopper::wgmma_fence();
+    #pragma unroll
+        for (int kk = 0; kk < kHeadDim / 16; ++kk)
+          hopper::wgmma_ss<kBlockM, 0, 0>(st, k_tile.k_major(64 * c, kk),
+                                          q_tile(s).k_major(0, kk), kk > 0);
+    #pragma unroll
+        for (int kk = 0; kk < kHeadDim / 16; ++kk)
+          hopper::wgmma_ss<kBlockM, 0, 0>(dpt, v_tile.k_major(64 * c, kk),
+                                          do_tile(s).k_major(0, kk), kk > 0);
+        hopper::wgmma_commit_group();
+        hopper::wgmma_wait_group<0>();
+        hopper::fence_operands(st);
+        hopper::fence_operands(dpt);
+
+        // Accumulator i is query column 8 (i / 4) + col_pair + (i % 2) (scalar loads: the four
+        // addresses of a warp share one wavefront, and wider loads hold registers S^T needs).
+        const float* lse2_row =
+            reinterpret_cast<const float*>(smem_generic + stats(s)) + col_pair;
+        const float* dsum_row = lse2_row + kBlockM;
+        // P^T = exp2(S^T scale log2e - lse2) (0 above the diagonal), dS^T = P^T (dP^T - D); the
+        // masked variant only where some key of this warpgroup is past some query of the tile.
+        auto probabilities = [&](auto masked) {
+    #pragma unroll
+          for (int g = 0; g < kBlockM / 16; ++g) {
+            // Columns 16 g + col_pair + {0, 1, 8, 9}: accumulators 8 g .. 8 g + 7.
+            const float* lp = lse2_row + 16 * g;
+            const float* dp = dsum_row + 16 * g;
+            const float lse2[4] = {lp[0], lp[1], lp[8], lp[9]};
+            const float dsum[4] = {dp[0], dp[1], dp[8], dp[9]};
+    #pragma unroll
+            for (int u = 0; u < 8; ++u) {
+              const int i = 8 * g + u;
+              const int v = 2 * (u / 4) + (u % 2);
+              float prob = hopper::exp2_approx(fmaf(st[i], p.scale_log2, -lse2[v]));
+              if constexpr (decltype(masked)::value) {
+                const int col = col_pair + hopper::AccumulatorLayout::column_offset(i);  // - m0
+                const int key = key0 + hopper::AccumulatorLayout::row_offset(i);
+                if (key > m0 + col) prob = 0.f;
+              }
+              st[i] = prob;
+              dpt[i] = prob * (dpt[i] - dsum[v]);
+            }
+          }
+        };
+        if (m0 < item.n0 + 64 * c + 63) {
+          probabilities(std::true_type{});
+        } else {
+          probabilities(std::false_type{});
+        }
+        uint32_t p_frag[kSlabs][4];
+        uint32_t ds_frag[kSlabs][4];
+    #pragma unroll
+        for (int kk = 0; kk < kSlabs; ++kk) {
+          hopper::accumulators_to_a_fragment(p_frag[kk], st, kk);
+          hopper::accumulators_to_a_fragment(ds_frag[kk], dpt, kk);
+        }
+
+        hopper::wgmma_fence();
+    #pragma unroll
+        for (int kk = 0; kk < kSlabs; ++kk)
+          hopper::wgmma_rs<kHeadDim, 1>(dv_acc, p_frag[kk], do_tile(s).mn_major(16 * kk), true);
+    #pragma unroll
+        for (int kk = 0; kk < kSlabs; ++kk)
+          hopper::wgmma_rs<kHeadDim, 1>(dk_acc, ds_frag[kk], q_tile(s).mn_major(16 * kk), true);
+        hopper::wgmma_commit_group();
+
+        // dS^T to shared memory (rows = keys, columns = queries) for dQ = dS K. This buffer was
+        // last read by both warpgroups' dQ wgmma two steps ago: this warpgroup waited for its
+        // own, and the other one finished its before it reached last step's barrier. One
+        // stmatrix per 16 x 16 block: lane l addresses row l % 8 (+ 8 for matrices 1 and 3) and
+        // column 8 (l / 16) of the slab.
+        const int buffer = step % Traits::kDsBuffers;
+        const DsTile my_ds = ds_tile(buffer, c);
+    #pragma unroll
+        for (int kk = 0; kk < kSlabs; ++kk)
+          hopper::stmatrix_x4(my_ds.element(store_row, 16 * kk + store_col), ds_frag[kk]);
+        hopper::fence_proxy_async_shared();
+        hopper::named_barrier_sync(kConsumerBarrier, kConsumers * 128);  // both dS^T are stored
+
+        // This consumer's 64 x 64 block of dQ over all 128 keys (both warpgroups' dS^T).
+        float dq[32];
+        hopper::wgmma_fence();
+    #pragma unroll
+        for (int w2 = 0; w2 < kConsumers; ++w2)
+    #pragma unroll
+          for (int kk = 0; kk < 4; ++kk)
+            hopper::wgmma_ss<64, 1, 1>(dq, ds_tile(buffer, w2).mn_major(16 * kk, ds_column_block),
+                                       k_tile.mn_major(64 * w2 + 16 * kk, k_column_block),
+                                       w2 > 0 || kk > 0);
+        hopper::wgmma_commit_group();
+        hopper::wgmma_wait_group<0>();
+        hopper::fence_operands(dq);
+        hopper::fence_operands(dk_acc);
+        hopper::fence_operands(dv_acc);
+        q_ring.release(step);  // Q, dO and the stats of this stage are consumed
+        if (next_tile(m + 1) == m_end) kv_ring.release(count);  // K and V are free
+
+        // Stage the block (fragment order: float2 j of this thread at [j * 128 + tid]).
+        dq_ring(c).wait_empty(step);
+        float2* staged = reinterpret_cast<float2*>(smem_generic + dq_block(c));
+    #pragma unroll
+        for (int j = 0; j < 16; ++j) staged[j * 128 + tid] = make_float2(dq[2 * j], dq[2 * j + 1]);
+        if (tid == 0) {
+          dq_tile[c] = item.bh * p.num_m_tiles + m;
+          dq_n_block[c] = item.n_block;
+        }
+        hopper::fence_proxy_async_shared();
+        hopper::mbarrier_arrive(dq_ring(c).full(step));
+      }
+
+      // dK = scale * dS^T Q and dV, rows = this thread's keys (while the loader fetches the next
+      // item's K and V).
+    #pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int key = key0 + 8 * r;
+        if (key < p.T) {
+          bf16* dk_row = p.dqkv + (static_cast<int64_t>(item.b) * p.T + key) * 3 * p.C + p.C +
+                         item.h * kHeadDim;
+          bf16* dv_row = dk_row + p.C;
+    #pragma unroll
+          for (int i = 0; i < kGradRegs; i += 4) {
+            *reinterpret_cast<__nv_bfloat162*>(dk_row + 2 * i + col_pair) = __floats2bfloat162_rn(
+                dk_acc[i + 2 * r] * p.scale, dk_acc[i + 2 * r + 1] * p.scale);
+            *reinterpret_cast<__nv_bfloat162*>(dv_row + 2 * i + col_pair) =
+                __floats2bfloat162_rn(dv_acc[i + 2 * r], dv_acc[i + 2 * r + 1]);
+          }
+        }
+      }
+    }
+    // The end mark for the writer, staged like a block by consumer 0.
+    if (c == 0) {
+      dq_ring(0).wait_empty(step);
+      if (tid == 0) dq_tile[0] = -1;
+      hopper::mbarrier_arrive(dq_ring(0).full(step));
+    }
+  }
+};
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    hopper_backward_kernel(const __grid_constant__ CUtensorMap kv_map,
+                           const __grid_constant__ CUtensorMap q_map,
+                           const __grid_constant__ CUtensorMap dout_map,
+                           const HopperBackwardParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ unsigned char smem_raw[];
+  const HopperBackwardBlock<Traits> block(p, smem_raw);
+  if (threadIdx.x == 0) block.init_barriers();
+  __syncthreads();
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     hopper::setmaxnreg_dec<Traits::kProducerRegisters>();
     if (threadIdx.x == 0) {
-      // Loader: per item, K and V (once the consumers are done with the last item's), then the
-      // ring of query tiles; the item's first query tile is issued before waiting for K and V
-      // to be free, so it lands while the consumers finish the last item.
-      hopper::prefetch_tensor_map(&kv_map);
-      hopper::prefetch_tensor_map(&q_map);
-      hopper::prefetch_tensor_map(&dout_map);
-      int step = 0;  // query tiles issued so far, over all items
-      auto load_query_tile = [&](const Item& item, int m) {
-        const int s = step % kStages;
-        if (step >= kStages) hopper::mbarrier_wait(empty(s), ((step / kStages) - 1) & 1);
-        hopper::mbarrier_arrive_expect_tx(full(s), 2 * QTile::kBytes + Traits::kStatsBytes);
-        q_tile(s).load(&q_map, full(s), item.h * kHeadDim, m * kBlockM, item.b);
-        do_tile(s).load(&dout_map, full(s), item.h * kHeadDim, m * kBlockM, item.b);
-        const int64_t row = (static_cast<int64_t>(item.bh) * p.num_m_tiles + m) * kBlockM;
-        hopper::bulk_load(smem + stats(s), p.lse2 + row, kBlockM * 4, full(s));
-        hopper::bulk_load(smem + stats(s) + kBlockM * 4, p.dsum + row, kBlockM * 4, full(s));
-        ++step;
-      };
-      for (int count = 0;; ++count) {
-        const int w = atomicAdd(p.work_counter, 1);
-        const bool done = w >= p.num_items;
-        const Item item = item_of(done ? 0 : w);
-        const int first = next_tile(item.m_begin);  // < m_end: every item has a query tile
-        if (!done) load_query_tile(item, first);
-        if (count > 0) hopper::mbarrier_wait(kv_empty, (count - 1) & 1);
-        item_slot[count % 2] = done ? -1 : w;
-        if (done) {
-          hopper::mbarrier_arrive(kv_full);  // the consumers read -1 and stop
-          break;
-        }
-        hopper::mbarrier_arrive_expect_tx(kv_full, 2 * KVTile::kBytes);
-        k_tile.load(&kv_map, kv_full, p.C + item.h * kHeadDim, item.n0, item.b);
-        v_tile.load(&kv_map, kv_full, 2 * p.C + item.h * kHeadDim, item.n0, item.b);
-        for (int m = next_tile(first + 1); m < m_end; m = next_tile(m + 1))
-          load_query_tile(item, m);
-      }
+      block.load(kv_map, q_map, dout_map);
     } else if (threadIdx.x == 32) {
-      // dQ writer: moves each staged block into the fp32 accumulator with one bulk copy (a
-      // reduce-add; in deterministic mode a store from key block 0) and frees the staging slot
-      // once the copy engine has read it. Deterministic mode: a tile's semaphore counts the
-      // writes into it that have landed, key block n writes tile m once the count is n (key
-      // block n - 1 is done) and passes it on as soon as both blocks have landed (while the
-      // consumers compute the next step), so that the next key block, often only a step or two
-      // behind, waits as little as possible.
-      int* pending = nullptr;  // the semaphore of the tile being written, not yet passed on
-      auto pass_on = [&] {
-        hopper::bulk_wait_group<0>();
-        hopper::fence_proxy_async_global();  // the copies' writes before the count
-        __threadfence();
-        atomicAdd(pending, 1);
-        pending = nullptr;
-      };
-      bool end = false;
-      for (int step = 0; !end; ++step) {
-        for (int c = 0; c < kConsumers; ++c) {
-          hopper::mbarrier_wait(dq_full(c), step & 1);
-          const int tile = dq_tile[c];
-          if (tile < 0) {  // only consumer 0 stages the end mark
-            end = true;
-            break;
-          }
-          const int n_block = dq_n_block[c];
-          if (p.deterministic && c == 0) {
-            int* semaphore = p.semaphores + tile;
-            while (load_acquire(semaphore) != n_block) {
-            }
-            hopper::fence_proxy_async_global();  // the count before this copy's writes
-            pending = semaphore;
-          }
-          float* block = p.dq_accum + (static_cast<int64_t>(tile) * kConsumers + c) * 64 * 64;
-          if (p.deterministic && n_block == 0) {
-            hopper::bulk_store(block, smem + dq_block(c), Traits::kDqBlockBytes);
-          } else {
-            hopper::bulk_reduce_add_f32(block, smem + dq_block(c), Traits::kDqBlockBytes);
-          }
-          hopper::bulk_commit_group();
-          hopper::bulk_wait_group_read<0>();
-          hopper::mbarrier_arrive(dq_empty(c));
-        }
-        if (pending) pass_on();
-      }
-      hopper::bulk_wait_group<0>();
+      block.write_dq();
     }
     return;
   }
-
   hopper::setmaxnreg_inc<Traits::kConsumerRegisters>();
-  const int c = warpgroup - 1;
-  const int tid = threadIdx.x % 128;
-  const int lane = threadIdx.x % 32;
-  const int warp = tid / 32;
-  const int key_local = 16 * warp + lane / 4;  // this thread's keys: + 0 and + 8 (of 64)
-  const int col_pair = 2 * (lane % 4);
-  const int store_row = 16 * warp + lane % 8 + 8 * ((lane / 8) % 2);  // of dS^T, by stmatrix
-  const int store_col = 8 * (lane / 16);
-  constexpr int kSRegs = kBlockM / 2;       // S^T, dP^T accumulators (64 keys x kBlockM)
-  constexpr int kGradRegs = kHeadDim / 2;   // dK, dV accumulators (64 keys x kHeadDim)
-  constexpr int kSlabs = kBlockM / 16;      // k16 slabs of the query dimension
-  constexpr int kConsumerBarrier = 1;       // named barrier of the two consumer warpgroups
-  // This consumer's dQ block: columns of the dS^T tiles (queries) and of K (head dims).
-  constexpr bool kSplitQueries = Traits::kDqSplitsQueries;
-  const int ds_column_block = kSplitQueries ? c : 0;
-  const int k_column_block = kSplitQueries ? 0 : c;
-
-  int step = 0;  // query tiles processed so far, over all items (ring stages and phases)
-  for (int count = 0;; ++count) {
-    hopper::mbarrier_wait(kv_full, count & 1);
-    const int w = item_slot[count % 2];
-    if (w < 0) break;
-    const Item item = item_of(w);
-    const int key0 = item.n0 + 64 * c + key_local;
-
-    float dk_acc[kGradRegs];
-    float dv_acc[kGradRegs];
-#pragma unroll
-    for (int i = 0; i < kGradRegs; ++i) dk_acc[i] = dv_acc[i] = 0.f;
-
-    for (int m = next_tile(item.m_begin); m < m_end; m = next_tile(m + 1), ++step) {
-      const int s = step % kStages;
-      const int m0 = m * kBlockM;
-      hopper::mbarrier_wait(full(s), (step / kStages) & 1);
-
-      float st[kSRegs];   // S^T, then P^T
-      float dpt[kSRegs];  // dP^T, then dS^T
-      hopper::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kHeadDim / 16; ++kk)
-        hopper::wgmma_ss<kBlockM, 0, 0>(st, k_tile.k_major(64 * c, kk),
-                                        q_tile(s).k_major(0, kk), kk > 0);
-#pragma unroll
-      for (int kk = 0; kk < kHeadDim / 16; ++kk)
-        hopper::wgmma_ss<kBlockM, 0, 0>(dpt, v_tile.k_major(64 * c, kk),
-                                        do_tile(s).k_major(0, kk), kk > 0);
-      hopper::wgmma_commit_group();
-      hopper::wgmma_wait_group<0>();
-      hopper::fence_operands(st);
-      hopper::fence_operands(dpt);
-
-      // Accumulator i is query column 8 (i / 4) + col_pair + (i % 2) (scalar loads: the four
-      // addresses of a warp share one wavefront, and wider loads hold registers S^T needs).
-      const float* lse2_row =
-          reinterpret_cast<const float*>(smem_generic + stats(s)) + col_pair;
-      const float* dsum_row = lse2_row + kBlockM;
-      // P^T = exp2(S^T scale log2e - lse2) (0 above the diagonal), dS^T = P^T (dP^T - D); the
-      // masked variant only where some key of this warpgroup is past some query of the tile.
-      auto probabilities = [&](auto masked) {
-#pragma unroll
-        for (int g = 0; g < kBlockM / 16; ++g) {
-          // Columns 16 g + col_pair + {0, 1, 8, 9}: accumulators 8 g .. 8 g + 7.
-          const float* lp = lse2_row + 16 * g;
-          const float* dp = dsum_row + 16 * g;
-          const float lse2[4] = {lp[0], lp[1], lp[8], lp[9]};
-          const float dsum[4] = {dp[0], dp[1], dp[8], dp[9]};
-#pragma unroll
-          for (int u = 0; u < 8; ++u) {
-            const int i = 8 * g + u;
-            const int v = 2 * (u / 4) + (u % 2);
-            float prob = hopper::exp2_approx(fmaf(st[i], p.scale_log2, -lse2[v]));
-            if constexpr (decltype(masked)::value) {
-              const int col = 8 * (i / 4) + col_pair + (i % 2);  // query - m0
-              const int key = key0 + ((i % 4) >= 2 ? 8 : 0);
-              if (key > m0 + col) prob = 0.f;
-            }
-            st[i] = prob;
-            dpt[i] = prob * (dpt[i] - dsum[v]);
-          }
-        }
-      };
-      if (m0 < item.n0 + 64 * c + 63) {
-        probabilities(std::true_type{});
-      } else {
-        probabilities(std::false_type{});
-      }
-      uint32_t p_frag[kSlabs][4];
-      uint32_t ds_frag[kSlabs][4];
-#pragma unroll
-      for (int kk = 0; kk < kSlabs; ++kk) {
-        hopper::accumulators_to_a_fragment(p_frag[kk], st, kk);
-        hopper::accumulators_to_a_fragment(ds_frag[kk], dpt, kk);
-      }
-
-      hopper::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kSlabs; ++kk)
-        hopper::wgmma_rs<kHeadDim, 1>(dv_acc, p_frag[kk], do_tile(s).mn_major(16 * kk), true);
-#pragma unroll
-      for (int kk = 0; kk < kSlabs; ++kk)
-        hopper::wgmma_rs<kHeadDim, 1>(dk_acc, ds_frag[kk], q_tile(s).mn_major(16 * kk), true);
-      hopper::wgmma_commit_group();
-
-      // dS^T to shared memory (rows = keys, columns = queries) for dQ = dS K. This buffer was
-      // last read by both warpgroups' dQ wgmma two steps ago: this warpgroup waited for its
-      // own, and the other one finished its before it reached last step's barrier. One
-      // stmatrix per 16 x 16 block: lane l addresses row l % 8 (+ 8 for matrices 1 and 3) and
-      // column 8 (l / 16) of the slab.
-      const int buffer = step % Traits::kDsBuffers;
-      const DsTile my_ds = ds_tile(buffer, c);
-#pragma unroll
-      for (int kk = 0; kk < kSlabs; ++kk)
-        hopper::stmatrix_x4(my_ds.element(store_row, 16 * kk + store_col), ds_frag[kk]);
-      hopper::fence_proxy_async_shared();
-      hopper::named_barrier_sync(kConsumerBarrier, kConsumers * 128);  // both dS^T are stored
-
-      // This consumer's 64 x 64 block of dQ over all 128 keys (both warpgroups' dS^T).
-      float dq[32];
-      hopper::wgmma_fence();
-#pragma unroll
-      for (int w2 = 0; w2 < kConsumers; ++w2)
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          hopper::wgmma_ss<64, 1, 1>(dq, ds_tile(buffer, w2).mn_major(16 * kk, ds_column_block),
-                                     k_tile.mn_major(64 * w2 + 16 * kk, k_column_block),
-                                     w2 > 0 || kk > 0);
-      hopper::wgmma_commit_group();
-      hopper::wgmma_wait_group<0>();
-      hopper::fence_operands(dq);
-      hopper::fence_operands(dk_acc);
-      hopper::fence_operands(dv_acc);
-      hopper::mbarrier_arrive(empty(s));  // Q, dO and the stats of this stage are consumed
-      if (next_tile(m + 1) == m_end) hopper::mbarrier_arrive(kv_empty);  // K and V are free
-
-      // Stage the block (fragment order: float2 j of this thread at [j * 128 + tid]).
-      if (step > 0) hopper::mbarrier_wait(dq_empty(c), (step - 1) & 1);
-      float2* staged = reinterpret_cast<float2*>(smem_generic + dq_block(c));
-#pragma unroll
-      for (int j = 0; j < 16; ++j) staged[j * 128 + tid] = make_float2(dq[2 * j], dq[2 * j + 1]);
-      if (tid == 0) {
-        dq_tile[c] = item.bh * p.num_m_tiles + m;
-        dq_n_block[c] = item.n_block;
-      }
-      hopper::fence_proxy_async_shared();
-      hopper::mbarrier_arrive(dq_full(c));
-    }
-
-    // dK = scale * dS^T Q and dV, rows = this thread's keys (while the loader fetches the next
-    // item's K and V).
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int key = key0 + 8 * r;
-      if (key < p.T) {
-        bf16* dk_row = p.dqkv + (static_cast<int64_t>(item.b) * p.T + key) * 3 * p.C + p.C +
-                       item.h * kHeadDim;
-        bf16* dv_row = dk_row + p.C;
-#pragma unroll
-        for (int i = 0; i < kGradRegs; i += 4) {
-          *reinterpret_cast<__nv_bfloat162*>(dk_row + 2 * i + col_pair) = __floats2bfloat162_rn(
-              dk_acc[i + 2 * r] * p.scale, dk_acc[i + 2 * r + 1] * p.scale);
-          *reinterpret_cast<__nv_bfloat162*>(dv_row + 2 * i + col_pair) =
-              __floats2bfloat162_rn(dv_acc[i + 2 * r], dv_acc[i + 2 * r + 1]);
-        }
-      }
-    }
-  }
-  // The end mark for the writer, staged like a block by consumer 0.
-  if (c == 0) {
-    if (step > 0) hopper::mbarrier_wait(dq_empty(0), (step - 1) & 1);
-    if (tid == 0) dq_tile[0] = -1;
-    hopper::mbarrier_arrive(dq_full(0));
-  }
+  block.consume(warpgroup - 1);
 #else
   __trap();  // built without sm_90a code: the dispatch never launches this
 #endif

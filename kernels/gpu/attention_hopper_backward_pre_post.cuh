@@ -13,7 +13,7 @@
 
 #include <cuda_bf16.h>
 
-#include "kernels/gpu/attention_flash_tiles.cuh"
+#include "kernels/gpu/attention_flash_common.cuh"
 
 namespace gpt2::gpu::hopper_backward {
 

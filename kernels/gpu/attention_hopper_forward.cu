@@ -31,7 +31,8 @@
 #include <cmath>
 
 #include "base/error.h"
-#include "kernels/gpu/attention_flash_tiles.cuh"
+#include "kernels/gpu/attention_flash_common.cuh"
+#include "kernels/gpu/attention_hopper_softmax.cuh"
 #include "kernels/gpu/attention_hopper_tiles.cuh"
 #include "kernels/gpu/attention_schedule.h"
 #include "kernels/gpu/tensor_map.cuh"
@@ -110,10 +111,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   const QTile q_tile{smem + Traits::kQOffset};
   const uint32_t bars = smem + Traits::kBarrierOffset;
   const uint32_t q_full = bars;
-  auto k_full = [&](int s) { return bars + 8 * (1 + s); };
-  auto v_full = [&](int s) { return bars + 8 * (1 + kStages + s); };
-  auto k_empty = [&](int s) { return bars + 8 * (1 + 2 * kStages + s); };
-  auto v_empty = [&](int s) { return bars + 8 * (1 + 3 * kStages + s); };
+  // The K and V rings: full barriers after q_full, then the empty ones.
+  const hopper::StageRing<kStages> k_ring{bars + 8, bars + 8 * (1 + 2 * kStages)};
+  const hopper::StageRing<kStages> v_ring{bars + 8 * (1 + kStages), bars + 8 * (1 + 3 * kStages)};
   auto k_tile = [&](int s) { return KVTile{smem + Traits::kKOffset + s * KVTile::kBytes}; };
   auto v_tile = [&](int s) { return KVTile{smem + Traits::kVOffset + s * KVTile::kBytes}; };
 
@@ -131,12 +131,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 
   if (threadIdx.x == 0) {
     hopper::mbarrier_init(q_full, 1);
-    for (int s = 0; s < kStages; ++s) {
-      hopper::mbarrier_init(k_full(s), 1);
-      hopper::mbarrier_init(v_full(s), 1);
-      hopper::mbarrier_init(k_empty(s), Traits::kConsumers * 128);
-      hopper::mbarrier_init(v_empty(s), Traits::kConsumers * 128);
-    }
+    k_ring.init(1, Traits::kConsumers * 128);
+    v_ring.init(1, Traits::kConsumers * 128);
     hopper::fence_barrier_init();
   }
   __syncthreads();
@@ -154,16 +150,16 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     q_tile.load(&q_map, q_full, head_col, m0, b);
   };
   auto load_k = [&](int it) {
-    const int s = it % kStages;
-    if (it >= kStages) hopper::mbarrier_wait(k_empty(s), ((it / kStages) - 1) & 1);
-    hopper::mbarrier_arrive_expect_tx(k_full(s), KVTile::kBytes);
-    k_tile(s).load(&kv_map, k_full(s), p.C + head_col, (n_blocks - 1 - it) * kBlockN, b);
+    k_ring.wait_empty(it);
+    hopper::mbarrier_arrive_expect_tx(k_ring.full(it), KVTile::kBytes);
+    k_tile(k_ring.stage(it))
+        .load(&kv_map, k_ring.full(it), p.C + head_col, (n_blocks - 1 - it) * kBlockN, b);
   };
   auto load_v = [&](int it) {
-    const int s = it % kStages;
-    if (it >= kStages) hopper::mbarrier_wait(v_empty(s), ((it / kStages) - 1) & 1);
-    hopper::mbarrier_arrive_expect_tx(v_full(s), KVTile::kBytes);
-    v_tile(s).load(&kv_map, v_full(s), 2 * p.C + head_col, (n_blocks - 1 - it) * kBlockN, b);
+    v_ring.wait_empty(it);
+    hopper::mbarrier_arrive_expect_tx(v_ring.full(it), KVTile::kBytes);
+    v_tile(v_ring.stage(it))
+        .load(&kv_map, v_ring.full(it), 2 * p.C + head_col, (n_blocks - 1 - it) * kBlockN, b);
   };
 
   const int warpgroup = threadIdx.x / 128;
@@ -196,8 +192,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   const int c = Traits::kProducer ? warpgroup - 1 : 0;
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x % 128) / 32;
-  const int row0 = m0 + 64 * c + 16 * warp + lane / 4;
-  const int col_pair = 2 * (lane % 4);
+  const hopper::AccumulatorLayout fragment(lane);
+  const int row0 = m0 + 64 * c + 16 * warp + fragment.row;
+  const int col_pair = fragment.col;
   constexpr int kSRegs = kBlockN / 2;   // S accumulators (64 x kBlockN per warpgroup)
   constexpr int kORegs = kHeadDim / 2;  // O accumulators (64 x kHeadDim)
   constexpr int kPSlabs = kBlockN / 16;
@@ -207,8 +204,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 #pragma unroll
   for (int i = 0; i < kORegs; ++i) o_acc[i] = 0.f;
   uint32_t p_frag[kPSlabs][4];
-  float row_max[2] = {-INFINITY, -INFINITY};  // raw-score maxima (scale > 0 keeps order)
-  float row_sum[2] = {0.f, 0.f};  // this thread's columns only; quad-reduced at the end
+  hopper::OnlineSoftmax<kSRegs> softmax(p.scale_log2);
 
   auto issue_scores = [&](int s) {
 #pragma unroll
@@ -221,33 +217,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     for (int kk = 0; kk < kPSlabs; ++kk)
       hopper::wgmma_rs<kHeadDim, 1>(o_acc, p_frag[kk], v_tile(s).mn_major(16 * kk), true);
   };
-  // exp2(s * scale_log2 - max * scale_log2) in place; returns this thread's row sums.
-  auto exponentiate = [&](float (&tile_sum)[2]) {
-    const float shift0 = row_max[0] * p.scale_log2;
-    const float shift1 = row_max[1] * p.scale_log2;
-    tile_sum[0] = tile_sum[1] = 0.f;
-#pragma unroll
-    for (int i = 0; i < kSRegs; i += 4) {
-      s_acc[i + 0] = hopper::exp2_approx(fmaf(s_acc[i + 0], p.scale_log2, -shift0));
-      s_acc[i + 1] = hopper::exp2_approx(fmaf(s_acc[i + 1], p.scale_log2, -shift0));
-      s_acc[i + 2] = hopper::exp2_approx(fmaf(s_acc[i + 2], p.scale_log2, -shift1));
-      s_acc[i + 3] = hopper::exp2_approx(fmaf(s_acc[i + 3], p.scale_log2, -shift1));
-      tile_sum[0] += s_acc[i + 0] + s_acc[i + 1];
-      tile_sum[1] += s_acc[i + 2] + s_acc[i + 3];
-    }
-  };
-  auto tile_row_max = [&](float (&m)[2]) {
-#pragma unroll
-    for (int i = 0; i < kSRegs; i += 4) {
-      m[0] = fmaxf(m[0], fmaxf(s_acc[i + 0], s_acc[i + 1]));
-      m[1] = fmaxf(m[1], fmaxf(s_acc[i + 2], s_acc[i + 3]));
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 1));
-      m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], 2));
-    }
-  };
   auto pack_p = [&] {
 #pragma unroll
     for (int kk = 0; kk < kPSlabs; ++kk) hopper::accumulators_to_a_fragment(p_frag[kk], s_acc, kk);
@@ -257,8 +226,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   // point per tile, the end of the iteration (refill_after), where it waits for the other
   // threads once: K(it + kStages), released at this iteration's start, and V(it - 1 + kStages).
   // (Refilling K at its release stalled warp 0 before the softmax: 7-30% slower.)
-  auto release_k = [&](int it) { hopper::mbarrier_arrive(k_empty(it % kStages)); };
-  auto release_v = [&](int it) { hopper::mbarrier_arrive(v_empty(it % kStages)); };
   auto refill_after = [&](int it) {
     if constexpr (!Traits::kProducer) {
       if (threadIdx.x == 0) {
@@ -272,72 +239,59 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 
   // First key tile (the diagonal one, possibly ragged at T): masked.
   {
-    hopper::mbarrier_wait(k_full(0), 0);
+    k_ring.wait_full(0);
     hopper::wgmma_fence();
     issue_scores(0);
     hopper::wgmma_commit_group();
     hopper::wgmma_wait_group<0>();
     hopper::fence_operands(s_acc);
-    release_k(0);
+    k_ring.release(0);
     const int n0 = (n_blocks - 1) * kBlockN;
 #pragma unroll
     for (int i = 0; i < kSRegs; ++i) {
-      const int key = n0 + 8 * (i / 4) + col_pair + (i % 2);
-      const int row = row0 + ((i % 4) >= 2 ? 8 : 0);
+      const int key = n0 + col_pair + hopper::AccumulatorLayout::column_offset(i);
+      const int row = row0 + hopper::AccumulatorLayout::row_offset(i);
       if (key > row || key >= p.T) s_acc[i] = -INFINITY;
     }
-    row_max[0] = row_max[1] = -INFINITY;
-    tile_row_max(row_max);
     // Every row keeps key n0 <= row unmasked, so the maxima are finite.
-    exponentiate(row_sum);
+    softmax.first(s_acc);
     pack_p();
     refill_after(0);
   }
 
   for (int it = 1; it < n_blocks; ++it) {
-    const int s = it % kStages;
-    const int prev = (it - 1) % kStages;
-    hopper::mbarrier_wait(k_full(s), (it / kStages) & 1);
+    k_ring.wait_full(it);
     hopper::wgmma_fence();
-    issue_scores(s);
+    issue_scores(k_ring.stage(it));
     hopper::wgmma_commit_group();
-    hopper::mbarrier_wait(v_full(prev), ((it - 1) / kStages) & 1);
-    issue_pv(prev);
+    v_ring.wait_full(it - 1);
+    issue_pv(v_ring.stage(it - 1));
     hopper::wgmma_commit_group();
     hopper::wgmma_wait_group<1>();  // S of this tile is ready; P V of the last still runs
     hopper::fence_operands(s_acc);
-    release_k(it);
+    k_ring.release(it);
 
-    float new_max[2] = {row_max[0], row_max[1]};
-    tile_row_max(new_max);
-    const float correction0 = hopper::exp2_approx((row_max[0] - new_max[0]) * p.scale_log2);
-    const float correction1 = hopper::exp2_approx((row_max[1] - new_max[1]) * p.scale_log2);
-    row_max[0] = new_max[0];
-    row_max[1] = new_max[1];
-    float tile_sum[2];
-    exponentiate(tile_sum);
-    row_sum[0] = row_sum[0] * correction0 + tile_sum[0];
-    row_sum[1] = row_sum[1] * correction1 + tile_sum[1];
+    float correction[2];
+    softmax.next(s_acc, correction);
 
     hopper::wgmma_wait_group<0>();
     hopper::fence_operands(o_acc);
-    release_v(it - 1);
+    v_ring.release(it - 1);
     refill_after(it);
 #pragma unroll
     for (int i = 0; i < kORegs; i += 4) {
-      o_acc[i + 0] *= correction0;
-      o_acc[i + 1] *= correction0;
-      o_acc[i + 2] *= correction1;
-      o_acc[i + 3] *= correction1;
+      o_acc[i + 0] *= correction[0];
+      o_acc[i + 1] *= correction[0];
+      o_acc[i + 2] *= correction[1];
+      o_acc[i + 3] *= correction[1];
     }
     pack_p();
   }
 
   {
-    const int last = (n_blocks - 1) % kStages;
-    hopper::mbarrier_wait(v_full(last), ((n_blocks - 1) / kStages) & 1);
+    v_ring.wait_full(n_blocks - 1);
     hopper::wgmma_fence();
-    issue_pv(last);
+    issue_pv(v_ring.stage(n_blocks - 1));
     hopper::wgmma_commit_group();
     hopper::wgmma_wait_group<0>();
     hopper::fence_operands(o_acc);
@@ -346,9 +300,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   // Epilogue: normalize, write O (bf16) and lse (fp32, natural log).
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float sum = row_sum[r];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float sum = softmax.total(r);
     const int row = row0 + 8 * r;
     if (row < p.T) {
       const float inv_sum = 1.f / sum;
@@ -359,8 +311,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
             __floats2bfloat162_rn(o_acc[i + 2 * r] * inv_sum, o_acc[i + 2 * r + 1] * inv_sum);
       }
       if (lane % 4 == 0)
-        p.lse[static_cast<int64_t>(bh) * p.T + row] =
-            row_max[r] * p.scale_log2 * flash::kLn2 + logf(sum);
+        p.lse[static_cast<int64_t>(bh) * p.T + row] = softmax.lse(r, sum);
     }
   }
 #else

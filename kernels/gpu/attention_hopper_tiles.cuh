@@ -13,6 +13,8 @@
  *  - mn_major(row0, column_block): rows [row0, row0 + 16) as K, the columns from column block
  *    column_block on as M/N (V in O += P V; dO and Q in dV += P^T dO and dK += dS^T Q; dS^T
  *    and K in dQ = dS K).
+ * StageRing<kStages>: a ring of stages with their full and empty mbarriers, indexed by use.
+ * AccumulatorLayout: where accumulator i of a wgmma fragment sits (row and column).
  * current_device_sms: a host helper of the launchers.
  */
 #pragma once
@@ -64,6 +66,54 @@ struct SmemTile {
     for (int j = 0; j < kColumnBlocks; ++j)
       tma_load_3d(base + j * kColumnBlockBytes, map, bar, col0 + 64 * j, row0, batch);
   }
+};
+
+/// A ring of kStages shared-memory stages, each guarded by a "full" mbarrier (the producer's
+/// copies landed) and an "empty" one (every consumer released it), used in order: use `it`
+/// (0, 1, 2, ...) takes stage it % kStages, and is that stage's (it / kStages)-th fill, so its
+/// full barrier completes phase (it / kStages) and its empty barrier, for the next fill, the
+/// phase after. The barriers of stage s are full_base + 8 s and empty_base + 8 s. In place of
+/// hand-computed stages and parities; FlashAttention-3's PipelineState carries the same count.
+template <int kStages_>
+struct StageRing {
+  static constexpr int kStages = kStages_;
+  uint32_t full_base, empty_base;
+
+  __device__ __forceinline__ static int stage(int it) { return it % kStages; }
+  __device__ __forceinline__ uint32_t full(int it) const { return full_base + 8 * stage(it); }
+  __device__ __forceinline__ uint32_t empty(int it) const { return empty_base + 8 * stage(it); }
+  /// One thread: full barriers expect `filled` arrivals (plus the copies' bytes), empty ones
+  /// `released`.
+  __device__ __forceinline__ void init(uint32_t filled, uint32_t released) const {
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(full_base + 8 * s, filled);
+      mbarrier_init(empty_base + 8 * s, released);
+    }
+  }
+  /// Consumers: until use `it`'s copies landed.
+  __device__ __forceinline__ void wait_full(int it) const {
+    mbarrier_wait(full(it), (it / kStages) & 1);
+  }
+  /// The producer, before filling use `it`'s stage: until use it - kStages released it (the
+  /// first kStages uses find their stages free).
+  __device__ __forceinline__ void wait_empty(int it) const {
+    if (it >= kStages) mbarrier_wait(empty(it), (it / kStages - 1) & 1);
+  }
+  /// A consumer thread done with use `it`'s stage.
+  __device__ __forceinline__ void release(int it) const { mbarrier_arrive(empty(it)); }
+};
+
+/// Where a thread's accumulators of a wgmma m64nN fragment sit in its warp's 16 x N slice of
+/// the warpgroup's 64 x N tile (warp w: rows 16 w .. 16 w + 15): accumulator i of lane l at
+/// row l / 4 + row_offset(i) and column 2 (l % 4) + column_offset(i). The lane's part is
+/// computed once; i is a compile-time index in the unrolled loops that use the offsets.
+struct AccumulatorLayout {
+  int row;  // lane / 4: the lane's first row
+  int col;  // 2 (lane % 4): the first of the lane's column pair
+  __device__ __forceinline__ explicit AccumulatorLayout(int lane)
+      : row(lane / 4), col(2 * (lane % 4)) {}
+  __device__ __forceinline__ static int row_offset(int i) { return (i % 4) >= 2 ? 8 : 0; }
+  __device__ __forceinline__ static int column_offset(int i) { return 8 * (i / 4) + (i % 2); }
 };
 
 /// Host: streaming multiprocessors of the current device.
