@@ -15,9 +15,6 @@ namespace {
 using cpu::Fp8Format;
 constexpr Fp8Format kE4M3 = Fp8Format::kE4M3;
 constexpr Fp8Format kE5M2 = Fp8Format::kE5M2;
-// The logits' gradients are about 1 / (B*T) at most; 2^24 puts them well inside E5M2 until
-// the first update.
-constexpr float kInitialGradScale = 16777216.0f;
 
 size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
@@ -68,7 +65,7 @@ Fp8Classifier::Fp8Classifier(const ModelConfig& config, uint8_t* buffer, size_t 
   grad_codes_ = buffer + at.grad;
   const gpu::Fp8ScaleState initial[kNumRoles] = {gpu::fp8_initial_state(kE4M3, 1.0f),
                                                  gpu::fp8_initial_state(kE4M3, 1.0f),
-                                                 gpu::fp8_initial_state(kE5M2, kInitialGradScale)};
+                                                 gpu::fp8_initial_state(kE5M2, 1.0f)};
   GPT2_CUDA_CHECK(cudaMemcpyAsync(scales_, initial, sizeof initial, cudaMemcpyHostToDevice,
                                   ctx_.stream()));
   GPT2_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));  // `initial` leaves with this scope
@@ -86,7 +83,12 @@ void Fp8Classifier::refresh_weights(const bf16* wte) {
 }
 
 void Fp8Classifier::update_scales() {
-  gpu::fp8_update_scales(state(kInput), 2, updates_++, gpu::kFp8History, 0, ctx_.stream());
+  gpu::fp8_update_scales(state(kInput), 1, updates_++, gpu::kFp8History, 0, ctx_.stream());
+}
+
+void Fp8Classifier::set_gradient_bound(float dloss) {
+  // |dlogit| = |softmax - onehot| |dloss| <= |dloss|: a bound known before the logits are.
+  gpu::fp8_scale_from_bound(state(kGrad), dloss, ctx_.stream());
 }
 
 std::vector<uint8_t> Fp8Classifier::save_state() const {
@@ -135,8 +137,7 @@ gpu::Fp8Destination Fp8Classifier::gradient_destination() const {
   gpu::Fp8Destination destination;
   destination.rows = grad_codes_;
   destination.format = kE5M2;
-  destination.scale = &state(kGrad)->scale;
-  destination.amax = &state(kGrad)->amax;
+  destination.scale = &state(kGrad)->scale;  // from the bound: no amax to gather
   return destination;
 }
 

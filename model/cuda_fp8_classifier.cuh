@@ -7,8 +7,12 @@
  * the block linears' recipe (cuda_fp8_linears.cuh):
  *  - forward  logits = lnf wte^T      E4M3 lnf (cast once per micro-batch, delayed scale) x
  *                                     E4M3 wte (current scale, cast once per optimizer step)
- *  - dgrad    dlnf = dlogits wte      E5M2 dlogits (written by the cross-entropy kernel itself,
- *                                     delayed scale) x E4M3 wte^T
+ *  - dgrad    dlnf = dlogits wte      E5M2 dlogits (written by the cross-entropy kernel itself)
+ *                                     x E4M3 wte^T. Their scale is current scaling of a bound
+ *                                     known in advance: |dlogit| <= |dloss| (the loss scale
+ *                                     over the rows), so it never saturates, even on the first
+ *                                     micro-batch (a delayed scale has no history there, and a
+ *                                     fixed initial one saturates small batches)
  *  - wgrad    dwte += dlogits^T lnf   bf16, as without FP8: its operands would be the
  *                                     transposed dlogits, (Vp, rows), which no kernel writes
  * fp32 accumulation, bf16 logits and dlnf. One buffer (bytes()): the three scale states, wte's
@@ -42,8 +46,10 @@ class Fp8Classifier {
 
   /// wte's codes in both orders again (current scaling), from the bf16 parameters.
   void refresh_weights(const bf16* wte);
-  /// lnf's and dlogits' delayed scales from the amaxes since the last update.
+  /// lnf's delayed scale from the amaxes since the last update.
   void update_scales();
+  /// dlogits' scale for a micro-batch whose gradient of each row's loss is dloss.
+  void set_gradient_bound(float dloss);
   /// The scale states and update count as bytes (for the training state; synchronizes), and
   /// back (throws gpt2::Error naming what does not match).
   std::vector<uint8_t> save_state() const;

@@ -108,7 +108,10 @@ void CudaModel<T_>::classifier_forward_backward(float loss_scale) {
   // cross-entropy writes), dwte in bf16.
   Fp8Classifier* fp8 = fp8_pass_ ? fp8_classifier_.get() : nullptr;
   if constexpr (std::is_same_v<T_, bf16>) {
-    if (fp8) fp8->cast_input(act(kLnf), static_cast<int>(BT));
+    if (fp8) {
+      fp8->cast_input(act(kLnf), static_cast<int>(BT));
+      fp8->set_gradient_bound(dloss);
+    }
   }
   for (int64_t first = 0; first < BT; first += classifier_chunk_rows_) {
     const int rows = static_cast<int>(std::min<int64_t>(classifier_chunk_rows_, BT - first));
