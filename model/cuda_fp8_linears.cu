@@ -185,6 +185,10 @@ constexpr uint64_t kSavedScalesTag = 0x3153454c41435338ull;  // "8SCALES1"
 
 }  // namespace
 
+size_t Fp8Linears::state_bytes() const {
+  return sizeof(SavedScalesHeader) + state_count() * sizeof(gpu::Fp8ScaleState);
+}
+
 std::vector<uint8_t> Fp8Linears::save_state() const {
   const size_t count = state_count();
   const SavedScalesHeader header{kSavedScalesTag, count, updates_};

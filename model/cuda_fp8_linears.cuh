@@ -74,6 +74,8 @@ class Fp8Linears {
   /// synchronizes); and back (throws gpt2::Error naming what does not match this model).
   std::vector<uint8_t> save_state() const;
   void load_state(const std::vector<uint8_t>& bytes);
+  /// The size of save_state()'s bytes.
+  size_t state_bytes() const;
 
   /// Where the op that produces layer l's input to `linear` may write it as FP8 codes itself
   /// (a LayerNorm: gpu::layernorm_forward_fp8): both orders, this input's scale and amax. The

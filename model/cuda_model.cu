@@ -104,17 +104,40 @@ void CudaModel<T_>::classifier_forward_backward(float loss_scale) {
   const float dloss =
       static_cast<float>(static_cast<double>(loss_scale) / double(loss_count(cur_B_, cur_T_)));
   T_* logits = act(kLogits);  // (rows, Vp): the logits, then their gradient in place
+  // --fp8-classifier: the forward and dlnf in FP8 from lnf's codes and dlogits' (which the
+  // cross-entropy writes), dwte in bf16.
+  Fp8Classifier* fp8 = fp8_pass_ ? fp8_classifier_.get() : nullptr;
+  if constexpr (std::is_same_v<T_, bf16>) {
+    if (fp8) {
+      fp8->cast_input(act(kLnf), static_cast<int>(BT));
+      fp8->set_gradient_bound(dloss);
+    }
+  }
   for (int64_t first = 0; first < BT; first += classifier_chunk_rows_) {
     const int rows = static_cast<int>(std::min<int64_t>(classifier_chunk_rows_, BT - first));
     const T_* lnf = act(kLnf) + first * C;
+    T_* dlnf = act(kDLnf) + first * C;
+    if constexpr (std::is_same_v<T_, bf16>) {
+      if (fp8) {
+        fp8->forward(logits, first, rows);
+        gpu::crossentropy_forward_backward(buf<float>(kLosses) + first, logits,
+                                           buf<int>(kTargets) + first, dloss, 1, rows, V, Vp,
+                                           ctx_->stream(), fp8->gradient_destination());
+        fp8->input_gradient(dlnf, rows);
+        gpu::matmul_backward(static_cast<T_*>(nullptr), grad(kWte), static_cast<T_*>(nullptr),
+                             logits, lnf, param(kWte), 1, rows, C, Vp,
+                             static_cast<float*>(nullptr), *ctx_);
+        continue;
+      }
+    }
     gpu::matmul_forward(logits, lnf, param(kWte), static_cast<const T_*>(nullptr), 1, rows, C, Vp,
                         *ctx_);
     gpu::crossentropy_forward_backward(buf<float>(kLosses) + first, logits,
                                        buf<int>(kTargets) + first, dloss, 1, rows, V, Vp,
                                        ctx_->stream());
     // dlnf rows [first, first + rows) (=) and dwte (+=, accumulating over the chunks); no bias.
-    gpu::matmul_backward(act(kDLnf) + first * C, grad(kWte), static_cast<T_*>(nullptr), logits,
-                         lnf, param(kWte), 1, rows, C, Vp, static_cast<float*>(nullptr), *ctx_);
+    gpu::matmul_backward(dlnf, grad(kWte), static_cast<T_*>(nullptr), logits, lnf, param(kWte), 1,
+                         rows, C, Vp, static_cast<float*>(nullptr), *ctx_);
   }
 }
 
@@ -271,7 +294,10 @@ void CudaModel<T_>::linear_backward(int l, int linear, T_* dinp, T_* dweight, T_
 template <typename T_>
 void CudaModel<T_>::refresh_fp8_weights() {
   if (!fp8_ || !fp8_weights_stale_) return;
-  if constexpr (std::is_same_v<T_, bf16>) fp8_->refresh_weights(buf<bf16>(kParams), device_layout_);
+  if constexpr (std::is_same_v<T_, bf16>) {
+    fp8_->refresh_weights(buf<bf16>(kParams), device_layout_);
+    if (fp8_classifier_) fp8_classifier_->refresh_weights(param(kWte));
+  }
   fp8_weights_stale_ = false;
 }
 
@@ -468,6 +494,7 @@ void CudaModel<T_>::adamw_step(const AdamWHyper& hyper, int step, float grad_sca
   if (dp_) dp_->parameters_updated();
   if (fp8_) {
     fp8_->update_scales();
+    if (fp8_classifier_) fp8_classifier_->update_scales();
     fp8_weights_stale_ = true;
   }
   ctx_->synchronize();
@@ -500,6 +527,7 @@ Model::StepOutcome CudaModel<T_>::finish_step(const AdamWHyper& hyper, int step,
   if (dp_) dp_->parameters_updated();
   if (fp8_) {
     fp8_->update_scales();
+    if (fp8_classifier_) fp8_classifier_->update_scales();
     fp8_weights_stale_ = true;
   }
   const gpu::StepScalars host = read_step_scalars(kTrainingScalars);

@@ -49,6 +49,7 @@
 #include "model/context_parallel.h"
 #include "model/cuda_context_attention.h"
 #include "model/cuda_data_parallel.h"
+#include "model/cuda_fp8_classifier.cuh"
 #include "model/cuda_fp8_linears.cuh"
 #include "model/parameters.h"
 
@@ -69,6 +70,7 @@ enum GpuBuffer : int {
   kContextReceive, kContextPositions, kWpeRows, kDWpeRows,
   kMatmulScratch, kLayernormScratch, kEncoderScratch, kNormPartials, kNormResult, kStepScalars,
   kFp8Weights, kFp8Scales, kFp8Inputs, kFp8Operands,  // --precision fp8 (cuda_fp8_linears.cuh)
+  kFp8Classifier,                                     // --fp8-classifier (cuda_fp8_classifier.cuh)
   kInputs, kTargets,
   kNumGpuBuffers
 };
@@ -361,6 +363,7 @@ class CudaModel final : public CudaModelBase {
   // the parameters changed since its weights were cast; whether the pass being enqueued is a
   // training forward + backward (evaluation and generation run in bf16).
   std::unique_ptr<Fp8Linears> fp8_;
+  std::unique_ptr<Fp8Classifier> fp8_classifier_;  // --fp8-classifier, else nullptr
   bool fp8_weights_stale_ = true;
   bool fp8_pass_ = false;
 };

@@ -174,6 +174,10 @@ void set_fp8_buffers(std::vector<GpuBufferSpec>& s, const ModelOptions& options)
       "(L,7C,B*T) E4M3", fp8 ? Fp8Linears::input_bytes(cfg, BT) : 0);
   set(kFp8Operands, "workspace", "FP8 GEMM operands: input, gradient in both orders (2 x B,T,4C)",
       fp8 ? Fp8Linears::operand_bytes(cfg, BT) : 0);
+  const size_t chunk_rows = static_cast<size_t>(classifier_chunk_rows(options));
+  set(kFp8Classifier, "workspace", "FP8 classifier: wte both orders (2 x Vp,C), lnf (B,T,C), a "
+      "chunk's dlogits (R,Vp) codes", fp8 && options.fp8_classifier
+                                          ? Fp8Classifier::bytes(cfg, BT, chunk_rows) : 0);
 }
 
 }  // namespace
@@ -307,7 +311,12 @@ void validate_cuda_options(const ModelOptions& options) {
     GPT2_USAGE_FAIL("B*NH = ", static_cast<int64_t>(options.batch_size) * config.num_heads,
                     " exceeds the CUDA grid limit of 65535");
   const int context = options.context_size();
+  if (options.fp8_classifier && options.precision != Precision::kFp8)
+    GPT2_USAGE_FAIL("--fp8-classifier on needs --precision fp8");
   if (options.precision == Precision::kFp8) {
+    if (options.fp8_classifier && config.padded_vocab_size % 16 != 0)
+      GPT2_USAGE_FAIL("--fp8-classifier needs the padded vocabulary to be a multiple of 16 (got ",
+                      config.padded_vocab_size, ")");
     if (options.world_size() > 1 || context > 1)
       GPT2_USAGE_FAIL("--precision fp8 trains on one GPU for now: FP8 GEMMs with data or "
                       "context parallelism are not done yet (use --precision bf16)");

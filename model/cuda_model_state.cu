@@ -117,6 +117,10 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
       fp8.inputs = buf<uint8_t>(kFp8Inputs);
       fp8_ = std::make_unique<Fp8Linears>(config_, fp8, BT, *ctx_);
     }
+    if (buffers_[kFp8Classifier] != nullptr)
+      fp8_classifier_ = std::make_unique<Fp8Classifier>(
+          config_, buf<uint8_t>(kFp8Classifier), BT, static_cast<size_t>(classifier_chunk_rows_),
+          *ctx_);
   }
   for (GpuBuffer id : {kGrads, kAdamM, kAdamV})
     if (buffers_[id] != nullptr)  // absent in an inference-only model
@@ -308,15 +312,28 @@ void CudaModel<T_>::set_optimizer_state(const float* llmc_m, const float* llmc_v
                              cudaMemcpyHostToDevice));
 }
 
+// The precision state: the block linears' scales, then (--fp8-classifier) the classifier's.
 template <typename T_>
 std::vector<uint8_t> CudaModel<T_>::precision_state() const {
-  return fp8_ ? fp8_->save_state() : std::vector<uint8_t>{};
+  if (!fp8_) return {};
+  std::vector<uint8_t> bytes = fp8_->save_state();
+  if (fp8_classifier_) {
+    const std::vector<uint8_t> classifier = fp8_classifier_->save_state();
+    bytes.insert(bytes.end(), classifier.begin(), classifier.end());
+  }
+  return bytes;
 }
 
 template <typename T_>
 bool CudaModel<T_>::set_precision_state(const std::vector<uint8_t>& bytes) {
   if (!fp8_) return false;
-  if (!bytes.empty()) fp8_->load_state(bytes);
+  if (bytes.empty()) return true;
+  // A state without the classifier's scales (saved without --fp8-classifier) leaves them
+  // fresh; one with them, resumed without, leaves them out.
+  const size_t blocks = std::min(bytes.size(), fp8_->state_bytes());
+  fp8_->load_state(std::vector<uint8_t>(bytes.begin(), bytes.begin() + blocks));
+  if (fp8_classifier_ && bytes.size() > blocks)
+    fp8_classifier_->load_state(std::vector<uint8_t>(bytes.begin() + blocks, bytes.end()));
   return true;
 }
 

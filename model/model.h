@@ -77,6 +77,9 @@ struct ModelOptions {
   /// recompute them in backward by the same fc GEMM (one more per layer): the same bits, and
   /// 2 (L-1) B T 4C fewer elements held (what grows with T besides attention's own).
   bool recompute_fc = false;
+  /// --precision fp8 (CUDA): the classifier's forward and input-gradient GEMMs in FP8 too
+  /// (model/cuda_fp8_classifier.cuh); off: they stay bf16.
+  bool fp8_classifier = false;
   /// CUDA: replay a training micro-batch's forward and backward (about 440 launches at d12),
   /// with the collectives data parallelism runs inside them, as one CUDA graph, captured on the
   /// second call of each kind of micro-batch: the same kernels on the same buffers, so the same

@@ -10,11 +10,13 @@
 #   MODELS="d12 gpt2-large" PASSES=1 tools/fp8_check.sh
 #   SKIP_TESTS=1 SKIP_SANITIZER=1 tools/fp8_check.sh  # speed only
 #   CONVERGE=2000 tools/fp8_check.sh                 # and 2000 steps of d12, bf16 against fp8
+#   FP8_ARGS="--fp8-classifier on" tools/fp8_check.sh  # the fp8 runs with these options
 #
 # Environment: BUILD_DIR (build-gpu), OUT_DIR (out/fp8-check), CUDA_ARCH (90a), MODELS
 # ("d12 gpt2-medium gpt2-large"), STEPS (30; 12 for models wider than d12), PASSES (2), WIDTHS
 # (gpt2-gemm-bench --widths, "768,1024,1280"), SKIP_TESTS, SKIP_SANITIZER, SKIP_BENCH,
-# CONVERGE (steps; unset: none). Every gpt2-train run writes OUT_DIR/<name>/ and <name>.log.
+# CONVERGE (steps; unset: none), FP8_ARGS (more gpt2-train options for the fp8 runs). Every
+# gpt2-train run writes OUT_DIR/<name>/ and <name>.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -95,7 +97,8 @@ for model in $MODELS; do
   steps=${STEPS:-$([ "$model" = d12 ] && echo 30 || echo 12)}
   for ((pass = 1; pass <= PASSES; ++pass)); do
     train "$model-bf16-$pass" "$model" bf16 "$steps" --val-every 0 || continue
-    train "$model-fp8-$pass" "$model" fp8 "$steps" --val-every 0 || continue
+    # shellcheck disable=SC2086  # FP8_ARGS: words for gpt2-train
+    train "$model-fp8-$pass" "$model" fp8 "$steps" --val-every 0 ${FP8_ARGS:-} || continue
     bf16=$(throughput "$OUT_DIR/$model-bf16-$pass.log")
     fp8=$(throughput "$OUT_DIR/$model-fp8-$pass.log")
     printf '| %-12s | %-4s | %14s | %14s | %6s | %12s | %12s |\n' "$model" "$pass" "$bf16" "$fp8" \
@@ -107,7 +110,11 @@ done
 if [ -n "${CONVERGE:-}" ]; then
   section "convergence: d12, $CONVERGE steps, bf16 and fp8 from --seed 1337"
   for precision in bf16 fp8; do
-    train "converge-$precision" d12 "$precision" "$CONVERGE" --val-every 100 --seed 1337 || true
+    extra=""
+    [ "$precision" = fp8 ] && extra=${FP8_ARGS:-}
+    # shellcheck disable=SC2086
+    train "converge-$precision" d12 "$precision" "$CONVERGE" --val-every 100 --seed 1337 \
+      $extra || true
   done
   "$BUILD_DIR/gpt2-compare-runs" --run "bf16=$OUT_DIR/converge-bf16" \
     --run "fp8=$OUT_DIR/converge-fp8" --out "$OUT_DIR/converge" \

@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "kernels/gpu/common.cuh"
+#include "kernels/gpu/fp8_device.cuh"
 
 namespace gpt2::gpu {
 namespace {
@@ -104,12 +105,21 @@ __global__ void crossentropy_forward_kernel(float* losses, const T_* logits, con
   }
 }
 
+/// Where a row's gradient codes go (crossentropy_forward_backward with codes): E5M2 codes of
+/// the row's dlogits (as rounded to T_) times *scale, and the row's largest finite |dlogit|.
+struct RowCodes {
+  uint8_t* codes = nullptr;  // the row's Vp codes; null: none wanted
+  float scale = 1.0f;
+  float largest = 0.0f;
+};
+
 /// Writes one row of dlogits = (softmax - onehot(target)) * dloss, 0 in the padding columns,
-/// from the row's softmax statistics. Each thread reads only the logits it then overwrites, so
-/// dx may alias x once every other read of the row is behind a barrier.
+/// from the row's softmax statistics, and with codes.codes set their E5M2 codes. Each thread
+/// reads only the logits it then overwrites, so dx may alias x once every other read of the
+/// row is behind a barrier.
 template <typename T_>
 __device__ void write_dlogits_row(T_* dx, const T_* x, const RowSoftmax& stats, int target,
-                                  float dloss, int V, int Vp, bool packed) {
+                                  float dloss, int V, int Vp, bool packed, RowCodes& codes) {
   constexpr int kPack = Pack16<T_>::kSize;
   const float inv_sum = 1.0f / stats.sum;
   auto gradient = [&](int v, float logit) {
@@ -125,9 +135,31 @@ __device__ void write_dlogits_row(T_* dx, const T_* x, const RowSoftmax& stats, 
       for (int j = 0; j < kPack; ++j)
         out.values[j] = from_float<T_>(gradient(p * kPack + j, to_float(in.values[j])));
       store_pack16(dx + static_cast<int64_t>(p) * kPack, out);
+      if (codes.codes != nullptr) {
+        float values[kPack];
+#pragma unroll
+        for (int j = 0; j < kPack; ++j) {
+          values[j] = to_float(out.values[j]);
+          if (isfinite(values[j])) codes.largest = fmaxf(codes.largest, fabsf(values[j]));
+        }
+        __align__(8) uint8_t packed_codes[kPack];
+        fp8_codes<__NV_E5M2>(values, codes.scale, packed_codes);
+#pragma unroll
+        for (int j = 0; j < kPack; j += 4)
+          *reinterpret_cast<uint32_t*>(codes.codes + p * kPack + j) =
+              *reinterpret_cast<const uint32_t*>(packed_codes + j);
+      }
     }
   } else {
-    for (int v = threadIdx.x; v < Vp; v += blockDim.x) dx[v] = from_float<T_>(gradient(v, to_float(x[v])));
+    for (int v = threadIdx.x; v < Vp; v += blockDim.x) {
+      dx[v] = from_float<T_>(gradient(v, to_float(x[v])));
+      if (codes.codes != nullptr) {
+        const float value = to_float(dx[v]);
+        if (isfinite(value)) codes.largest = fmaxf(codes.largest, fabsf(value));
+        codes.codes[v] = static_cast<uint8_t>(
+            __nv_cvt_float_to_fp8(value * codes.scale, __NV_SATFINITE, __NV_E5M2));
+      }
+    }
   }
 }
 
@@ -142,17 +174,21 @@ __global__ void crossentropy_backward_kernel(T_* dlogits, const float* dlosses, 
   const RowSoftmax stats = row_softmax_stats(x, V, packed, scratch);
   const int target = targets[row];
   const float dloss = (target >= 0 && target < V) ? dlosses[row] : NAN;
-  write_dlogits_row(dlogits + row * Vp, x, stats, target, dloss, V, Vp, packed);
+  RowCodes no_codes;
+  write_dlogits_row(dlogits + row * Vp, x, stats, target, dloss, V, Vp, packed, no_codes);
 }
 
 /// One block per row: the loss, then the row's logits overwritten by their gradient. Thread 0
 /// reads the target's logit before row_softmax_stats' barrier, so every read of the row
 /// precedes every write. The loss is the same expression as crossentropy_forward_kernel's and
 /// the gradient the same as crossentropy_backward_kernel's: the same bits as the pair.
+/// With codes.rows set, also the gradient's E5M2 codes (row order) and, through the block's
+/// largest |dlogit|, codes.amax.
 template <typename T_>
 __global__ void crossentropy_forward_backward_kernel(float* losses, T_* logits,
                                                      const int* targets, float dloss, int V,
-                                                     int Vp, bool packed) {
+                                                     int Vp, bool packed,
+                                                     const Fp8Destination codes) {
   __shared__ RowSoftmax scratch[32];
   const int64_t row = blockIdx.x;
   T_* x = logits + row * Vp;
@@ -162,7 +198,15 @@ __global__ void crossentropy_forward_backward_kernel(float* losses, T_* logits,
   const RowSoftmax stats = row_softmax_stats(x, V, packed, scratch);
   if (threadIdx.x == 0)
     losses[row] = valid ? logf(stats.sum) + stats.max - target_logit : NAN;
-  write_dlogits_row(x, x, stats, target, valid ? dloss : NAN, V, Vp, packed);
+  RowCodes row_codes;
+  if (codes.rows != nullptr) {
+    row_codes.codes = codes.rows + row * Vp;
+    row_codes.scale = *codes.scale;
+  }
+  write_dlogits_row(x, x, stats, target, valid ? dloss : NAN, V, Vp, packed, row_codes);
+  // (scratch's last reader is row_softmax_stats, before a barrier the reduction repeats.)
+  if (codes.amax != nullptr)
+    raise_block_amax(row_codes.largest, codes.amax, reinterpret_cast<float*>(scratch));
 }
 
 void check_shapes(int B, int T, int V, int Vp) {
@@ -199,12 +243,21 @@ void crossentropy_backward(T_* dlogits, const float* dlosses, const T_* logits,
 
 template <typename T_>
 void crossentropy_forward_backward(float* losses, T_* logits, const int* targets, float dloss,
-                                   int B, int T, int V, int Vp, cudaStream_t stream) {
+                                   int B, int T, int V, int Vp, cudaStream_t stream,
+                                   const Fp8Destination& codes) {
   check_shapes(B, T, V, Vp);
   GPT2_CHECK(losses != nullptr && logits != nullptr && targets != nullptr);
+  if (codes.rows != nullptr) {
+    GPT2_CHECK(codes.transposed == nullptr && codes.format == cpu::Fp8Format::kE5M2 &&
+                   codes.scale != nullptr,
+               "the cross-entropy writes its gradient's codes as E5M2 rows, with a scale");
+    GPT2_CHECK(Vp % Pack16<T_>::kSize == 0 && alignment_bytes(codes.rows) >= 8,
+               "the gradient's codes need Vp a multiple of ", Pack16<T_>::kSize,
+               " and 8-byte aligned rows");
+  }
   const int64_t rows = static_cast<int64_t>(B) * T;
   crossentropy_forward_backward_kernel<<<grid_size(rows, 1), kThreads, 0, stream>>>(
-      losses, logits, targets, dloss, V, Vp, packed_rows<T_>(Vp, logits, logits));
+      losses, logits, targets, dloss, V, Vp, packed_rows<T_>(Vp, logits, logits), codes);
   GPT2_CUDA_CHECK_LAUNCH();
 }
 
@@ -218,9 +271,10 @@ template void crossentropy_backward<__nv_bfloat16>(__nv_bfloat16*, const float*,
                                                    const __nv_bfloat16*, const int*, int, int,
                                                    int, int, cudaStream_t);
 template void crossentropy_forward_backward<float>(float*, float*, const int*, float, int, int,
-                                                   int, int, cudaStream_t);
+                                                   int, int, cudaStream_t,
+                                                   const Fp8Destination&);
 template void crossentropy_forward_backward<__nv_bfloat16>(float*, __nv_bfloat16*, const int*,
                                                            float, int, int, int, int,
-                                                           cudaStream_t);
+                                                           cudaStream_t, const Fp8Destination&);
 
 }  // namespace gpt2::gpu

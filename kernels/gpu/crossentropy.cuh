@@ -28,6 +28,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "kernels/gpu/fp8_cast.cuh"
+
 namespace gpt2::gpu {
 
 template <typename T_>
@@ -39,8 +41,13 @@ void crossentropy_backward(T_* dlogits, const float* dlosses, const T_* logits,
                            const int* targets, int B, int T, int V, int Vp, cudaStream_t stream);
 
 /// losses (B,T) fp32 (=) and logits (B,T,Vp) overwritten by dlogits (=); dloss one scalar.
+/// With codes.rows set (--precision fp8's classifier): also dlogits' E5M2 codes, (B*T, Vp) rows
+/// only, of each dlogit as rounded to T_ times *codes.scale (saturating), and *codes.amax raised
+/// to the largest finite |dlogit|: the bits of fp8_cast_transpose of the dlogits written. Vp a
+/// multiple of the 16-byte pack, codes.rows 8-byte aligned.
 template <typename T_>
 void crossentropy_forward_backward(float* losses, T_* logits, const int* targets, float dloss,
-                                   int B, int T, int V, int Vp, cudaStream_t stream);
+                                   int B, int T, int V, int Vp, cudaStream_t stream,
+                                   const Fp8Destination& codes = {});
 
 }  // namespace gpt2::gpu

@@ -33,6 +33,17 @@ namespace gpt2::gpu {
 
 constexpr int kFp8CastTileRows = 128;
 
+/// An FP8 operand written by the op that produces it (a LayerNorm, the cross-entropy): its codes
+/// in either order or both (null: not wanted), their format, the scale they are cast with and
+/// the amax they raise (device pointers).
+struct Fp8Destination {
+  uint8_t* rows = nullptr;
+  uint8_t* transposed = nullptr;
+  cpu::Fp8Format format = cpu::Fp8Format::kE4M3;
+  const float* scale = nullptr;
+  float* amax = nullptr;
+};
+
 template <typename T_>
 struct Fp8CastFusion {
   const T_* gelu_input = nullptr;

@@ -12,11 +12,7 @@
 namespace gpt2::gpu {
 namespace {
 
-__global__ void fp8_update_scales_kernel(Fp8ScaleState* states, int count, int slot,
-                                         int history, int margin) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= count) return;
-  Fp8ScaleState& s = states[i];
+__device__ void update_scale(Fp8ScaleState& s, int slot, int history, int margin) {
   s.history[slot] = s.amax;
   s.amax = 0.0f;
   float largest = 0.0f;
@@ -31,6 +27,17 @@ __global__ void fp8_update_scales_kernel(Fp8ScaleState* states, int count, int s
   s.inverse = 1.0f / scale;
 }
 
+__global__ void fp8_update_scales_kernel(Fp8ScaleState* states, int count, int slot,
+                                         int history, int margin) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < count) update_scale(states[i], slot, history, margin);
+}
+
+__global__ void fp8_scale_from_bound_kernel(Fp8ScaleState* state, float bound) {
+  state->amax = fabsf(bound);
+  update_scale(*state, 0, 1, 0);
+}
+
 }  // namespace
 
 Fp8ScaleState fp8_initial_state(cpu::Fp8Format format, float scale) {
@@ -40,6 +47,12 @@ Fp8ScaleState fp8_initial_state(cpu::Fp8Format format, float scale) {
   state.inverse = 1.0f / scale;
   state.fp8_max = cpu::fp8_max(format);
   return state;
+}
+
+void fp8_scale_from_bound(Fp8ScaleState* state, float bound, cudaStream_t stream) {
+  GPT2_CHECK(state != nullptr, "fp8_scale_from_bound without a state");
+  fp8_scale_from_bound_kernel<<<1, 1, 0, stream>>>(state, bound);
+  GPT2_CUDA_CHECK_LAUNCH();
 }
 
 void fp8_update_scales(Fp8ScaleState* states, int count, int64_t update, int history,

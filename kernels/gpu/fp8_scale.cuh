@@ -37,6 +37,12 @@ static_assert(sizeof(Fp8ScaleState) % 16 == 0, "states must stay 16-byte aligned
 /// A fresh state for a tensor of `format` cast with `scale` until its first update.
 Fp8ScaleState fp8_initial_state(cpu::Fp8Format format, float scale);
 
+/// A tensor known to hold values of magnitude at most `bound` (a scalar of the launch, so a
+/// graph replays it): its scale from that bound as from an amax with a history of 1, that is
+/// cpu::Fp8Scale(format, 1).record(|bound|), the bits of fp8_update_scales after an amax of
+/// |bound|. Its history is left holding |bound| and its amax 0.
+void fp8_scale_from_bound(Fp8ScaleState* state, float bound, cudaStream_t stream);
+
 /// The update above, the `update`-th (0, 1, ...) of these states, history H in [1, 16].
 void fp8_update_scales(Fp8ScaleState* states, int count, int64_t update, int history,
                        int margin, cudaStream_t stream);

@@ -102,6 +102,7 @@ void launch(const Fp8Destination& out, float* mean, float* rstd, const bf16* inp
   GPT2_CHECK(layernorm_fp8_supported(C), "a LayerNorm to FP8 codes needs C a multiple of ",
              kPack, " up to ", kMaxChannels, " (C=", C, ")");
   GPT2_CHECK(out.scale != nullptr, "a LayerNorm to FP8 codes needs a scale");
+  GPT2_CHECK(out.format == cpu::Fp8Format::kE4M3, "a LayerNorm writes E4M3 codes only");
   for (const void* p : {static_cast<const void*>(inp), static_cast<const void*>(weight),
                         static_cast<const void*>(bias), static_cast<const void*>(addend),
                         static_cast<const void*>(residual_out)})

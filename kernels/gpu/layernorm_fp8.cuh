@@ -9,7 +9,8 @@
  * codes of y * (*scale), y the bf16 output those would store, in both orders (rows (B*T, C) and
  * transposed (C, B*T); either may be null), and *amax raised to max |y| over the finite
  * values: the bits of the bf16 LayerNorm then fp8_cast_transpose (fp8_cast.cuh) to E4M3.
- * mean, rstd and residual_out as there. Needs the packed form (bf16, C a multiple of 8 and at
+ * mean, rstd and residual_out as there. The destination's format must be E4M3 (an input's).
+ * Needs the packed form (bf16, C a multiple of 8 and at
  * most 2048, 16-byte aligned inputs): layernorm_fp8_supported(C) says whether C allows it.
  * Parallel scheme: a block of 8 warps per 32 rows, a warp per row (layernorm_row.cuh); each
  * row's codes go to `rows` from registers and to a shared tile, from which each thread writes
@@ -22,16 +23,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-namespace gpt2::gpu {
+#include "kernels/gpu/fp8_cast.cuh"
 
-/// An FP8 operand written by the op that produces it: E4M3 codes in both orders, the scale
-/// they are cast with and the amax they raise (device pointers).
-struct Fp8Destination {
-  uint8_t* rows = nullptr;
-  uint8_t* transposed = nullptr;
-  const float* scale = nullptr;
-  float* amax = nullptr;
-};
+namespace gpt2::gpu {
 
 bool layernorm_fp8_supported(int C);
 

@@ -23,6 +23,7 @@
 #include "gpu_test_util.h"
 #include "kernels/cpu/crossentropy.h"
 #include "kernels/gpu/crossentropy.cuh"
+#include "kernels/gpu/fp8_cast.cuh"
 
 namespace gpt2::gpu::test {
 namespace {
@@ -258,6 +259,51 @@ TYPED_TEST(GpuCrossEntropy, OutOfRangeTargetGivesNaN) {
     EXPECT_TRUE(std::isfinite(fused_dlogits[v]));
     EXPECT_TRUE(std::isnan(fused_dlogits[s.Vp + v]));
     EXPECT_TRUE(std::isnan(fused_dlogits[2 * s.Vp + v]));
+  }
+}
+
+// The fused op writing its gradient's E5M2 codes (--precision fp8's classifier): dlogits the
+// same bits as without codes, the codes and amax those of fp8_cast_transpose of those dlogits
+// (rows only), at a scale that puts the largest near E5M2's top. Shapes whose Vp is a multiple of
+// the pack (the codes need it).
+TYPED_TEST(GpuCrossEntropy, FusedForwardBackwardWritesTheGradientCodes) {
+  GPT2_REQUIRE_GPU();
+  using T_ = TypeParam;
+  const CrossEntropyShape shapes[] = {{1, 1, 3, 8}, {2, 7, 997, 1024}, {1, 37, 333, 344},
+                                      {1, 5, 50257, 50304}};
+  for (const CrossEntropyShape& s : shapes) {
+    const int64_t BT = int64_t(s.B) * s.T, n = BT * s.Vp;
+    const std::vector<float> logits = make_logits<T_>(s, 1101);
+    const std::vector<int> targets = random_ints(BT, s.V, 1102);
+    const float dloss = 0.7f / float(BT);
+    DeviceBuffer<T_> d_logits(n), d_plain(n);
+    DeviceBuffer<int> d_targets(BT);
+    DeviceBuffer<float> d_losses(BT), d_scale(4), d_amax(2);
+    DeviceBuffer<uint8_t> d_codes(n), d_want(n);
+    d_targets.upload(targets);
+    d_scale.upload({float(BT) * 65536.0f, 0.f, 0.f, 0.f});  // the largest |dlogit| ~ 1 / BT
+    d_amax.upload({0.0f, 0.0f});
+    upload_floats(d_plain, logits);
+    crossentropy_forward_backward(d_losses.get(), d_plain.get(), d_targets.get(), dloss, s.B,
+                                  s.T, s.V, s.Vp, nullptr);
+    upload_floats(d_logits, logits);
+    d_codes.poison();
+    Fp8Destination codes;
+    codes.rows = d_codes.get();
+    codes.format = cpu::Fp8Format::kE5M2;
+    codes.scale = d_scale.get();
+    codes.amax = d_amax.get();
+    crossentropy_forward_backward(d_losses.get(), d_logits.get(), d_targets.get(), dloss, s.B,
+                                  s.T, s.V, s.Vp, nullptr, codes);
+    fp8_cast_transpose(d_plain.get(), BT, s.Vp, d_scale.get(), cpu::Fp8Format::kE5M2,
+                       d_want.get(), nullptr, d_amax.get() + 1, nullptr);
+    const std::string tag = shape_tag("fused with codes", Storage<T_>::kName, s);
+    EXPECT_TRUE(bitwise_equal(tag + " dlogits", d_logits.download_bytes(),
+                              d_plain.download_bytes()));
+    EXPECT_EQ(d_codes.download(), d_want.download()) << tag;
+    const std::vector<float> amax = d_amax.download();
+    EXPECT_EQ(amax[0], amax[1]) << tag;
+    EXPECT_GT(amax[0], 0.0f) << tag;
   }
 }
 

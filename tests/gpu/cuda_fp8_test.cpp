@@ -1,5 +1,6 @@
-// --precision fp8 (model/cuda_fp8_linears.cuh): the block linears' GEMMs in FP8 against the
-// bf16 model they replace.
+// --precision fp8 (model/cuda_fp8_linears.cuh, and with --fp8-classifier
+// model/cuda_fp8_classifier.cuh): the block linears' GEMMs, and the classifier's forward and
+// input gradient, in FP8 against the bf16 model they replace.
 //
 // FP8's rounding is coarse by design (E4M3 keeps 3 mantissa bits, a relative step of 2^-4;
 // E5M2 for gradients 2 bits, 2^-3), and it does not average away in a GEMM: a K-term sum of
@@ -26,9 +27,19 @@
 namespace gpt2::gpu::test {
 namespace {
 
-ModelOptions small_options(Precision precision, int B, int T) {
-  return ModelOptions{small_model_config(), B, T, AttentionKind::kFlash, precision};
+ModelOptions small_options(Precision precision, int B, int T, bool fp8_classifier = false) {
+  ModelOptions options{small_model_config(), B, T, AttentionKind::kFlash, precision};
+  options.fp8_classifier = fp8_classifier;
+  return options;
 }
+
+// The precisions every comparison with bf16 runs: the block linears in FP8, and with them the
+// classifier's forward and input-gradient GEMMs (--fp8-classifier).
+struct Fp8Variant {
+  const char* name;
+  bool fp8_classifier;
+};
+constexpr Fp8Variant kFp8Variants[] = {{"fp8", false}, {"fp8 + classifier", true}};
 
 // The GPU tests: a small model's parameters (bf16-exact), skipped without FP8 tensor cores.
 class CudaFp8 : public ::testing::Test {
@@ -59,6 +70,8 @@ class CudaFp8 : public ::testing::Test {
     }
     return losses;
   }
+  /// ResumesBitForBitWithItsScales, with or without --fp8-classifier.
+  void check_resume(bool fp8_classifier) const;
   const ModelConfig config_ = small_model_config();
   const ParameterLayout layout_ = ParameterLayout::for_config(config_);
   std::vector<float> params_;
@@ -113,42 +126,52 @@ TEST_F(CudaFp8, OneStepTracksTheBf16Step) {
   const int B = 2, T = 32;
   const std::vector<int> inputs = random_ints(B * T, config_.vocab_size, 31);
   const std::vector<int> targets = random_ints(B * T, config_.vocab_size, 32);
-  std::vector<float> losses;
-  std::vector<std::vector<float>> grads;
-  for (Precision precision : {Precision::kBf16, Precision::kFp8}) {
-    std::unique_ptr<Model> base = make_cuda_model(small_options(precision, B, T));
+  auto step = [&](const ModelOptions& options, std::vector<float>& grads) {
+    std::unique_ptr<Model> base = make_cuda_model(options);
     auto* model = dynamic_cast<CudaModelBase*>(base.get());
-    ASSERT_NE(model, nullptr);
+    EXPECT_NE(model, nullptr);
     model->set_parameters(params_.data());
     model->zero_grad();
-    losses.push_back(model->forward_backward(inputs.data(), targets.data(), 1.0f));
-    grads.emplace_back(layout_.total);
-    model->get_gradients(grads.back().data());
-  }
-  std::printf("[ fp8      ] one step: loss bf16 %.6f fp8 %.6f\n", losses[0], losses[1]);
-  EXPECT_NEAR(losses[1], losses[0], 0.02 * std::fabs(losses[0]));
-  for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
-    const size_t offset = layout_.offsets[tensor], n = layout_.sizes[tensor];
-    const double err = rel_l2(grads[1].data() + offset, grads[0].data() + offset, n);
-    std::printf("[ fp8      ]   d%-9s rel-L2 to bf16 %.3f\n", ParameterLayout::name(tensor), err);
-    EXPECT_LE(err, 0.25) << ParameterLayout::name(tensor);
+    const float loss = model->forward_backward(inputs.data(), targets.data(), 1.0f);
+    grads.resize(layout_.total);
+    model->get_gradients(grads.data());
+    return loss;
+  };
+  std::vector<float> bf16_grads, grads;
+  const float bf16_loss = step(small_options(Precision::kBf16, B, T), bf16_grads);
+  for (const Fp8Variant& variant : kFp8Variants) {
+    const float loss =
+        step(small_options(Precision::kFp8, B, T, variant.fp8_classifier), grads);
+    std::printf("[ fp8      ] one step: loss bf16 %.6f %s %.6f\n", bf16_loss, variant.name, loss);
+    EXPECT_NEAR(loss, bf16_loss, 0.02 * std::fabs(bf16_loss)) << variant.name;
+    for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
+      const size_t offset = layout_.offsets[tensor], n = layout_.sizes[tensor];
+      const double err = rel_l2(grads.data() + offset, bf16_grads.data() + offset, n);
+      std::printf("[ fp8      ]   d%-9s rel-L2 to bf16 %.3f\n", ParameterLayout::name(tensor),
+                  err);
+      EXPECT_LE(err, 0.25) << variant.name << " " << ParameterLayout::name(tensor);
+    }
   }
 }
 
 TEST_F(CudaFp8, TrainingFollowsBf16) {
   const int B = 4, T = 32, kSteps = 30;
-  std::vector<std::vector<float>> curves;
-  for (Precision precision : {Precision::kBf16, Precision::kFp8}) {
-    std::unique_ptr<Model> model = make_cuda_model(small_options(precision, B, T));
+  auto curve = [&](const ModelOptions& options, const char* name) {
+    std::unique_ptr<Model> model = make_cuda_model(options);
     model->set_parameters(params_.data());
-    curves.push_back(train(*model, B, T, kSteps, 41, /*learn_one_batch=*/true, 3e-3f));
-    std::printf("[ fp8      ] %s: loss %.4f -> %.4f\n", to_string(precision),
-                curves.back().front(), curves.back().back());
+    std::vector<float> losses = train(*model, B, T, kSteps, 41, /*learn_one_batch=*/true, 3e-3f);
+    std::printf("[ fp8      ] %s: loss %.4f -> %.4f\n", name, losses.front(), losses.back());
+    return losses;
+  };
+  const std::vector<float> bf16 = curve(small_options(Precision::kBf16, B, T), "bf16");
+  EXPECT_LT(bf16.back(), 0.5f * bf16.front());
+  // The batch is learned (well below its first loss) by each, and fp8 ends near bf16.
+  for (const Fp8Variant& variant : kFp8Variants) {
+    const std::vector<float> fp8 =
+        curve(small_options(Precision::kFp8, B, T, variant.fp8_classifier), variant.name);
+    EXPECT_LT(fp8.back(), 0.5f * fp8.front()) << variant.name;
+    EXPECT_NEAR(fp8.back(), bf16.back(), 0.05 * bf16.back()) << variant.name;
   }
-  // The batch is learned (well below its first loss) by both, and fp8 ends near bf16.
-  EXPECT_LT(curves[0].back(), 0.5f * curves[0].front());
-  EXPECT_LT(curves[1].back(), 0.5f * curves[1].front());
-  EXPECT_NEAR(curves[1].back(), curves[0].back(), 0.05 * curves[0].back());
 }
 
 // --recompute fc with fp8: the fc GEMM run again in backward from the same codes gives the
@@ -178,9 +201,18 @@ TEST_F(CudaFp8, RecomputedFcTrainsBitForBit) {
 // checkpoint pair) continues an fp8 run bit for bit: the scales' histories and their update
 // count come back with the rest (naive attention: deterministic).
 TEST_F(CudaFp8, ResumesBitForBitWithItsScales) {
+  for (const Fp8Variant& variant : kFp8Variants) {
+    SCOPED_TRACE(variant.name);
+    check_resume(variant.fp8_classifier);
+  }
+}
+
+void CudaFp8::check_resume(bool fp8_classifier) const {
   const int B = 2, T = 32;
   auto make = [&] {
-    return make_cuda_model(ModelOptions{config_, B, T, AttentionKind::kNaive, Precision::kFp8});
+    ModelOptions options{config_, B, T, AttentionKind::kNaive, Precision::kFp8};
+    options.fp8_classifier = fp8_classifier;
+    return make_cuda_model(options);
   };
   std::unique_ptr<Model> straight = make();
   straight->set_parameters(params_.data());

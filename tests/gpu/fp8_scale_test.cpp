@@ -2,7 +2,7 @@
 // bit: a run of updates longer than the history (so old amaxes leave it), with zero, NaN and
 // infinite amaxes among them (kept out), an amax so small the scale would overflow (the scale
 // kept), histories of 16, 5 and 1 (current scaling), margins 0 and 1, both formats and their
-// initial scales; and the state's layout
+// initial scales; fp8_scale_from_bound as current scaling of its bound; and the state's layout
 // (16-byte aligned inverses, as cuBLASLt's scale pointers need).
 #include <cmath>
 #include <cstddef>
@@ -71,6 +71,28 @@ TEST(GpuFp8Scale, UpdatesMatchTheCpuDelayedScaleBitForBit) {
         EXPECT_EQ(got.amax, 0.0f) << "the update restarts the amax";
       }
     }
+  }
+}
+
+// fp8_scale_from_bound: one after another on one state, each as cpu::Fp8Scale with a history of
+// 1 records that bound (its sign dropped); a zero, NaN or infinite bound, or one so small the
+// scale would overflow, keeps the previous scale.
+TEST(GpuFp8Scale, ScaleFromABoundIsCurrentScalingOfThatBound) {
+  GPT2_REQUIRE_GPU();
+  Context ctx;
+  DeviceBuffer<Fp8ScaleState> state(1);
+  state.upload({fp8_initial_state(Fp8Format::kE5M2, 1.0f)});
+  cpu::Fp8Scale want(Fp8Format::kE5M2, 1);
+  const float bounds[] = {1.0f / 64,  -1.0f / 16384, 0.0f, NAN, INFINITY, 3.0f, 1e-38f,
+                          0.7f / 1000};
+  for (const float bound : bounds) {
+    fp8_scale_from_bound(state.get(), bound, ctx.stream());
+    ctx.synchronize();
+    want.record(std::fabs(bound));
+    const Fp8ScaleState got = state.download()[0];
+    EXPECT_EQ(got.scale, want.scale()) << "bound " << bound;
+    EXPECT_EQ(got.inverse, want.inverse()) << "bound " << bound;
+    EXPECT_EQ(got.amax, 0.0f);
   }
 }
 
