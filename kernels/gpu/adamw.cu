@@ -17,6 +17,8 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 65536;  // grid-stride beyond this
+constexpr int kAdamWPack = 4;          // elements a thread updates at once on the packed path
+constexpr int kUnitsPerThread = 8;     // adamw_segments_kernel: units (packs or elements) a thread
 
 struct AdamWStep {
   float lr, beta1, beta2, eps, weight_decay;
@@ -34,22 +36,70 @@ struct SegmentEntry {
   int64_t decays;  // 0 or 1 (int64 keeps the entry 8-byte aligned without padding)
 };
 
+/// One element's update: g, m, v and the fp32 weight p in, the new m, v and p out. Every
+/// rounding is spelled out (no contraction left to the compiler), so that each path that calls
+/// it (element by element, or a pack at a time) gives the same bits.
+__device__ __forceinline__ void adamw_math(float g, float& m, float& v, float& p,
+                                           float weight_decay, const AdamWStep& s) {
+  g = __fmul_rn(g, s.grad_scale);
+  m = __fmaf_rn(s.beta1, m, __fmul_rn(1.0f - s.beta1, g));
+  v = __fmaf_rn(s.beta2, v, __fmul_rn(__fmul_rn(1.0f - s.beta2, g), g));
+  const float m_hat = __fdiv_rn(m, s.bias_correction1);
+  const float v_hat = __fdiv_rn(v, s.bias_correction2);
+  const float update = __fadd_rn(__fdiv_rn(m_hat, __fadd_rn(__fsqrt_rn(v_hat), s.eps)),
+                                 __fmul_rn(weight_decay, p));
+  p = __fsub_rn(p, __fmul_rn(s.lr, update));
+}
+
 /// Element i of the state (state_index) and of the parameters (param_index): the one update.
 template <typename T_, typename G_>
 __device__ __forceinline__ void adamw_element(T_* params, float* master, const G_* grads, float* m,
                                               float* v, int64_t param_index, int64_t state_index,
                                               float weight_decay, const AdamWStep& s) {
-  const float g = to_float(grads[state_index]) * s.grad_scale;
-  const float m_new = s.beta1 * m[state_index] + (1.0f - s.beta1) * g;
-  const float v_new = s.beta2 * v[state_index] + (1.0f - s.beta2) * g * g;
+  float m_new = m[state_index], v_new = v[state_index];
+  float p = master ? master[state_index] : to_float(params[param_index]);
+  adamw_math(to_float(grads[state_index]), m_new, v_new, p, weight_decay, s);
   m[state_index] = m_new;
   v[state_index] = v_new;
-  const float m_hat = m_new / s.bias_correction1;
-  const float v_hat = v_new / s.bias_correction2;
-  float p = master ? master[state_index] : to_float(params[param_index]);
-  p -= s.lr * (m_hat / (sqrtf(v_hat) + s.eps) + weight_decay * p);
   if (master) master[state_index] = p;
   params[param_index] = from_float<T_>(p);
+}
+
+/// kPack elements of a type in one access (their first one's address a multiple of its size).
+template <typename V_, int kPack>
+struct alignas(sizeof(V_) * kPack) Pack {
+  V_ values[kPack];
+};
+
+/// The kPack elements from i on (param_index and state_index multiples of kPack): the update of
+/// adamw_element on each, every array read and written kPack elements an access.
+template <typename T_, typename G_>
+__device__ __forceinline__ void adamw_pack(T_* params, float* master, const G_* grads, float* m,
+                                           float* v, int64_t param_index, int64_t state_index,
+                                           float weight_decay, const AdamWStep& s) {
+  constexpr int kPack = kAdamWPack;
+  const Pack<G_, kPack> g = *reinterpret_cast<const Pack<G_, kPack>*>(grads + state_index);
+  Pack<float, kPack> m_new = *reinterpret_cast<const Pack<float, kPack>*>(m + state_index);
+  Pack<float, kPack> v_new = *reinterpret_cast<const Pack<float, kPack>*>(v + state_index);
+  Pack<float, kPack> p;
+  if (master) {
+    p = *reinterpret_cast<const Pack<float, kPack>*>(master + state_index);
+  } else {
+    const Pack<T_, kPack> stored = *reinterpret_cast<const Pack<T_, kPack>*>(params + param_index);
+#pragma unroll
+    for (int j = 0; j < kPack; ++j) p.values[j] = to_float(stored.values[j]);
+  }
+  Pack<T_, kPack> rounded;
+#pragma unroll
+  for (int j = 0; j < kPack; ++j) {
+    adamw_math(to_float(g.values[j]), m_new.values[j], v_new.values[j], p.values[j],
+               weight_decay, s);
+    rounded.values[j] = from_float<T_>(p.values[j]);
+  }
+  *reinterpret_cast<Pack<float, kPack>*>(m + state_index) = m_new;
+  *reinterpret_cast<Pack<float, kPack>*>(v + state_index) = v_new;
+  if (master) *reinterpret_cast<Pack<float, kPack>*>(master + state_index) = p;
+  *reinterpret_cast<Pack<T_, kPack>*>(params + param_index) = rounded;
 }
 
 template <typename T_, typename G_>
@@ -61,31 +111,45 @@ __global__ void adamw_kernel(T_* params, float* master, const G_* grads, float* 
     adamw_element(params, master, grads, m, v, i, i, s.weight_decay, s);
 }
 
-template <typename T_, typename G_>
-__global__ void adamw_segments_kernel(T_* params, float* master, const G_* grads, float* m,
-                                      float* v, const SegmentEntry* segments, int num_segments,
-                                      int64_t total, AdamWStep s,
-                                      const AdamWDeviceControl* control) {
+/// kPacked: every segment's offsets and count are multiples of kAdamWPack and the arrays are
+/// aligned to a pack; a unit is then a pack, else one element. Block b updates units
+/// [b, b + 1) x kThreads x kUnitsPerThread, each thread every kThreads-th of them, so a thread
+/// finds its segment once (a binary search) and then meets at most a few boundaries (a grid
+/// stride crossed dozens of segments a step, each a dependent load: the walk, not memory,
+/// bounded the update).
+template <typename T_, typename G_, bool kPacked>
+__global__ void __launch_bounds__(kThreads)
+    adamw_segments_kernel(T_* params, float* master, const G_* grads, float* m, float* v,
+                          const SegmentEntry* segments, int num_segments, int64_t total,
+                          AdamWStep s, const AdamWDeviceControl* control) {
   if (control != nullptr) {
     if (control->skip) return;
     s.grad_scale = control->grad_scale;
   }
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= total) return;
-  // The last segment that begins at or before j (segments are in concatenation order).
+  constexpr int64_t kUnit = kPacked ? kAdamWPack : 1;  // elements per unit
+  const int64_t units = total / kUnit;
+  int64_t j = static_cast<int64_t>(blockIdx.x) * kThreads * kUnitsPerThread + threadIdx.x;
+  if (j >= units) return;
+  // The last segment that begins at or before unit j (segments are in concatenation order).
   int lo = 0, hi = num_segments - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (segments[mid].begin <= j) lo = mid; else hi = mid - 1;
+    if (segments[mid].begin <= j * kUnit) lo = mid; else hi = mid - 1;
   }
   int k = lo;
-  for (; j < total; j += stride) {
-    while (j >= segments[k].begin + segments[k].count) ++k;  // j only grows
+  for (int step = 0; step < kUnitsPerThread && j < units; ++step, j += kThreads) {
+    const int64_t element = j * kUnit;
+    while (element >= segments[k].begin + segments[k].count) ++k;  // j only grows
     const SegmentEntry& e = segments[k];
-    const int64_t within = j - e.begin;
-    adamw_element(params, master, grads, m, v, e.param_offset + within, e.state_offset + within,
-                  e.decays ? s.weight_decay : 0.0f, s);
+    const int64_t within = element - e.begin;
+    const float decay = e.decays ? s.weight_decay : 0.0f;
+    if constexpr (kPacked) {
+      adamw_pack(params, master, grads, m, v, e.param_offset + within, e.state_offset + within,
+                 decay, s);
+    } else {
+      adamw_element(params, master, grads, m, v, e.param_offset + within,
+                    e.state_offset + within, decay, s);
+    }
   }
 }
 
@@ -141,6 +205,10 @@ AdamWSegmentTable upload_adamw_segments(void* device, const std::vector<AdamWSeg
   table.entries = device;
   table.num_segments = static_cast<int>(entries.size());
   table.total = total;
+  table.packable = std::all_of(entries.begin(), entries.end(), [](const SegmentEntry& e) {
+    return e.param_offset % kAdamWPack == 0 && e.state_offset % kAdamWPack == 0 &&
+           e.count % kAdamWPack == 0;
+  });
   if (entries.empty()) return table;
   GPT2_CHECK(device != nullptr, "no device memory for the AdamW segment table");
   GPT2_CUDA_CHECK(cudaMemcpyAsync(device, entries.data(), entries.size() * sizeof(SegmentEntry),
@@ -159,9 +227,23 @@ void adamw_update_segments(T_* params, float* master, const G_* grads, float* m,
   if (table.total == 0) return;
   GPT2_CHECK(params != nullptr && grads != nullptr && m != nullptr && v != nullptr &&
              table.entries != nullptr);
-  adamw_segments_kernel<<<blocks_for(table.total), kThreads, 0, stream>>>(
-      params, master, grads, m, v, static_cast<const SegmentEntry*>(table.entries),
-      table.num_segments, table.total, step, control);
+  const auto* entries = static_cast<const SegmentEntry*>(table.entries);
+  const bool packed =
+      table.packable && alignment_bytes(params) >= kAdamWPack * sizeof(T_) &&
+      alignment_bytes(grads) >= kAdamWPack * sizeof(G_) &&
+      alignment_bytes(m) >= kAdamWPack * sizeof(float) &&
+      alignment_bytes(v) >= kAdamWPack * sizeof(float) &&
+      (master == nullptr || alignment_bytes(master) >= kAdamWPack * sizeof(float));
+  const int64_t units = packed ? table.total / kAdamWPack : table.total;
+  const int64_t blocks = ceil_div(units, int64_t{kThreads} * kUnitsPerThread);
+  GPT2_CHECK(blocks < (int64_t{1} << 31), "an AdamW update of ", table.total, " elements");
+  if (packed) {
+    adamw_segments_kernel<T_, G_, true><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        params, master, grads, m, v, entries, table.num_segments, table.total, step, control);
+  } else {
+    adamw_segments_kernel<T_, G_, false><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        params, master, grads, m, v, entries, table.num_segments, table.total, step, control);
+  }
   GPT2_CUDA_CHECK_LAUNCH();
 }
 

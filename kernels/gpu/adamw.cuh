@@ -10,7 +10,7 @@
  *   T_ = __nv_bfloat16: master holds the fp32 weights; p is read from and written to master,
  *     then params = master rounded to bf16 (round-to-nearest-even).
  * Grads are G_: the parameters' type, or fp32 (the reduced gradient shard of data parallel).
- * Parallel scheme: one thread per element (grid-stride); elementwise, deterministic.
+ * Parallel scheme: adamw_update one thread per element (grid-stride); elementwise, deterministic.
  *
  * adamw_update_segments is the same update over many runs of elements in one launch (every
  * tensor of the model, or a data-parallel rank's shard cut at tensor boundaries): segment s
@@ -18,7 +18,10 @@
  * weight decay or without. Each element gets exactly the arithmetic of adamw_update, so the
  * two give the same bits. The table is uploaded once (upload_adamw_segments) into a device
  * buffer of adamw_segment_table_bytes; threads walk the concatenation of the segments and find
- * theirs by binary search once, then by stepping forward.
+ * theirs by binary search once, then by stepping forward. When every segment's offsets and
+ * count are multiples of 4 and the arrays are aligned to 4 elements, each thread updates 4
+ * elements at a time (16-byte accesses of m, v and master: the update is bound by memory,
+ * about 28 bytes a parameter); the arithmetic, and so the bits, are the same.
  *
  * Given a device `control` (AdamWDeviceControl, written by step_scalars.cuh's clip decision on
  * the same stream), adamw_update_segments takes the gradient scale from it instead of
@@ -56,6 +59,7 @@ struct AdamWSegmentTable {
   const void* entries = nullptr;  // device memory of adamw_segment_table_bytes(num_segments)
   int num_segments = 0;
   int64_t total = 0;  // elements over every segment
+  bool packable = false;  // every offset and count a multiple of 4: the packed path (below)
 };
 
 size_t adamw_segment_table_bytes(size_t num_segments);

@@ -123,8 +123,11 @@ TEST(GpuAdamW, Bf16MasterWeightsTrackCpuAndRoundToNearestEven) {
 // odd sizes, with gaps between them in the parameters and in the state, the parameters in
 // another order than the state, an empty segment, weight decay on some. Elements outside every
 // segment stay as they were. bf16 parameters with fp32 gradients (ZeRO-1) and fp32 alike.
-template <typename T_>
-void check_segments_match_per_segment_updates() {
+// packed: every offset and size a multiple of 4 instead, so the table's launch takes its packed
+// path (4 elements a thread) while adamw_update goes element by element: the same bits (bf16
+// parameters here with bf16 gradients, as one GPU trains).
+template <typename T_, typename G_ = float>
+void check_segments_match_per_segment_updates(bool packed) {
   const AdamWHyper hyper = test_hyper();
   const float grad_scale = 0.9f;
   constexpr bool kBf16 = std::is_same_v<T_, bf16>;
@@ -132,10 +135,15 @@ void check_segments_match_per_segment_updates() {
       {/*param*/ 70100, /*state*/ 3, 70001, true}, {0, 70010, 1, false},
       {5, 70020, 0, true},                         {9, 70030, 1003, true},
       {2000, 71040, 65536 + 17, false}};
-  const int64_t num_params = 70100 + 70001 + 5, num_state = 71040 + 65536 + 17 + 11;
+  if (packed)
+    segments = {{/*param*/ 70100, /*state*/ 4, 70004, true}, {0, 70012, 4, false},
+                {8, 70020, 0, true},                         {12, 70032, 1004, true},
+                {2000, 71040, 65536 + 16, false}};
+  const int64_t num_params = 70100 + 70004 + 8, num_state = 71040 + 65536 + 17 + 11;
   const std::vector<float> init = random_normal(num_params, 3001);
   DeviceBuffer<T_> p_one(num_params), p_each(num_params);
-  DeviceBuffer<float> master_one(num_state), master_each(num_state), grads(num_state);
+  DeviceBuffer<float> master_one(num_state), master_each(num_state);
+  DeviceBuffer<G_> grads(num_state);
   DeviceBuffer<float> m_one(num_state), v_one(num_state), m_each(num_state), v_each(num_state);
   for (DeviceBuffer<T_>* p : {&p_one, &p_each}) upload_floats(*p, init);
   const std::vector<float> master_init = random_normal(num_state, 3002);
@@ -144,18 +152,19 @@ void check_segments_match_per_segment_updates() {
     b->upload(std::vector<float>(num_state, 0.0f));
   DeviceBuffer<char> table_memory(adamw_segment_table_bytes(segments.size()));
   const AdamWSegmentTable table = upload_adamw_segments(table_memory.get(), segments, nullptr);
-  EXPECT_EQ(table.total, 70001 + 1 + 1003 + 65536 + 17);
+  EXPECT_EQ(table.total, packed ? 70004 + 4 + 1004 + 65536 + 16 : 70001 + 1 + 1003 + 65536 + 17);
+  EXPECT_EQ(table.packable, packed);
   float* master = kBf16 ? master_one.get() : nullptr;
   float* master_per_segment = kBf16 ? master_each.get() : nullptr;
   for (int t = 1; t <= 3; ++t) {
-    grads.upload(random_normal(num_state, 3100 + t, 0.5));
-    adamw_update_segments<T_, float>(p_one.get(), master, grads.get(), m_one.get(), v_one.get(),
+    upload_floats(grads, random_normal(num_state, 3100 + t, 0.5));
+    adamw_update_segments<T_, G_>(p_one.get(), master, grads.get(), m_one.get(), v_one.get(),
                                      table, hyper, t, grad_scale, nullptr);
     for (const AdamWSegment& segment : segments) {
       AdamWHyper segment_hyper = hyper;
       if (!segment.decays) segment_hyper.weight_decay = 0.0f;
       const int64_t st = segment.state_offset;
-      adamw_update<T_, float>(p_each.get() + segment.param_offset,
+      adamw_update<T_, G_>(p_each.get() + segment.param_offset,
                               master_per_segment ? master_per_segment + st : nullptr,
                               grads.get() + st, m_each.get() + st, v_each.get() + st,
                               segment.count, segment_hyper, t, grad_scale, nullptr);
@@ -170,20 +179,30 @@ void check_segments_match_per_segment_updates() {
   bits_equal("master", master_one.download(), master_each.download());
   bits_equal("m", m_one.download(), m_each.download());
   bits_equal("v", v_one.download(), v_each.download());
-  // Untouched outside the segments: parameter 1 and state 0 belong to none.
+  // Untouched outside the segments: parameter 5 and state 0 belong to none.
   const std::vector<float> params = download_floats(p_one);
-  EXPECT_EQ(params[1], round_through<T_>({init[1]})[0]);
+  EXPECT_EQ(params[5], round_through<T_>({init[5]})[0]);
   EXPECT_EQ(m_one.download()[0], 0.0f);
 }
 
 TEST(GpuAdamW, SegmentTableMatchesOneUpdatePerSegmentBf16) {
   GPT2_REQUIRE_GPU();
-  check_segments_match_per_segment_updates<bf16>();
+  check_segments_match_per_segment_updates<bf16>(/*packed=*/false);
+}
+
+TEST(GpuAdamW, PackedSegmentTableMatchesOneUpdatePerSegmentBf16) {
+  GPT2_REQUIRE_GPU();
+  check_segments_match_per_segment_updates<bf16, bf16>(/*packed=*/true);
 }
 
 TEST(GpuAdamW, SegmentTableMatchesOneUpdatePerSegmentFp32) {
   GPT2_REQUIRE_GPU();
-  check_segments_match_per_segment_updates<float>();
+  check_segments_match_per_segment_updates<float>(/*packed=*/false);
+}
+
+TEST(GpuAdamW, PackedSegmentTableMatchesOneUpdatePerSegmentFp32) {
+  GPT2_REQUIRE_GPU();
+  check_segments_match_per_segment_updates<float>(/*packed=*/true);
 }
 
 TEST(GpuAdamWPreconditions, MasterWeightsMatchTheStorageType) {
