@@ -11,7 +11,9 @@
  * Load: each thread takes runs of 8 columns of one row (4 runs, rows 32 apart): one 16-byte
  * load when the run is whole and aligned (bf16; two for fp32), with a fused GELU backward the
  * GELU input's run beside it, converts (pairs of codes), writes the 8 codes to `out` in one
- * 8-byte store and to a shared tile. Transpose: after one barrier each thread gathers runs of
+ * 8-byte store and to a shared tile. A whole aligned tile takes cast_whole_tile, the same
+ * arithmetic with none of the general loop's bounds checks and index math (which made the
+ * kernel bound by instruction issue, at a third of the memory bandwidth: ncu, H200). Transpose: after one barrier each thread gathers runs of
  * 16 rows of one column from the tile and writes them to `out_t` in one 16-byte store (a
  * column's 128 codes are one whole cache line, written by 8 neighbouring threads). Ragged
  * or unaligned runs go element by element. Column sums (fused bias gradient): each thread adds
@@ -146,10 +148,60 @@ __device__ __forceinline__ void store_transposed_ragged(const uint8_t* tile, uin
   }
 }
 
-/// kColumnSums: some job of the launch wants its column partials (the sums cost registers and
-/// adds, so the other launches leave them out).
-template <typename T_, __nv_fp8_interpretation_t kFormat, bool kColumnSums>
-__global__ void __launch_bounds__(kThreads, kColumnSums ? 3 : 4)
+/// The load phase of a whole tile (every row and column inside the tensor, in, gelu_input and
+/// out aligned for vector accesses): the same runs, values, codes and sums as the general loop
+/// in the kernel below, with the addresses stepped rather than recomputed, no bounds checks and
+/// the codes kept in registers. Thread t's runs are columns (t % 16) * 8 + [0, 8) of rows
+/// t / 16 + 32 k, k = 0..3.
+template <typename T_, __nv_fp8_interpretation_t kFormat, bool kColumnSums, bool kGelu>
+__device__ __forceinline__ void cast_whole_tile(const Fp8CastJob<T_>& job, int64_t row0,
+                                                int64_t col0, float s, uint8_t* tile,
+                                                float& largest,
+                                                float (&column_sums)[kColumnSums ? kRun : 1]) {
+  constexpr int kRunsPerRow = kTileCols / kRun;
+  constexpr int kRowStep = kThreads / kRunsPerRow;
+  constexpr int kTileWordStep = (kRowStep * kTileStride + kRowStep / kColumnRun * 4) / 4;
+  const int r = threadIdx.x / kRunsPerRow, c = threadIdx.x % kRunsPerRow * kRun;
+  const int64_t first = (row0 + r) * job.cols + col0 + c;
+  const int64_t step = kRowStep * job.cols;
+  const T_* in = job.in + first;
+  const T_* gelu_input = kGelu ? job.fusion.gelu_input : nullptr;
+  if (gelu_input != nullptr) gelu_input += first;
+  uint8_t* out = job.out;
+  if (out != nullptr) out += first;
+  auto* tile_words = reinterpret_cast<uint32_t*>(tile + tile_offset(r, c));
+#pragma unroll 1
+  for (int k = 0; k < kTileRows / kRowStep; ++k) {
+    float x[kRun];
+    load_run(in, x);
+    in += step;
+    if (gelu_input != nullptr) {
+      float pre[kRun];
+      load_run(gelu_input, pre);
+      gelu_input += step;
+#pragma unroll
+      for (int j = 0; j < kRun; ++j) x[j] = to_float(from_float<T_>(gelu_grad(pre[j]) * x[j]));
+    }
+#pragma unroll
+    for (int j = 0; j < kRun; ++j) {
+      if (isfinite(x[j])) largest = fmaxf(largest, fabsf(x[j]));
+      if constexpr (kColumnSums) column_sums[j] += x[j];
+    }
+    const uint2 words = fp8_code_words<kFormat>(x, s);
+    if (out != nullptr) {
+      *reinterpret_cast<uint2*>(out) = words;
+      out += step;
+    }
+    tile_words[0] = words.x;
+    tile_words[1] = words.y;
+    tile_words += kTileWordStep;
+  }
+}
+
+/// kColumnSums: some job of the launch wants its column partials; kGelu: some job folds in a
+/// GELU backward (each costs registers and instructions, so the other launches leave it out).
+template <typename T_, __nv_fp8_interpretation_t kFormat, bool kColumnSums, bool kGelu>
+__global__ void __launch_bounds__(kThreads, kGelu ? 2 : (kColumnSums ? 3 : 4))
     fp8_cast_transpose_kernel(const __grid_constant__ CastLaunch<T_> launch) {
   __shared__ __align__(16) uint8_t tile[kTileBytes];
   __shared__ float warp_column_sums[kColumnSums ? kWarps : 1][kTileCols];
@@ -160,6 +212,7 @@ __global__ void __launch_bounds__(kThreads, kColumnSums ? 3 : 4)
   const Fp8CastJob<T_>& job = shape.job;
   const T_* in = job.in;
   const Fp8CastFusion<T_>& fusion = job.fusion;
+  const T_* gelu_input = kGelu ? fusion.gelu_input : nullptr;
   uint8_t* out = job.out;
   uint8_t* out_t = job.out_t;
   const int64_t rows = job.rows, cols = job.cols;
@@ -172,7 +225,15 @@ __global__ void __launch_bounds__(kThreads, kColumnSums ? 3 : 4)
   float largest = 0.0f;
   float column_sums[kColumnSums ? kRun : 1] = {};
   constexpr int kRunsPerRow = kTileCols / kRun;
-  for (int i = threadIdx.x; i < kTileRows * kRunsPerRow; i += kThreads) {
+  const bool whole_tile = row0 + kTileRows <= rows && col0 + kTileCols <= cols;
+  const bool fast = whole_tile && shape.vector_in &&
+                    (gelu_input == nullptr || shape.vector_gelu) &&
+                    (out == nullptr || shape.vector_out);
+  if (fast)
+    cast_whole_tile<T_, kFormat, kColumnSums, kGelu>(job, row0, col0, s, tile, largest,
+                                                     column_sums);
+  for (int i = fast ? kTileRows * kRunsPerRow : threadIdx.x; i < kTileRows * kRunsPerRow;
+       i += kThreads) {
     const int r = i / kRunsPerRow, c = (i % kRunsPerRow) * kRun;
     const int64_t row = row0 + r, col = col0 + c;
     __align__(8) uint8_t codes[kRun] = {};
@@ -180,9 +241,9 @@ __global__ void __launch_bounds__(kThreads, kColumnSums ? 3 : 4)
       const int64_t valid = cols - col;
       float x[kRun];
       load_values(in + row * cols + col, shape.vector_in, valid, x);
-      if (fusion.gelu_input != nullptr) {
+      if (gelu_input != nullptr) {
         float pre[kRun];
-        load_values(fusion.gelu_input + row * cols + col, shape.vector_gelu, valid, pre);
+        load_values(gelu_input + row * cols + col, shape.vector_gelu, valid, pre);
 #pragma unroll
         for (int j = 0; j < kRun; ++j) x[j] = to_float(from_float<T_>(gelu_grad(pre[j]) * x[j]));
       }
@@ -207,8 +268,7 @@ __global__ void __launch_bounds__(kThreads, kColumnSums ? 3 : 4)
   }
   if (out_t != nullptr) {
     __syncthreads();
-    const bool whole = row0 + kTileRows <= rows && col0 + kTileCols <= cols && shape.vector_out_t;
-    if (whole) {
+    if (whole_tile && shape.vector_out_t) {
       store_transposed_whole(tile, out_t, rows, row0, col0);
     } else {
       store_transposed_ragged(tile, out_t, rows, cols, row0, col0, shape.vector_out_t);
@@ -297,15 +357,20 @@ void launch_group(const Fp8CastJob<T_>* jobs, int count, cudaStream_t stream) {
   auto flush = [&] {
     if (launch.count == 0) return;
     GPT2_CHECK(tiles < (int64_t{1} << 31), "an fp8 cast of ", tiles, " tiles exceeds the grid");
-    bool column_sums = false;
-    for (int i = 0; i < launch.count; ++i)
+    bool column_sums = false, gelu = false;
+    for (int i = 0; i < launch.count; ++i) {
       column_sums = column_sums || launch.jobs[i].job.fusion.column_partials != nullptr;
-    if (column_sums) {
-      fp8_cast_transpose_kernel<T_, kFormat, true>
-          <<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(launch);
+      gelu = gelu || launch.jobs[i].job.fusion.gelu_input != nullptr;
+    }
+    const unsigned blocks = static_cast<unsigned>(tiles);
+    if (column_sums && gelu) {
+      fp8_cast_transpose_kernel<T_, kFormat, true, true><<<blocks, kThreads, 0, stream>>>(launch);
+    } else if (column_sums) {
+      fp8_cast_transpose_kernel<T_, kFormat, true, false><<<blocks, kThreads, 0, stream>>>(launch);
+    } else if (gelu) {
+      fp8_cast_transpose_kernel<T_, kFormat, false, true><<<blocks, kThreads, 0, stream>>>(launch);
     } else {
-      fp8_cast_transpose_kernel<T_, kFormat, false>
-          <<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(launch);
+      fp8_cast_transpose_kernel<T_, kFormat, false, false><<<blocks, kThreads, 0, stream>>>(launch);
     }
     GPT2_CUDA_CHECK_LAUNCH();
     launch.count = 0;

@@ -62,9 +62,7 @@ __global__ void __launch_bounds__(kThreads)
             x[j] = to_float(y.values[j]);
             if (isfinite(x[j])) largest = fmaxf(largest, fabsf(x[j]));
           }
-          __align__(8) uint8_t codes[kPack];
-          fp8_codes<__NV_E4M3>(x, scale, codes);
-          const uint2 packed = *reinterpret_cast<const uint2*>(codes);
+          const uint2 packed = fp8_code_words<__NV_E4M3>(x, scale);
           if (out.rows != nullptr)
             *reinterpret_cast<uint2*>(out.rows + row * C + p * kPack) = packed;
           *reinterpret_cast<uint2*>(tile + r * C + p * kPack) = packed;
