@@ -295,7 +295,7 @@ void Fp8Linears::backward(int l, Linear linear, bf16* dinp, bf16* dweight, bf16*
                                     gpu::ceil_div(rows, gpu::kFp8CastTileRows), OC, stream);
   // dgrad: dX = dY W, (rows, IC), K = OC. fcproj's dX is left the gradient of the GELU's
   // output: fc's cast above applies gelu' (cuBLASLt's FP8 DGELU epilogue runs as a separate
-  // generic kernel, several times slower than the GEMM: bench/NOTES.md, "FP8 on the GPU").
+  // generic kernel, several times slower than the GEMM: bench/NOTES_fp8.md, "FP8 on the GPU").
   const gpu::Fp8Operand dy_rows{dy, kE5M2, &g->inverse};
   const gpu::Fp8Operand w_t{weight_codes(l, linear, true), kE4M3, &w->inverse};
   gpu::matmul_fp8(dinp, dy_rows, w_t, nullptr, rows, IC, OC, ctx_);

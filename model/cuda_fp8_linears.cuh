@@ -4,7 +4,7 @@
  *        projection, fc, fc projection) with their GEMMs in FP8; internal to
  *        model/cuda_model*.cu.
  *
- * The recipe (bench/NOTES.md, "FP8"), Transformer Engine's with per-tensor scales:
+ * The recipe (bench/NOTES_fp8.md), Transformer Engine's with per-tensor scales:
  *  - E4M3 for a linear's input X and weight W, E5M2 for its output gradient dY.
  *  - Weights: current scaling (amax, then scale, then cast), in both orders, once per optimizer
  *    step (refresh_weights), not per micro-batch.

@@ -3,20 +3,21 @@
 # a time limit), compute-sanitizer memcheck and racecheck of the FP8 kernels and one fp8 step,
 # gpt2-gemm-bench (a block's layers in bf16 and FP8), then each model trained in bf16 and in
 # fp8, interleaved PASSES times, with a table of tokens/s, the ratio and peak memory; with
-# CONVERGE set, also CONVERGE steps of d12 in both precisions from the same --seed and their
-# curves (gpt2-compare-runs). Needs a GPU with FP8 tensor cores (sm_89 or newer).
+# CONVERGE set, also CONVERGE steps of each of CONVERGE_MODELS in both precisions from the same
+# --seed and their curves (gpt2-compare-runs). Needs a GPU with FP8 tensor cores (sm_89 or newer).
 #
 #   tools/fp8_check.sh                               # everything but the convergence runs
 #   MODELS="d12 gpt2-large" PASSES=1 tools/fp8_check.sh
 #   SKIP_TESTS=1 SKIP_SANITIZER=1 tools/fp8_check.sh  # speed only
 #   CONVERGE=2000 tools/fp8_check.sh                 # and 2000 steps of d12, bf16 against fp8
-#   FP8_ARGS="--fp8-classifier on" tools/fp8_check.sh  # the fp8 runs with these options
+#   CONVERGE=2000 CONVERGE_MODELS="d12 gpt2-medium" SKIP_BENCH=1 tools/fp8_check.sh
+#   FP8_ARGS="--fp8-classifier off" tools/fp8_check.sh  # the fp8 runs with these options
 #
 # Environment: BUILD_DIR (build-gpu), OUT_DIR (out/fp8-check), CUDA_ARCH (90a), MODELS
 # ("d12 gpt2-medium gpt2-large"), STEPS (30; 12 for models wider than d12), PASSES (2), WIDTHS
 # (gpt2-gemm-bench --widths, "768,1024,1280"), SKIP_TESTS, SKIP_SANITIZER, SKIP_BENCH,
-# CONVERGE (steps; unset: none), FP8_ARGS (more gpt2-train options for the fp8 runs). Every
-# gpt2-train run writes OUT_DIR/<name>/ and <name>.log.
+# CONVERGE (steps; unset: none), CONVERGE_MODELS ("d12"), FP8_ARGS (more gpt2-train options for
+# the fp8 runs). Every gpt2-train run writes OUT_DIR/<name>/ and <name>.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -108,17 +109,19 @@ for model in $MODELS; do
 done
 
 if [ -n "${CONVERGE:-}" ]; then
-  section "convergence: d12, $CONVERGE steps, bf16 and fp8 from --seed 1337"
-  for precision in bf16 fp8; do
-    extra=""
-    [ "$precision" = fp8 ] && extra=${FP8_ARGS:-}
-    # shellcheck disable=SC2086
-    train "converge-$precision" d12 "$precision" "$CONVERGE" --val-every 100 --seed 1337 \
-      $extra || true
+  for model in ${CONVERGE_MODELS:-d12}; do
+    section "convergence: $model, $CONVERGE steps, bf16 and fp8 from --seed 1337"
+    for precision in bf16 fp8; do
+      extra=""
+      [ "$precision" = fp8 ] && extra=${FP8_ARGS:-}
+      # shellcheck disable=SC2086
+      train "converge-$model-$precision" "$model" "$precision" "$CONVERGE" --val-every 100 \
+        --seed 1337 $extra || true
+    done
+    "$BUILD_DIR/gpt2-compare-runs" --run "bf16=$OUT_DIR/converge-$model-bf16" \
+      --run "fp8=$OUT_DIR/converge-$model-fp8" --out "$OUT_DIR/converge-$model" \
+      --title "$model, $CONVERGE steps, bf16 against fp8" || failed=1
   done
-  "$BUILD_DIR/gpt2-compare-runs" --run "bf16=$OUT_DIR/converge-bf16" \
-    --run "fp8=$OUT_DIR/converge-fp8" --out "$OUT_DIR/converge" \
-    --title "d12, $CONVERGE steps, bf16 against fp8" || failed=1
 fi
 
 if [ "$failed" -ne 0 ]; then section "fp8_check: FAILED (see above)"; exit 1; fi

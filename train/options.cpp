@@ -90,7 +90,7 @@ cxxopts::Options make_options() {
        "at once (0: automatic, a 256 MiB budget; at least B, at most B*T)", s()->default_value("0"))
       ("fp8-classifier", "--precision fp8: on | off (the classifier's forward and input-gradient "
        "GEMMs in FP8 too: E4M3 lnf and wte, E5M2 logit gradients written by the cross-entropy; "
-       "docs/fp8.md)", s()->default_value("off"))
+       "docs/fp8.md) (default: on with --precision fp8)", s())
       ("recompute", "--device cuda: none | fc (keep one layer's fc output and GELU instead of "
        "every layer's and recompute them in backward with one more fc GEMM per layer; the same "
        "bits, less memory for long context)", s()->default_value("none"))
@@ -259,10 +259,12 @@ void parse_parallel_and_kernels(const ParsedOptions& o, CommandLine& cli) {
   }
   model.classifier_chunk_rows =
       parse_count("classifier-chunk-rows", text("classifier-chunk-rows"));
-  const std::string fp8_classifier = text("fp8-classifier");
-  if (fp8_classifier != "on" && fp8_classifier != "off")
-    GPT2_USAGE_FAIL("--fp8-classifier must be on or off (got '", fp8_classifier, "')");
-  model.fp8_classifier = fp8_classifier == "on";
+  if (given("fp8-classifier")) {
+    const std::string fp8_classifier = text("fp8-classifier");
+    if (fp8_classifier != "on" && fp8_classifier != "off")
+      GPT2_USAGE_FAIL("--fp8-classifier must be on or off (got '", fp8_classifier, "')");
+    cli.fp8_classifier = fp8_classifier == "on";
+  }
   const std::string recompute = text("recompute");
   if (recompute != "none" && recompute != "fc")
     GPT2_USAGE_FAIL("--recompute must be none or fc (got '", recompute, "')");
@@ -383,8 +385,10 @@ void resolve_model_options(const CommandLine& cli, TrainConfig& config) {
   if (!on_cuda && config.model.classifier_chunk_rows != 0)
     GPT2_USAGE_FAIL("--classifier-chunk-rows needs --device cuda (the CPU backend holds the "
                     "logits of the whole micro-batch)");
-  if (config.model.fp8_classifier && config.model.precision != Precision::kFp8)
+  if (cli.fp8_classifier.value_or(false) && config.model.precision != Precision::kFp8)
     GPT2_USAGE_FAIL("--fp8-classifier on needs --precision fp8");
+  config.model.fp8_classifier =
+      cli.fp8_classifier.value_or(config.model.precision == Precision::kFp8);
   if (!on_cuda && config.model.recompute_fc)
     GPT2_USAGE_FAIL("--recompute fc needs --device cuda (the CPU backend keeps every "
                     "activation)");

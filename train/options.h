@@ -118,6 +118,7 @@ struct CommandLine {
   std::optional<int> seq_len;
   std::optional<int64_t> total_batch_size;
   std::optional<int> zero_stage;  // 0 | 1
+  std::optional<bool> fp8_classifier;  // unset: on with --precision fp8
   bool val_every_given = false;   // --val-every typed (not its default)
   bool help = false;
 };

@@ -178,8 +178,11 @@ void report_summary(const TrainConfig& config, const Model& model, const MemoryP
     std::printf("  %-18s %d (non-finite loss or gradient norm)\n", "skipped updates",
                 standing.skipped_total);
   if (peak_throughput > 0) {
+    // fp8 is measured against bf16's peak (metrics.cpp's peak_flops), and says so.
+    const char* peak_of =
+        config.model.precision == Precision::kFp8 ? "bf16" : to_string(config.model.precision);
     std::printf("  %-18s %.2f%% (%.4g FLOPs/token, %s peak %.1f TFLOP/s)\n", "MFU", 100.0 * mfu,
-                flops_per_token, to_string(config.model.precision), peak_throughput / 1e12);
+                flops_per_token, peak_of, peak_throughput / 1e12);
   } else if (on_cuda) {
     std::printf("  %-18s not reported: no peak throughput known for %s\n", "MFU",
                 model.device_name().c_str());

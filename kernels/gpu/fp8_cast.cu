@@ -13,9 +13,10 @@
  * GELU input's run beside it, converts (pairs of codes), writes the 8 codes to `out` in one
  * 8-byte store and to a shared tile. A whole aligned tile takes cast_whole_tile, the same
  * arithmetic with none of the general loop's bounds checks and index math (which made the
- * kernel bound by instruction issue, at a third of the memory bandwidth: ncu, H200). Transpose: after one barrier each thread gathers runs of
- * 16 rows of one column from the tile and writes them to `out_t` in one 16-byte store (a
- * column's 128 codes are one whole cache line, written by 8 neighbouring threads). Ragged
+ * kernel bound by instruction issue, at a third of the memory bandwidth: ncu, H200).
+ * Transpose: after one barrier each thread gathers runs of 16 rows of one column from the tile
+ * and writes them to `out_t` in one 16-byte store (a column's 128 codes are one whole cache
+ * line, written by 8 neighbouring threads). Ragged
  * or unaligned runs go element by element. Column sums (fused bias gradient): each thread adds
  * its 4 rows, lanes l and l ^ 16 (the same columns) add theirs, and a thread per column adds
  * the 16 warps' sums in warp order. amax: the thread's finite |x|, then raise_block_amax.

@@ -272,6 +272,21 @@ TEST(TrainOptions, ContextFreeRangeChecks) {
   EXPECT_EQ(c.val_every, 0);
 }
 
+// --fp8-classifier follows --precision unless given: on with fp8, off otherwise; on without
+// fp8 is a usage error.
+TEST(TrainOptions, Fp8ClassifierFollowsThePrecision) {
+  EXPECT_TRUE(resolve({"--precision", "fp8"}, with_gpu()).model.fp8_classifier);
+  EXPECT_FALSE(
+      resolve({"--precision", "fp8", "--fp8-classifier", "off"}, with_gpu()).model.fp8_classifier);
+  EXPECT_FALSE(resolve({}, with_gpu()).model.fp8_classifier);
+  EXPECT_FALSE(resolve({"--fp8-classifier", "off"}, with_gpu()).model.fp8_classifier);
+  EXPECT_NE(usage_message({"--fp8-classifier", "on"}, with_gpu()).find("needs --precision fp8"),
+            std::string::npos);
+  EXPECT_NE(usage_message({"--precision", "fp8", "--fp8-classifier", "yes"}, with_gpu())
+                .find("on or off (got 'yes')"),
+            std::string::npos);
+}
+
 TEST(TrainOptions, HelpSkipsEverythingElse) {
   EXPECT_TRUE(parse_command_line({"--help"}).help);
   EXPECT_NE(usage_text().find("--total-batch-size"), std::string::npos);
