@@ -148,20 +148,25 @@ struct HopperBackwardTraits {
   using DsTile = SmemTile<64, kBlockM>;            // dS^T of one warpgroup: keys x queries
   static constexpr int kStatsBytes = 2 * kBlockM * 4;              // lse2 and D of a stage
   static constexpr int kDqBlockBytes = 64 * 64 * 4;                // one consumer's dQ, fp32
-  static constexpr int kKOffset = 0;
-  static constexpr int kVOffset = kKOffset + KVTile::kBytes;
-  static constexpr int kQOffset = kVOffset + KVTile::kBytes;
-  static constexpr int kDoOffset = kQOffset + kStages * QTile::kBytes;
-  static constexpr int kDsOffset = kDoOffset + kStages * QTile::kBytes;
-  static constexpr int kDqOffset = kDsOffset + kDsBuffers * kConsumers * DsTile::kBytes;
-  static constexpr int kStatsOffset = kDqOffset + kConsumers * kDqBlockBytes;
-  static constexpr int kBarrierOffset = kStatsOffset + kStages * kStatsBytes;
   // kv_full, full[kStages], empty[kStages], then per consumer: dq_full (its block is staged)
   // and dq_empty (the writer's bulk reduce has read it); last kv_empty (the consumers are done
   // with an item's K and V).
   static constexpr int kNumBarriers = 2 + 2 * kStages + 2 * kConsumers;
-  static constexpr int kSlotOffset = kBarrierOffset + 8 * kNumBarriers;  // 6 ints (schedule)
-  static constexpr int kSmemBytes = kSlotOffset + 6 * 4 + 1024;          // + alignment
+  static constexpr int kSlotInts = 6;  // the schedule's slots (HopperBackwardBlock)
+  // Shared memory: K and V of the item; the Q and dO rings; each consumer's dS^T buffers; each
+  // consumer's staged dQ block (fp32); the rings' lse2 and D; the barriers; the slots.
+  static constexpr hopper::SmemRegion kKRegion{0, KVTile::kBytes};
+  static constexpr hopper::SmemRegion kVRegion = kKRegion.next(KVTile::kBytes, 1024);
+  static constexpr hopper::SmemRegion kQRegion = kVRegion.next(kStages * QTile::kBytes, 1024);
+  static constexpr hopper::SmemRegion kDoRegion = kQRegion.next(kStages * QTile::kBytes, 1024);
+  static constexpr hopper::SmemRegion kDsRegion =
+      kDoRegion.next(kDsBuffers * kConsumers * DsTile::kBytes, 1024);
+  static constexpr hopper::SmemRegion kDqRegion =
+      kDsRegion.next(kConsumers * kDqBlockBytes, 128);  // bulk copies: 16-byte aligned at least
+  static constexpr hopper::SmemRegion kStatsRegion = kDqRegion.next(kStages * kStatsBytes, 16);
+  static constexpr hopper::SmemRegion kBarrierRegion = kStatsRegion.next(8 * kNumBarriers, 8);
+  static constexpr hopper::SmemRegion kSlotRegion = kBarrierRegion.next(4 * kSlotInts, 4);
+  static constexpr int kSmemBytes = kSlotRegion.end() + 1024;  // + the base's alignment
   static_assert((kConsumers * kConsumerRegisters + kProducerRegisters) * 128 <= 65536,
                 "setmaxnreg budgets exceed the register file");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
@@ -218,32 +223,32 @@ struct HopperBackwardBlock {
       : p(params),
         smem((hopper::smem_addr(smem_raw) + 1023u) & ~1023u),
         smem_generic(smem_raw + (smem - hopper::smem_addr(smem_raw))),
-        k_tile{smem + Traits::kKOffset},
-        v_tile{smem + Traits::kVOffset},
-        bars(smem + Traits::kBarrierOffset),
+        k_tile{smem + Traits::kKRegion.offset},
+        v_tile{smem + Traits::kVRegion.offset},
+        bars(smem + Traits::kBarrierRegion.offset),
         q_ring{bars + 8, bars + 8 * (1 + kStages)},
         kv_ring{bars, bars + 8 * (1 + 2 * kStages + 2 * kConsumers)},
-        item_slot(reinterpret_cast<volatile int*>(smem_generic + Traits::kSlotOffset)),
+        item_slot(reinterpret_cast<volatile int*>(smem_generic + Traits::kSlotRegion.offset)),
         dq_tile(item_slot + 2),
         dq_n_block(item_slot + 4),
         n_blocks(params.n_blocks),
         m_end(params.tile_end[1]) {}
 
   __device__ __forceinline__ QTile q_tile(int s) const {
-    return QTile{smem + Traits::kQOffset + s * QTile::kBytes};
+    return QTile{smem + Traits::kQRegion.offset + s * QTile::kBytes};
   }
   __device__ __forceinline__ QTile do_tile(int s) const {
-    return QTile{smem + Traits::kDoOffset + s * QTile::kBytes};
+    return QTile{smem + Traits::kDoRegion.offset + s * QTile::kBytes};
   }
   __device__ __forceinline__ DsTile ds_tile(int buffer, int c) const {
-    return DsTile{smem + Traits::kDsOffset + (buffer * kConsumers + c) * DsTile::kBytes};
+    return DsTile{smem + Traits::kDsRegion.offset + (buffer * kConsumers + c) * DsTile::kBytes};
   }
   /// Byte offsets (from smem) of a stage's lse2 and D, and of consumer c's staged dQ block.
   __device__ __forceinline__ static int stats(int s) {
-    return Traits::kStatsOffset + s * Traits::kStatsBytes;
+    return Traits::kStatsRegion.offset + s * Traits::kStatsBytes;
   }
   __device__ __forceinline__ static int dq_block(int c) {
-    return Traits::kDqOffset + c * Traits::kDqBlockBytes;
+    return Traits::kDqRegion.offset + c * Traits::kDqBlockBytes;
   }
   __device__ __forceinline__ hopper::StageRing<1> dq_ring(int c) const {
     return hopper::StageRing<1>{bars + 8 * (1 + 2 * kStages + c),

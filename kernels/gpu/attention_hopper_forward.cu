@@ -75,13 +75,14 @@ struct HopperForwardTraits {
   static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 232;
   using QTile = SmemTile<kBlockM, kHeadDim>;
   using KVTile = SmemTile<kBlockN, kHeadDim>;
-  static constexpr int kQOffset = 0;
-  static constexpr int kKOffset = kQOffset + QTile::kBytes;
-  static constexpr int kVOffset = kKOffset + kStages * KVTile::kBytes;
-  static constexpr int kBarrierOffset = kVOffset + kStages * KVTile::kBytes;
   // q_full, k_full[], v_full[], k_empty[], v_empty[]
   static constexpr int kNumBarriers = 1 + 4 * kStages;
-  static constexpr int kSmemBytes = kBarrierOffset + 8 * kNumBarriers + 1024;  // + alignment
+  // Shared memory: the query tile, the K ring, the V ring, the barriers.
+  static constexpr hopper::SmemRegion kQRegion{0, QTile::kBytes};
+  static constexpr hopper::SmemRegion kKRegion = kQRegion.next(kStages * KVTile::kBytes, 1024);
+  static constexpr hopper::SmemRegion kVRegion = kKRegion.next(kStages * KVTile::kBytes, 1024);
+  static constexpr hopper::SmemRegion kBarrierRegion = kVRegion.next(8 * kNumBarriers, 8);
+  static constexpr int kSmemBytes = kBarrierRegion.end() + 1024;  // + the base's alignment
   static_assert(kConsumers == 1 || kConsumers == 2, "one or two consumer warpgroups");
   // Key tiles aligned to kBlockN hold whole query blocks: only the block's last (diagonal) key
   // tile needs the causal mask, and it has a key <= every row.
@@ -108,14 +109,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 
   extern __shared__ unsigned char smem_raw[];
   const uint32_t smem = (hopper::smem_addr(smem_raw) + 1023u) & ~1023u;
-  const QTile q_tile{smem + Traits::kQOffset};
-  const uint32_t bars = smem + Traits::kBarrierOffset;
+  const QTile q_tile{smem + Traits::kQRegion.offset};
+  const uint32_t bars = smem + Traits::kBarrierRegion.offset;
   const uint32_t q_full = bars;
   // The K and V rings: full barriers after q_full, then the empty ones.
   const hopper::StageRing<kStages> k_ring{bars + 8, bars + 8 * (1 + 2 * kStages)};
   const hopper::StageRing<kStages> v_ring{bars + 8 * (1 + kStages), bars + 8 * (1 + 3 * kStages)};
-  auto k_tile = [&](int s) { return KVTile{smem + Traits::kKOffset + s * KVTile::kBytes}; };
-  auto v_tile = [&](int s) { return KVTile{smem + Traits::kVOffset + s * KVTile::kBytes}; };
+  auto k_tile = [&](int s) { return KVTile{smem + Traits::kKRegion.offset + s * KVTile::kBytes}; };
+  auto v_tile = [&](int s) { return KVTile{smem + Traits::kVRegion.offset + s * KVTile::kBytes}; };
 
   // Query blocks longest (last) first within each head group.
   const HeadGroupItem item =

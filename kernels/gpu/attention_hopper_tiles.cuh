@@ -13,6 +13,8 @@
  *  - mn_major(row0, column_block): rows [row0, row0 + 16) as K, the columns from column block
  *    column_block on as M/N (V in O += P V; dO and Q in dV += P^T dO and dK += dS^T Q; dS^T
  *    and K in dQ = dS K).
+ * SmemRegion: a named region of a kernel's shared memory (offset and size); a layout is the list
+ *   of its regions, each laid after the one before (next), in place of a chain of offset sums.
  * StageRing<kStages>: a ring of stages with their full and empty mbarriers, indexed by use.
  * AccumulatorLayout: where accumulator i of a wgmma fragment sits (row and column).
  * current_device_sms: a host helper of the launchers.
@@ -29,6 +31,18 @@
 #include "kernels/gpu/hopper_primitives.cuh"
 
 namespace gpt2::gpu::hopper {
+
+/// Bytes [offset, offset + bytes) of a kernel's shared memory, from its 1024-byte aligned base.
+/// next(bytes, align) is the region laid right after this one, its offset rounded up to align
+/// (1024 for swizzled tiles, which TMA and wgmma read from 1024-byte boundaries).
+struct SmemRegion {
+  int offset;
+  int bytes;
+  constexpr int end() const { return offset + bytes; }
+  constexpr SmemRegion next(int next_bytes, int align = 1) const {
+    return {(end() + align - 1) / align * align, next_bytes};
+  }
+};
 
 template <int kRows_, int kCols_>
 struct SmemTile {
