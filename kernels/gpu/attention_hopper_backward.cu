@@ -303,8 +303,9 @@ struct HopperBackwardBlock {
       hopper::bulk_load(smem + stats(s) + kBlockM * 4, p.dsum + row, kBlockM * 4, full);
       ++step;
     };
+    const WorkQueue queue{p.work_counter};
     for (int count = 0;; ++count) {
-      const int w = atomicAdd(p.work_counter, 1);
+      const int w = queue.take();
       const bool done = w >= p.num_items;
       const Item item = item_of(done ? 0 : w);
       const int first = next_tile(item.m_begin);  // < m_end: every item has a query tile

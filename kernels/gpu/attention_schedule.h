@@ -6,10 +6,10 @@
  *
  * A kernel has per_head work units per head (query blocks in the forward, key blocks in the
  * backward) over BH = B * NH heads, numbered w = 0 .. per_head * BH - 1 in the order they are
- * taken (block index or a work counter). Heads go in groups of group_heads (the last group may
- * be smaller); every unit of a group comes before the next group's, and within a group unit
- * index k of each of its heads, in head order, before index k + 1. Each (index, bh) pair occurs
- * exactly once. Host and device code (plain C++ when not compiled by nvcc).
+ * taken (block index, or a work counter: WorkQueue). Heads go in groups of group_heads (the
+ * last group may be smaller); every unit of a group comes before the next group's, and within a
+ * group unit index k of each of its heads, in head order, before index k + 1. Each (index, bh)
+ * pair occurs exactly once. Host and device code (plain C++ when not compiled by nvcc).
  */
 #pragma once
 
@@ -38,6 +38,16 @@ GPT2_SCHEDULE_FN HeadGroupItem head_group_item(int w, int per_head, int group_he
   const int heads_here = group_heads < BH - first_bh ? group_heads : BH - first_bh;
   return HeadGroupItem{within / heads_here, first_bh + within % heads_here};
 }
+
+#if defined(__CUDACC__)
+/// The work queue of a persistent kernel: a global counter, zeroed before the launch, from which
+/// blocks take the schedule's unit numbers w in order; a number >= the count of units means none
+/// is left.
+struct WorkQueue {
+  int* counter;
+  __device__ __forceinline__ int take() const { return atomicAdd(counter, 1); }
+};
+#endif
 
 /// Heads per group such that a group holds at least `wanted` units at `per_head` each, within
 /// [1, BH].
