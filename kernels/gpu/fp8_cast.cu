@@ -149,6 +149,25 @@ __device__ __forceinline__ void store_transposed_ragged(const uint8_t* tile, uin
   }
 }
 
+/// A run of the gradient of a GELU's output becomes the gradient of its input: gelu'(pre) * x,
+/// rounded to T_ as gelu_backward writes it.
+template <typename T_>
+__device__ __forceinline__ void fold_gelu_backward(float (&x)[kRun], const float (&pre)[kRun]) {
+#pragma unroll
+  for (int j = 0; j < kRun; ++j) x[j] = to_float(from_float<T_>(gelu_grad(pre[j]) * x[j]));
+}
+
+/// A run's share of the thread's amax (finite values only) and, kColumnSums, column sums.
+template <bool kColumnSums>
+__device__ __forceinline__ void account_run(const float (&x)[kRun], float& largest,
+                                            float (&column_sums)[kColumnSums ? kRun : 1]) {
+#pragma unroll
+  for (int j = 0; j < kRun; ++j) {
+    if (isfinite(x[j])) largest = fmaxf(largest, fabsf(x[j]));
+    if constexpr (kColumnSums) column_sums[j] += x[j];
+  }
+}
+
 /// The load phase of a whole tile (every row and column inside the tensor, in, gelu_input and
 /// out aligned for vector accesses): the same runs, values, codes and sums as the general loop
 /// in the kernel below, with the addresses stepped rather than recomputed, no bounds checks and
@@ -180,14 +199,9 @@ __device__ __forceinline__ void cast_whole_tile(const Fp8CastJob<T_>& job, int64
       float pre[kRun];
       load_run(gelu_input, pre);
       gelu_input += step;
-#pragma unroll
-      for (int j = 0; j < kRun; ++j) x[j] = to_float(from_float<T_>(gelu_grad(pre[j]) * x[j]));
+      fold_gelu_backward<T_>(x, pre);
     }
-#pragma unroll
-    for (int j = 0; j < kRun; ++j) {
-      if (isfinite(x[j])) largest = fmaxf(largest, fabsf(x[j]));
-      if constexpr (kColumnSums) column_sums[j] += x[j];
-    }
+    account_run<kColumnSums>(x, largest, column_sums);
     const uint2 words = fp8_code_words<kFormat>(x, s);
     if (out != nullptr) {
       *reinterpret_cast<uint2*>(out) = words;
@@ -245,14 +259,9 @@ __global__ void __launch_bounds__(kThreads, kGelu ? 2 : (kColumnSums ? 3 : 4))
       if (gelu_input != nullptr) {
         float pre[kRun];
         load_values(gelu_input + row * cols + col, shape.vector_gelu, valid, pre);
-#pragma unroll
-        for (int j = 0; j < kRun; ++j) x[j] = to_float(from_float<T_>(gelu_grad(pre[j]) * x[j]));
+        fold_gelu_backward<T_>(x, pre);
       }
-#pragma unroll
-      for (int j = 0; j < kRun; ++j) {
-        if (isfinite(x[j])) largest = fmaxf(largest, fabsf(x[j]));
-        if constexpr (kColumnSums) column_sums[j] += x[j];
-      }
+      account_run<kColumnSums>(x, largest, column_sums);
       fp8_codes<kFormat>(x, s, codes);
       if (out != nullptr) {
         if (valid >= kRun && shape.vector_out) {
