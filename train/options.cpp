@@ -514,6 +514,10 @@ TrainConfig resolve_train_config(CommandLine cli, const DeviceAvailability& devi
   resolve_device_and_job(cli, devices, config);
   resolve_model_options(cli, config);
   resolve_model_source(cli, config);
+  // --fp8-classifier unset: on with fp8 only where the classifier's FP8 GEMMs fit the model
+  // (a padded vocabulary of a multiple of 16; given explicitly, the model plan refuses others).
+  if (!cli.fp8_classifier && config.model.config.padded_vocab_size % 16 != 0)
+    config.model.fp8_classifier = false;
   resolve_batch(cli, config);
   resolve_data_and_schedule(cli, config);
   refuse_inputs_in_out_dir(config);

@@ -71,7 +71,7 @@ struct alignas(sizeof(V_) * kPack) Pack {
   V_ values[kPack];
 };
 
-/// The kPack elements from i on (param_index and state_index multiples of kPack): the update of
+/// The kPack elements from param_index and state_index on (both multiples of kPack): the update of
 /// adamw_element on each, every array read and written kPack elements an access.
 template <typename T_, typename G_>
 __device__ __forceinline__ void adamw_pack(T_* params, float* master, const G_* grads, float* m,

@@ -285,6 +285,21 @@ TEST(TrainOptions, Fp8ClassifierFollowsThePrecision) {
   EXPECT_NE(usage_message({"--precision", "fp8", "--fp8-classifier", "yes"}, with_gpu())
                 .find("on or off (got 'yes')"),
             std::string::npos);
+  // A model whose padded vocabulary is not a multiple of 16 (the FP8 GEMMs' dimension) leaves
+  // the classifier in bf16 by default; asked for explicitly, the model plan refuses it.
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "gpt2_options_test_d1_vp50264.bin").string();
+  ModelConfig config = model_config_from_preset("d1", 64);
+  config.padded_vocab_size = 50264;
+  std::vector<float> params(ParameterLayout::for_config(config).total, 0.5f);
+  write_model_checkpoint(path, config, params.data());
+  const std::vector<std::string> fp8_model = {"--model", path, "--precision", "fp8",
+                                              "--seq-len", "64"};
+  EXPECT_FALSE(resolve(fp8_model, with_gpu()).model.fp8_classifier);
+  std::vector<std::string> explicit_on = fp8_model;
+  explicit_on.insert(explicit_on.end(), {"--fp8-classifier", "on"});
+  EXPECT_TRUE(resolve(explicit_on, with_gpu()).model.fp8_classifier);
+  std::filesystem::remove(path);
 }
 
 TEST(TrainOptions, HelpSkipsEverythingElse) {
