@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks the relative links of the project's Markdown files: the file exists, and an anchor
 (#name) names a heading of it, as GitHub spells heading anchors. Exits 1 listing broken links.
-  tools/check_doc_links.py [FILE.md ...]     (default: README.md, docs/*.md, bench/NOTES.md)
+  tools/check_doc_links.py [FILE.md ...]     (default: README.md, docs/*.md, bench/NOTES*.md)
 """
 import glob
 import os
@@ -45,7 +45,8 @@ def links(path):
             yield number, target
 
 
-files = sys.argv[1:] or ["README.md", *sorted(glob.glob("docs/*.md", root_dir=root)), "bench/NOTES.md"]
+files = sys.argv[1:] or ["README.md", *sorted(glob.glob("docs/*.md", root_dir=root)),
+                         *sorted(glob.glob("bench/NOTES*.md", root_dir=root))]
 broken = []
 for name in files:
     path = os.path.join(root, name)
