@@ -7,8 +7,8 @@ Reads RUNS/runs.tsv and each run's metrics.jsonl and summary.json, then reports:
   tune    d12 on 2 GPUs over bucket sizes, NCCL thread blocks and the other settings, each
           against the mean of the 1-GPU runs before and after them;
   agree   N GPUs against 1 on the same global batch: the largest loss difference, fp32 (must be
-          <= 1e-5 relative) and bf16 (must be within 3x two 1-GPU runs' difference, the
-          run-to-run noise);
+          <= 1e-5 relative) and bf16 (its median against three 1-GPU runs must be within 3x
+          the largest difference between two of them, the run-to-run noise);
   scale   tokens/s of N GPUs over N times one GPU's (must be >= 97% at 2 GPUs, >= 95% beyond),
           collective and exposed time per step and the per-rank peak memory, for the defaults
           and each variant;
@@ -193,19 +193,28 @@ def main():
         row(one), row(two, max_loss_difference_vs_1gpu=worst)
         agree_lines.append(f"| fp32 | {len(losses(one))} | {worst:.3g} (relative) | <= 1e-5 "
                            f"relative |")
-    one, two = pair("agree-1gpu-bf16", f"agree-{n}gpu-bf16")
-    _, again = pair("agree-1gpu-bf16", "agree-1gpu-bf16-again")
-    if one:
-        worst = max_difference(losses(two), losses(one))
-        noise = max_difference(losses(again), losses(one)) if again else float("nan")
-        if again and worst > 3 * noise:
-            failures.append(f"bf16: {n} GPUs vs 1, max loss difference {worst:.3g} > 3x the "
-                            f"run-to-run difference {noise:.3g}")
-        row(one), row(two, max_loss_difference_vs_1gpu=worst)
-        if again:
-            row(again, max_loss_difference_vs_1gpu=noise)
-        agree_lines.append(f"| bf16 ({two.get('grad_reduce', '')} sums) | {len(losses(one))} "
-                           f"| {worst:.3g} | <= 3x {noise:.3g}, two 1-GPU runs' difference |")
+    # bf16: the N-GPU run's distance from each 1-GPU run (their median) against the largest
+    # distance between two 1-GPU runs (the run-to-run noise of the racing attention backward,
+    # every pair of them: a single pair's largest difference varied 3x between calls).
+    ones = [r for r in done if r["group"] == "agree" and int(r["world"]) == 1
+            and r["name"].startswith("agree-1gpu-bf16") and r["summary"]]
+    two = by_name.get(f"agree-{n}gpu-bf16")
+    if ones and two and two["summary"]:
+        distances = sorted(max_difference(losses(two), losses(one)) for one in ones)
+        worst = distances[len(distances) // 2]
+        noise = max((max_difference(losses(a), losses(b))
+                     for i, a in enumerate(ones) for b in ones[i + 1:]), default=float("nan"))
+        if len(ones) > 1 and worst > 3 * noise:
+            failures.append(f"bf16: {n} GPUs vs 1, median max loss difference {worst:.3g} > 3x "
+                            f"the largest run-to-run difference {noise:.3g}")
+        row(ones[0]), row(two, max_loss_difference_vs_1gpu=worst)
+        for again in ones[1:]:
+            row(again, max_loss_difference_vs_1gpu=max_difference(losses(again),
+                                                                  losses(ones[0])))
+        agree_lines.append(f"| bf16 ({two.get('grad_reduce', '')} sums) | "
+                           f"{len(losses(ones[0]))} | {worst:.3g} (median against "
+                           f"{len(ones)} 1-GPU runs) | <= 3x {noise:.3g}, the largest "
+                           f"difference between two of the {len(ones)} 1-GPU runs |")
     if agree_lines:
         md.append(f"## {n} GPUs x B={32 // n} against 1 GPU x B=32 (d12, T=1024, same "
                   f"windows)\n")

@@ -11,7 +11,7 @@
 #             and after, and GPU 1 alone (the GPUs may differ);
 #      agree  N ranks against 1 GPU on the same global batch of 32 sequences: fp32 over 10
 #             steps (N x B=32/N against 1 x B=32), bf16 over 50 with the default bf16 sums,
-#             plus a second 1-GPU bf16 run as the run-to-run noise;
+#             plus two more 1-GPU bf16 runs for the run-to-run noise;
 #      scale  d12 and gpt2-medium at T=1024, B=16 per GPU: 1 GPU and each of WORLDS with the
 #             defaults (ZeRO-1, bf16 sums, no overlap, graphs) twice, interleaved, and N with
 #             overlap; with SCALE_VARIANTS=1 also N with fp32 sums and with ZeRO-0;
@@ -196,6 +196,7 @@ if wants agree && multi_gpu_ready; then
   run "agree-${N}gpu-fp32" agree "$N" d12 1024 $((32 / N)) fp32 10
   run agree-1gpu-bf16 agree 1 d12 1024 32 bf16 50
   run agree-1gpu-bf16-again agree 1 d12 1024 32 bf16 50
+  run agree-1gpu-bf16-third agree 1 d12 1024 32 bf16 50
   run "agree-${N}gpu-bf16" agree "$N" d12 1024 $((32 / N)) bf16 50
 fi
 
