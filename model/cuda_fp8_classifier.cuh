@@ -41,8 +41,10 @@ class Fp8Classifier {
   static size_t bytes(const ModelConfig& config, size_t rows, size_t chunk_rows);
 
   /// Takes the planned buffer and writes the initial scale states (on ctx's stream).
+  /// fast_forward_accumulation: the forward GEMM with Hopper's fast FP8 accumulation
+  /// (gpu::Fp8Epilogue::fast_accumulation); the input gradient's always without.
   Fp8Classifier(const ModelConfig& config, uint8_t* buffer, size_t rows, size_t chunk_rows,
-                const gpu::Context& ctx);
+                const gpu::Context& ctx, bool fast_forward_accumulation);
 
   /// wte's codes in both orders again (current scaling), from the bf16 parameters.
   void refresh_weights(const bf16* wte);
@@ -73,6 +75,7 @@ class Fp8Classifier {
   ModelConfig config_;
   const gpu::Context& ctx_;
   size_t rows_, chunk_rows_;
+  bool fast_forward_accumulation_;
   gpu::Fp8ScaleState* scales_;
   uint8_t* weight_codes_;             // wte (Vp, C)
   uint8_t* weight_codes_transposed_;  // wte^T (C, Vp)

@@ -58,13 +58,14 @@ size_t Fp8Linears::input_bytes(const ModelConfig& config, size_t rows) {
 }
 
 Fp8Linears::Fp8Linears(const ModelConfig& config, const Buffers& buffers, size_t rows,
-                       const gpu::Context& ctx)
+                       const gpu::Context& ctx, bool fast_forward_accumulation)
     : config_(config), ctx_(ctx), weights_(buffers.weights), scales_(buffers.scales),
       operands_(buffers.operands), inputs_(buffers.inputs), rows_(rows),
       slot_bytes_(round_up_256(rows * 4 * static_cast<size_t>(config.channels))),
       gemm_amax_(reinterpret_cast<float*>(operands_ + kOperandSlots * slot_bytes_)),
       gemm_scales_(reinterpret_cast<float*>(operands_ + kOperandSlots * slot_bytes_ +
-                                            kScaleStride)) {
+                                            kScaleStride)),
+      fast_forward_accumulation_(fast_forward_accumulation) {
   GPT2_CHECK(weights_ && scales_ && operands_ && inputs_, "Fp8Linears without its buffers");
   GPT2_CHECK(rows % 16 == 0, "FP8 GEMMs need B*T a multiple of 16 (got ", rows, ")");
   GPT2_CHECK(config.channels % 16 == 0, "FP8 GEMMs need C a multiple of 16 (C=",
@@ -248,6 +249,7 @@ void Fp8Linears::forward(int l, Linear linear, bf16* out, const bf16* in, const 
   const gpu::Fp8Operand b{weight_codes(l, linear, false), kE4M3, &w->inverse};
   gpu::Fp8Epilogue epilogue;
   epilogue.bias = bias;
+  epilogue.fast_accumulation = fast_forward_accumulation_;
   if (pre_gelu) {
     epilogue.gelu_aux = pre_gelu;
     // The GELU output straight to fcproj's input codes, then their transpose (which also
@@ -262,11 +264,12 @@ void Fp8Linears::forward(int l, Linear linear, bf16* out, const bf16* in, const 
     }
     if (gpu::try_matmul_fp8(out, a, b, rows, OC, IC, epilogue, ctx_)) return;
     // No fused form here: the GEMM, then the GELU.
-    gpu::matmul_fp8(pre_gelu, a, b, bias, rows, OC, IC, ctx_);
+    epilogue.gelu_aux = nullptr;
+    gpu::matmul_fp8(pre_gelu, a, b, rows, OC, IC, epilogue, ctx_);
     gpu::gelu_forward(out, pre_gelu, static_cast<int64_t>(rows) * OC, stream);
     return;
   }
-  gpu::matmul_fp8(out, a, b, bias, rows, OC, IC, ctx_);
+  gpu::matmul_fp8(out, a, b, rows, OC, IC, epilogue, ctx_);
 }
 
 void Fp8Linears::backward(int l, Linear linear, bf16* dinp, bf16* dweight, bf16* dbias,

@@ -22,7 +22,8 @@
  *  - dgrad    dX = dY W             E5M2 dY x E4M3 W^T (cuBLASLt's FP8 DGELU epilogue is a
  *                                   slow separate kernel; hence the GELU in fc's cast)
  *  - wgrad    dW += dY^T X          E5M2 dY^T x E4M3 X^T, the codes the forward kept
- *  fp32 accumulation in every GEMM, bf16 outputs. When cuBLASLt pairs no algorithm with the
+ *  fp32 accumulation in every GEMM (the forward's optionally Hopper's fast accumulation,
+ *  --fp8-fast-accumulation), bf16 outputs. When cuBLASLt pairs no algorithm with the
  *  GELU epilogue, the GEMM runs plain and the GELU kernel after it.
  * Buffers (planned by the model's memory plan): the weights' codes, the scale states, every
  * layer's inputs X^T (7C codes a row: what lets the model keep one layer's bf16 GELU output
@@ -63,8 +64,10 @@ class Fp8Linears {
     uint8_t* inputs = nullptr;
   };
   /// Takes the planned buffers and writes the initial scale states (on ctx's stream).
+  /// fast_forward_accumulation: the forward GEMMs with Hopper's fast FP8 accumulation
+  /// (gpu::Fp8Epilogue::fast_accumulation); the backward's always without.
   Fp8Linears(const ModelConfig& config, const Buffers& buffers, size_t rows,
-             const gpu::Context& ctx);
+             const gpu::Context& ctx, bool fast_forward_accumulation);
 
   /// Every layer's weights cast again (current scaling), from the bf16 parameters.
   void refresh_weights(const bf16* params, const LayerMajorLayout& layout);
@@ -127,6 +130,7 @@ class Fp8Linears {
   size_t slot_bytes_;
   float* gemm_amax_;           // the amax a GEMM to codes sets (after the operand slots)
   float* gemm_scales_;         // every layer's fcproj input scale, 16 bytes apart (gemm_scale)
+  bool fast_forward_accumulation_;
   int gelu_codes_layer_ = -1;  // the layer whose fc GEMM wrote fcproj's input codes, if any
   int64_t updates_ = 0;  // delayed-scale updates so far
 };

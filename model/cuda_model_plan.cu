@@ -313,6 +313,8 @@ void validate_cuda_options(const ModelOptions& options) {
   const int context = options.context_size();
   if (options.fp8_classifier && options.precision != Precision::kFp8)
     GPT2_USAGE_FAIL("--fp8-classifier on needs --precision fp8");
+  if (options.fp8_fast_accumulation && options.precision != Precision::kFp8)
+    GPT2_USAGE_FAIL("--fp8-fast-accumulation on needs --precision fp8");
   if (options.precision == Precision::kFp8) {
     if (options.fp8_classifier && config.padded_vocab_size % 16 != 0)
       GPT2_USAGE_FAIL("--fp8-classifier needs the padded vocabulary to be a multiple of 16 (got ",

@@ -115,12 +115,13 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
       fp8.scales = buf<gpu::Fp8ScaleState>(kFp8Scales);
       fp8.operands = buf<uint8_t>(kFp8Operands);
       fp8.inputs = buf<uint8_t>(kFp8Inputs);
-      fp8_ = std::make_unique<Fp8Linears>(config_, fp8, BT, *ctx_);
+      fp8_ = std::make_unique<Fp8Linears>(config_, fp8, BT, *ctx_,
+                                          options.fp8_fast_accumulation);
     }
     if (buffers_[kFp8Classifier] != nullptr)
       fp8_classifier_ = std::make_unique<Fp8Classifier>(
           config_, buf<uint8_t>(kFp8Classifier), BT, static_cast<size_t>(classifier_chunk_rows_),
-          *ctx_);
+          *ctx_, options.fp8_fast_accumulation);
   }
   for (GpuBuffer id : {kGrads, kAdamM, kAdamV})
     if (buffers_[id] != nullptr)  // absent in an inference-only model

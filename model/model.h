@@ -80,6 +80,10 @@ struct ModelOptions {
   /// --precision fp8 (CUDA): the classifier's forward and input-gradient GEMMs in FP8 too
   /// (model/cuda_fp8_classifier.cuh); off: they stay bf16.
   bool fp8_classifier = false;
+  /// --precision fp8 (CUDA): the forward GEMMs (block linears and FP8 classifier) with
+  /// Hopper's fast FP8 accumulation, as Transformer Engine's recipe runs them; the gradients'
+  /// GEMMs keep the periodic fp32 accumulation either way (docs/fp8.md).
+  bool fp8_fast_accumulation = false;
   /// CUDA: replay a training micro-batch's forward and backward (about 440 launches at d12),
   /// with the collectives data parallelism runs inside them, as one CUDA graph, captured on the
   /// second call of each kind of micro-batch: the same kernels on the same buffers, so the same

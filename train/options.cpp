@@ -91,6 +91,9 @@ cxxopts::Options make_options() {
       ("fp8-classifier", "--precision fp8: on | off (the classifier's forward and input-gradient "
        "GEMMs in FP8 too: E4M3 lnf and wte, E5M2 logit gradients written by the cross-entropy; "
        "docs/fp8.md) (default: on with --precision fp8)", s())
+      ("fp8-fast-accumulation", "--precision fp8: on | off (the forward GEMMs with Hopper's fast "
+       "FP8 accumulation, as Transformer Engine's recipe; the gradients' GEMMs never; "
+       "docs/fp8.md) (default: off)", s())
       ("recompute", "--device cuda: none | fc (keep one layer's fc output and GELU instead of "
        "every layer's and recompute them in backward with one more fc GEMM per layer; the same "
        "bits, less memory for long context)", s()->default_value("none"))
@@ -265,6 +268,12 @@ void parse_parallel_and_kernels(const ParsedOptions& o, CommandLine& cli) {
       GPT2_USAGE_FAIL("--fp8-classifier must be on or off (got '", fp8_classifier, "')");
     cli.fp8_classifier = fp8_classifier == "on";
   }
+  if (given("fp8-fast-accumulation")) {
+    const std::string fast = text("fp8-fast-accumulation");
+    if (fast != "on" && fast != "off")
+      GPT2_USAGE_FAIL("--fp8-fast-accumulation must be on or off (got '", fast, "')");
+    cli.fp8_fast_accumulation = fast == "on";
+  }
   const std::string recompute = text("recompute");
   if (recompute != "none" && recompute != "fc")
     GPT2_USAGE_FAIL("--recompute must be none or fc (got '", recompute, "')");
@@ -337,6 +346,9 @@ void refuse_inputs_in_out_dir(const TrainConfig& config) {
 
 namespace {
 
+// --fp8-fast-accumulation when not given (docs/fp8.md: what was measured either way).
+constexpr bool kFp8FastAccumulationDefault = false;
+
 // --device, NCCL and the shape of the job: ranks, context-parallel groups, ZeRO, overlap.
 void resolve_device_and_job(const CommandLine& cli, const DeviceAvailability& devices,
                             TrainConfig& config) {
@@ -389,6 +401,11 @@ void resolve_model_options(const CommandLine& cli, TrainConfig& config) {
     GPT2_USAGE_FAIL("--fp8-classifier on needs --precision fp8");
   config.model.fp8_classifier =
       cli.fp8_classifier.value_or(config.model.precision == Precision::kFp8);
+  if (cli.fp8_fast_accumulation.value_or(false) && config.model.precision != Precision::kFp8)
+    GPT2_USAGE_FAIL("--fp8-fast-accumulation on needs --precision fp8");
+  config.model.fp8_fast_accumulation =
+      cli.fp8_fast_accumulation.value_or(kFp8FastAccumulationDefault &&
+                                         config.model.precision == Precision::kFp8);
   if (!on_cuda && config.model.recompute_fc)
     GPT2_USAGE_FAIL("--recompute fc needs --device cuda (the CPU backend keeps every "
                     "activation)");

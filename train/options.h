@@ -119,6 +119,7 @@ struct CommandLine {
   std::optional<int64_t> total_batch_size;
   std::optional<int> zero_stage;  // 0 | 1
   std::optional<bool> fp8_classifier;  // unset: on with --precision fp8
+  std::optional<bool> fp8_fast_accumulation;  // unset: kFp8FastAccumulationDefault with fp8
   bool val_every_given = false;   // --val-every typed (not its default)
   bool help = false;
 };

@@ -48,6 +48,7 @@ Json train_config_json(const TrainConfig& c, const RunDataFiles& files) {
   config["classifier_chunk_rows"] = c.model.classifier_chunk_rows;
   config["recompute_fc"] = c.model.recompute_fc;
   config["fp8_classifier"] = c.model.fp8_classifier;
+  config["fp8_fast_accumulation"] = c.model.fp8_fast_accumulation;
   config["cuda_graphs"] = c.model.cuda_graphs;
   config["precision"] = to_string(c.model.precision);
   config["batch_size"] = c.model.batch_size;

@@ -51,8 +51,9 @@ void print_configuration(const TrainConfig& c, const DataLoader& train, const Da
     std::printf(" (kernel %s, %s backward)", to_string(c.model.flash_kernel),
                 c.model.deterministic_attention ? "deterministic" : "non-deterministic");
   std::printf("\n");
-  std::printf("  %-18s %s%s\n", "precision", to_string(c.model.precision),
-              c.model.fp8_classifier ? " (the classifier's GEMMs too)" : "");
+  std::printf("  %-18s %s%s%s\n", "precision", to_string(c.model.precision),
+              c.model.fp8_classifier ? " (the classifier's GEMMs too)" : "",
+              c.model.fp8_fast_accumulation ? " (forward GEMMs: fast accumulation)" : "");
   std::printf("  %-18s B=%d T=%d world=%d\n", "micro-batch", c.model.batch_size, c.model.seq_len,
               c.world_size);
   if (c.world_size > 1 || c.nccl) {

@@ -50,22 +50,22 @@ struct Fp8Plan {
 
 struct Fp8PlanKey {
   int m, n, k;
-  bool a_e5m2, b_e5m2, accumulate, codes_out;
+  bool a_e5m2, b_e5m2, accumulate, codes_out, fast_accumulation;
   cublasLtEpilogue_t epilogue;
   uint32_t align_a, align_b, align_d;
   bool operator==(const Fp8PlanKey& o) const {
     return m == o.m && n == o.n && k == o.k && a_e5m2 == o.a_e5m2 && b_e5m2 == o.b_e5m2 &&
-           accumulate == o.accumulate && codes_out == o.codes_out && epilogue == o.epilogue &&
-           align_a == o.align_a &&
-           align_b == o.align_b && align_d == o.align_d;
+           accumulate == o.accumulate && codes_out == o.codes_out &&
+           fast_accumulation == o.fast_accumulation && epilogue == o.epilogue &&
+           align_a == o.align_a && align_b == o.align_b && align_d == o.align_d;
   }
 };
 
 struct Fp8PlanKeyHash {
   size_t operator()(const Fp8PlanKey& key) const {
     return hash_key_fields({key.m, key.n, key.k, key.a_e5m2, key.b_e5m2, key.accumulate,
-                            key.codes_out, int64_t(key.epilogue), key.align_a, key.align_b,
-                            key.align_d});
+                            key.codes_out, key.fast_accumulation, int64_t(key.epilogue),
+                            key.align_a, key.align_b, key.align_d});
   }
 };
 
@@ -98,7 +98,7 @@ Fp8Plan& fp8_plan(const Context& ctx, const void* out, const Fp8Operand& a, cons
   Fp8PlanCache& cache = *static_cast<Fp8PlanCache*>(slot.get());
   const Fp8PlanKey key{N, M, K, a.format == cpu::Fp8Format::kE5M2,
                        b.format == cpu::Fp8Format::kE5M2, e.accumulate, codes != nullptr,
-                       epilogue_of(e),
+                       e.fast_accumulation, epilogue_of(e),
                        alignment_bytes(b.codes), alignment_bytes(a.codes), alignment_bytes(out)};
   std::unique_ptr<Fp8Plan>& entry = cache[key];
   if (entry) return *entry;
@@ -108,7 +108,7 @@ Fp8Plan& fp8_plan(const Context& ctx, const void* out, const Fp8Operand& a, cons
   set_desc(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
   set_desc(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
   set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, key.epilogue);
-  const int8_t fast_accumulation = 0;
+  const int8_t fast_accumulation = e.fast_accumulation ? 1 : 0;
   set_desc(desc.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast_accumulation);
   if (e.bias) set_desc(desc.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_16BF);
   if (e.gelu_aux || e.dgelu_aux) {
@@ -194,6 +194,11 @@ void matmul_fp8(__nv_bfloat16* out, const Fp8Operand& a, const Fp8Operand& b,
   Fp8Epilogue epilogue;
   epilogue.bias = bias;
   epilogue.accumulate = accumulate;
+  matmul_fp8(out, a, b, M, N, K, epilogue, ctx);
+}
+
+void matmul_fp8(__nv_bfloat16* out, const Fp8Operand& a, const Fp8Operand& b, int M, int N,
+                int K, const Fp8Epilogue& epilogue, const Context& ctx) {
   if (!try_matmul_fp8(out, a, b, M, N, K, epilogue, ctx))
     GPT2_FAIL("cuBLASLt has no FP8 GEMM that runs for M=", M, " N=", N, " K=", K, " (",
               cpu::to_string(a.format), " x ", cpu::to_string(b.format),

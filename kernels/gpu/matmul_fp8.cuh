@@ -11,8 +11,8 @@
  * tensor in both orders (fp8_cast.cuh). a_inverse and b_inverse are device floats, 1 / the
  * scale each operand was cast with, each on a 16-byte boundary (cuBLASLt refuses others). Not
  * both operands E5M2 (no such tensor-core path). K and N multiples of 16 (cuBLASLt's FP8
- * leading dimensions). Fast accumulation off. CPU reference: the dequantized operands'
- * product in fp64 (tests/gpu/matmul_fp8_test.cpp).
+ * leading dimensions). Fast accumulation off unless the epilogue asks for it. CPU reference:
+ * the dequantized operands' product in fp64 (tests/gpu/matmul_fp8_test.cpp).
  */
 #pragma once
 
@@ -41,6 +41,10 @@ struct Fp8Epilogue {
   /// out = gelu'(dgelu_aux) * product, dgelu_aux (M, N) the forward's pre-GELU values.
   const __nv_bfloat16* dgelu_aux = nullptr;
   bool accumulate = false;  // out += (beta = 1) instead of out =
+  /// Hopper's fast FP8 accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM): the tensor cores' own
+  /// partial sums (about 14 bits kept) all the way along K, without cuBLASLt's periodic moves
+  /// to fp32. Faster, less exact; Transformer Engine's default for forward GEMMs only.
+  bool fast_accumulation = false;
 };
 
 /// The GEMM with an epilogue; false (nothing launched) when cuBLASLt has no algorithm that runs
@@ -57,6 +61,10 @@ bool try_matmul_fp8(__nv_bfloat16* out, const Fp8Operand& a, const Fp8Operand& b
 bool try_matmul_fp8_to_codes(uint8_t* out, const float* out_scale, float* out_amax,
                              const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K,
                              const Fp8Epilogue& epilogue, const Context& ctx);
+
+/// try_matmul_fp8, throwing gpt2::Error when it cannot run.
+void matmul_fp8(__nv_bfloat16* out, const Fp8Operand& a, const Fp8Operand& b, int M, int N,
+                int K, const Fp8Epilogue& epilogue, const Context& ctx);
 
 /// The GEMM with at most a bias and accumulation; throws gpt2::Error when it cannot run.
 void matmul_fp8(__nv_bfloat16* out, const Fp8Operand& a, const Fp8Operand& b,

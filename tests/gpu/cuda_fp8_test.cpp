@@ -27,19 +27,25 @@
 namespace gpt2::gpu::test {
 namespace {
 
-ModelOptions small_options(Precision precision, int B, int T, bool fp8_classifier = false) {
-  ModelOptions options{small_model_config(), B, T, AttentionKind::kFlash, precision};
-  options.fp8_classifier = fp8_classifier;
-  return options;
-}
-
-// The precisions every comparison with bf16 runs: the block linears in FP8, and with them the
-// classifier's forward and input-gradient GEMMs (--fp8-classifier).
+// The precisions every comparison with bf16 runs: the block linears in FP8, with them the
+// classifier's forward and input-gradient GEMMs (--fp8-classifier), and both with the forward
+// GEMMs' fast accumulation (--fp8-fast-accumulation).
 struct Fp8Variant {
   const char* name;
   bool fp8_classifier;
+  bool fast_accumulation;
 };
-constexpr Fp8Variant kFp8Variants[] = {{"fp8", false}, {"fp8 + classifier", true}};
+constexpr Fp8Variant kFp8Variants[] = {{"fp8", false, false},
+                                       {"fp8 + classifier", true, false},
+                                       {"fp8 + classifier, fast accumulation", true, true}};
+
+ModelOptions small_options(Precision precision, int B, int T,
+                           const Fp8Variant& variant = kFp8Variants[0]) {
+  ModelOptions options{small_model_config(), B, T, AttentionKind::kFlash, precision};
+  options.fp8_classifier = variant.fp8_classifier;
+  options.fp8_fast_accumulation = variant.fast_accumulation;
+  return options;
+}
 
 // The GPU tests: a small model's parameters (bf16-exact), skipped without FP8 tensor cores.
 class CudaFp8 : public ::testing::Test {
@@ -70,8 +76,8 @@ class CudaFp8 : public ::testing::Test {
     }
     return losses;
   }
-  /// ResumesBitForBitWithItsScales, with or without --fp8-classifier.
-  void check_resume(bool fp8_classifier) const;
+  /// ResumesBitForBitWithItsScales, for one of kFp8Variants.
+  void check_resume(const Fp8Variant& variant) const;
   const ModelConfig config_ = small_model_config();
   const ParameterLayout layout_ = ParameterLayout::for_config(config_);
   std::vector<float> params_;
@@ -141,7 +147,7 @@ TEST_F(CudaFp8, OneStepTracksTheBf16Step) {
   const float bf16_loss = step(small_options(Precision::kBf16, B, T), bf16_grads);
   for (const Fp8Variant& variant : kFp8Variants) {
     const float loss =
-        step(small_options(Precision::kFp8, B, T, variant.fp8_classifier), grads);
+        step(small_options(Precision::kFp8, B, T, variant), grads);
     std::printf("[ fp8      ] one step: loss bf16 %.6f %s %.6f\n", bf16_loss, variant.name, loss);
     EXPECT_NEAR(loss, bf16_loss, 0.02 * std::fabs(bf16_loss)) << variant.name;
     for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
@@ -168,7 +174,7 @@ TEST_F(CudaFp8, TrainingFollowsBf16) {
   // The batch is learned (well below its first loss) by each, and fp8 ends near bf16.
   for (const Fp8Variant& variant : kFp8Variants) {
     const std::vector<float> fp8 =
-        curve(small_options(Precision::kFp8, B, T, variant.fp8_classifier), variant.name);
+        curve(small_options(Precision::kFp8, B, T, variant), variant.name);
     EXPECT_LT(fp8.back(), 0.5f * fp8.front()) << variant.name;
     EXPECT_NEAR(fp8.back(), bf16.back(), 0.05 * bf16.back()) << variant.name;
   }
@@ -203,15 +209,15 @@ TEST_F(CudaFp8, RecomputedFcTrainsBitForBit) {
 TEST_F(CudaFp8, ResumesBitForBitWithItsScales) {
   for (const Fp8Variant& variant : kFp8Variants) {
     SCOPED_TRACE(variant.name);
-    check_resume(variant.fp8_classifier);
+    check_resume(variant);
   }
 }
 
-void CudaFp8::check_resume(bool fp8_classifier) const {
+void CudaFp8::check_resume(const Fp8Variant& variant) const {
   const int B = 2, T = 32;
   auto make = [&] {
-    ModelOptions options{config_, B, T, AttentionKind::kNaive, Precision::kFp8};
-    options.fp8_classifier = fp8_classifier;
+    ModelOptions options = small_options(Precision::kFp8, B, T, variant);
+    options.attention = AttentionKind::kNaive;
     return make_cuda_model(options);
   };
   std::unique_ptr<Model> straight = make();

@@ -13,7 +13,10 @@
 // E4M3 x E4M3 (the forward), E5M2 x E4M3 and E4M3 x E5M2 (the backward's gradient operands),
 // with and without the bias, at small, odd-M and model shapes, and the weight gradient's +=
 // (out holding bf16 values first). Each case reports its own failure (a refused shape
-// included). Skips without an FP8-capable GPU (sm_89+).
+// included). Fast accumulation (the forward's, --fp8-fast-accumulation) has no moves to fp32:
+// its bound takes the 14 bits kept at each of the ceil(K / 32) MMA steps that add into the
+// sum, ceil(K / 32) 2^-14 sum_k |a_k b_k|, and the test prints the worst error against it.
+// Skips without an FP8-capable GPU (sm_89+).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -77,6 +80,13 @@ double gelu_derivative(double x) {
   return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
+// The accumulation's share of an element's bound (the file's comment), from sum_k |a_k b_k|.
+double accumulation_bound(int K, bool fast, double magnitude) {
+  const double per_magnitude =
+      fast ? ((K + 31) / 32) * 0x1p-14 : std::max(0x1p-13, K * 0x1p-24);
+  return per_magnitude * magnitude + 1e-30;
+}
+
 // The fp64 products of the dequantized operands, (M, N): each sum_k a_k b_k and sum_k |a_k b_k|.
 struct Reference {
   std::vector<double> sum, magnitude;
@@ -117,9 +127,10 @@ Reference reference_products(const Cast& a, Fp8Format a_format, const Cast& b,
 // rounded before the epilogue scales it: measured up to 0.7% at K = 3072). false when
 // cuBLASLt offers no algorithm for the epilogue (printed, not a failure: the model falls back).
 bool check_fp8_gemm(int M, int N, int K, Fp8Format a_format, Fp8Format b_format,
-                    Epilogue epilogue, uint64_t seed) {
+                    Epilogue epilogue, uint64_t seed, bool fast = false) {
+  const char* accumulation_name = fast ? ", fast accumulation" : "";
   SCOPED_TRACE(str_cat("M=", M, " N=", N, " K=", K, " ", cpu::to_string(a_format), " x ",
-                       cpu::to_string(b_format), to_string(epilogue)));
+                       cpu::to_string(b_format), to_string(epilogue), accumulation_name));
   const bool bias = epilogue == Epilogue::kBias || epilogue == Epilogue::kGelu;
   const bool accumulate = epilogue == Epilogue::kAccumulate;
   const std::vector<float> x = random_normal(int64_t{M} * K, seed, 2.0);
@@ -152,6 +163,7 @@ bool check_fp8_gemm(int M, int N, int K, Fp8Format a_format, Fp8Format b_format,
   e.accumulate = accumulate;
   e.gelu_aux = epilogue == Epilogue::kGelu ? d_aux.get() : nullptr;
   e.dgelu_aux = epilogue == Epilogue::kDgelu ? d_aux.get() : nullptr;
+  e.fast_accumulation = fast;
   try {
     if (!try_matmul_fp8(d_out.get(), Fp8Operand{d_a.get(), a_format, d_inverse.get()},
                         Fp8Operand{d_b.get(), b_format, d_inverse.get() + 4}, M, N, K, e, ctx)) {
@@ -181,7 +193,7 @@ bool check_fp8_gemm(int M, int N, int K, Fp8Format a_format, Fp8Format b_format,
       const double sum = ref.sum[i], magnitude = ref.magnitude[i];
       const double added = (bias ? bias_values[static_cast<size_t>(n)] : 0.0) +
                            (accumulate ? initial[i] : 0.0);
-      const double accumulation = std::max(0x1p-13, K * 0x1p-24) * magnitude + 1e-30;
+      const double accumulation = accumulation_bound(K, fast, magnitude);
       const double pre = sum + added;
       const double pre_allowed = 0x1p-8 * (std::fabs(pre) + std::fabs(added)) + accumulation;
       if (epilogue == Epilogue::kGelu) {
@@ -195,8 +207,9 @@ bool check_fp8_gemm(int M, int N, int K, Fp8Format a_format, Fp8Format b_format,
       }
     }
   }
-  std::printf("[ fp8 gemm ] M=%d N=%d K=%d %s x %s%s: worst error / bound %.3f\n", M, N, K,
-              cpu::to_string(a_format), cpu::to_string(b_format), to_string(epilogue), worst);
+  std::printf("[ fp8 gemm ] M=%d N=%d K=%d %s x %s%s%s: worst error / bound %.3f\n", M, N, K,
+              cpu::to_string(a_format), cpu::to_string(b_format), to_string(epilogue),
+              accumulation_name, worst);
   EXPECT_EQ(bad, 0);
   return true;
 }
@@ -234,8 +247,8 @@ TEST(GpuMatmulFp8, GeluEpiloguesMatchTheFp64Reference) {
 // the fp64 reference within GELU's slope times the product's bound plus E4M3's rounding (half a
 // step: 2^-4 relative, 2^-10 / 16 absolute among the subnormals); the amax cuBLASLt sets
 // against the largest |gelu| within 1%. Skips with a line when cuBLASLt has no such algorithm.
-void check_gemm_to_codes(int M, int N, int K, uint64_t seed) {
-  SCOPED_TRACE(str_cat("to codes: M=", M, " N=", N, " K=", K));
+void check_gemm_to_codes(int M, int N, int K, uint64_t seed, bool fast = false) {
+  SCOPED_TRACE(str_cat("to codes: M=", M, " N=", N, " K=", K, fast ? ", fast accumulation" : ""));
   const Fp8Format e4 = Fp8Format::kE4M3;
   const std::vector<float> x = random_normal(int64_t{M} * K, seed, 2.0);
   const std::vector<float> w = random_normal(int64_t{N} * K, seed + 1, 0.05);
@@ -255,6 +268,7 @@ void check_gemm_to_codes(int M, int N, int K, uint64_t seed) {
   Fp8Epilogue e;
   e.bias = d_bias.get();
   e.gelu_aux = d_aux.get();
+  e.fast_accumulation = fast;
   float* d_amax = d_scales.get() + 12;
   try {
     if (!try_matmul_fp8_to_codes(d_out.get(), d_scales.get() + 8, d_amax,
@@ -277,7 +291,7 @@ void check_gemm_to_codes(int M, int N, int K, uint64_t seed) {
   double largest = 0.0;
   for (size_t i = 0; i < codes.size(); ++i) {
     const double pre = ref.sum[i] + bias_values[i % static_cast<size_t>(N)];
-    const double accumulation = std::max(0x1p-13, K * 0x1p-24) * ref.magnitude[i] + 1e-30;
+    const double accumulation = accumulation_bound(K, fast, ref.magnitude[i]);
     const double pre_allowed = 0x1p-8 * std::fabs(pre) + accumulation;
     const double want = gelu(pre);
     largest = std::max(largest, std::fabs(want));
@@ -298,6 +312,22 @@ TEST(GpuMatmulFp8, GeluToCodesMatchesTheFp64Reference) {
   GPT2_REQUIRE_FP8_GPU();
   check_gemm_to_codes(128, 3072, 768, 51);
   check_gemm_to_codes(37, 64, 256, 52);
+}
+
+// The forward's GEMMs with fast accumulation (--fp8-fast-accumulation): E4M3 x E4M3 at the
+// block linears' shapes (K up to gpt2-large's 4C = 5120) with the bias, fc's GELU and its form
+// to codes, within the fast bound.
+TEST(GpuMatmulFp8, FastAccumulationStaysWithinItsBound) {
+  GPT2_REQUIRE_FP8_GPU();
+  const Fp8Format e4 = Fp8Format::kE4M3;
+  uint64_t seed = 60;
+  check_fp8_gemm(37, 48, 64, e4, e4, Epilogue::kBias, ++seed, /*fast=*/true);
+  check_fp8_gemm(128, 768, 768, e4, e4, Epilogue::kBias, ++seed, true);
+  check_fp8_gemm(300, 2304, 768, e4, e4, Epilogue::kNone, ++seed, true);
+  check_fp8_gemm(64, 1024, 4096, e4, e4, Epilogue::kBias, ++seed, true);
+  check_fp8_gemm(64, 1280, 5120, e4, e4, Epilogue::kBias, ++seed, true);
+  check_fp8_gemm(128, 3072, 768, e4, e4, Epilogue::kGelu, ++seed, true);
+  check_gemm_to_codes(128, 4096, 1024, ++seed, true);
 }
 
 TEST(GpuMatmulFp8, ShapesAndFormatsItCannotTakeAreRefused) {

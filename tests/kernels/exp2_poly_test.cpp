@@ -9,23 +9,13 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 
 namespace gpt2 {
 namespace {
 
-float float_of(uint32_t bits) {
-  float x;
-  std::memcpy(&x, &bits, sizeof x);
-  return x;
-}
-
-uint32_t bits_of(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  return bits;
-}
+using exp2_poly_detail::bits_of;  // the header's bit casts (host code here)
+using exp2_poly_detail::float_of;
 
 double relative_error(float got, float x) {
   const double want = std::exp2(static_cast<double>(x));

@@ -302,6 +302,20 @@ TEST(TrainOptions, Fp8ClassifierFollowsThePrecision) {
   std::filesystem::remove(path);
 }
 
+// --fp8-fast-accumulation: off unless given, on only with --precision fp8.
+TEST(TrainOptions, Fp8FastAccumulationNeedsFp8) {
+  EXPECT_FALSE(resolve({"--precision", "fp8"}, with_gpu()).model.fp8_fast_accumulation);
+  EXPECT_TRUE(resolve({"--precision", "fp8", "--fp8-fast-accumulation", "on"}, with_gpu())
+                  .model.fp8_fast_accumulation);
+  EXPECT_FALSE(resolve({"--fp8-fast-accumulation", "off"}, with_gpu()).model.fp8_fast_accumulation);
+  EXPECT_NE(usage_message({"--precision", "bf16", "--fp8-fast-accumulation", "on"}, with_gpu())
+                .find("--fp8-fast-accumulation on needs --precision fp8"),
+            std::string::npos);
+  EXPECT_NE(usage_message({"--precision", "fp8", "--fp8-fast-accumulation", "1"}, with_gpu())
+                .find("on or off (got '1')"),
+            std::string::npos);
+}
+
 TEST(TrainOptions, HelpSkipsEverythingElse) {
   EXPECT_TRUE(parse_command_line({"--help"}).help);
   EXPECT_NE(usage_text().find("--total-batch-size"), std::string::npos);
