@@ -55,6 +55,10 @@ struct HopperForwardParams {
   float scale_log2;  // softmax scale * log2(e)
 };
 
+// The named barriers of the consumers' turns (HopperForwardTraits::kPingPong): 1 and 2 (0 is
+// __syncthreads).
+constexpr int kTurnBarrier = 1;
+
 template <int kHeadDim_, int kConsumers_, bool kProducer_ = true>
 struct HopperForwardTraits {
   static constexpr int kHeadDim = kHeadDim_;
@@ -69,6 +73,10 @@ struct HopperForwardTraits {
   // Keys per K/V tile: 128, but 64 at head size 128 with two blocks per SM (shared memory).
   static constexpr int kBlockN = kConsumers == 1 && kHeadDim == 128 ? 64 : 128;
   static constexpr int kStages = 2;
+  // Two consumers take turns at the tensor cores (FlashAttention-3's warp scheduling): each
+  // issues its GEMMs only on its turn, named barrier kTurnBarrier + its index, and passes the
+  // turn on once they are issued, so one's softmax runs under the other's GEMMs.
+  static constexpr bool kPingPong = kConsumers == 2;
   static constexpr int kThreads = 128 * (kConsumers + (kProducer ? 1 : 0));
   static constexpr int kProducerRegisters = 24;
   // The register file (64K) shared by kBlocksPerSm blocks: 240 + 240 + 24 or 232 + 24 (x 2).
@@ -207,6 +215,16 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   uint32_t p_frag[kPSlabs][4];
   hopper::OnlineSoftmax<kSRegs> softmax(p.scale_log2);
 
+  // The GEMMs' turns (Traits::kPingPong): consumer 0 goes first; each takes n_blocks + 1 turns.
+  auto wait_turn = [&] {
+    if constexpr (Traits::kPingPong) hopper::named_barrier_sync(kTurnBarrier + c, 256);
+  };
+  auto pass_turn = [&] {
+    if constexpr (Traits::kPingPong)
+      hopper::named_barrier_arrive(kTurnBarrier + (1 - c), 256);
+  };
+  if (Traits::kPingPong && c == 1) pass_turn();
+
   auto issue_scores = [&](int s) {
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk)
@@ -241,9 +259,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   // First key tile (the diagonal one, possibly ragged at T): masked.
   {
     k_ring.wait_full(0);
+    wait_turn();
     hopper::wgmma_fence();
     issue_scores(0);
     hopper::wgmma_commit_group();
+    pass_turn();
     hopper::wgmma_wait_group<0>();
     hopper::fence_operands(s_acc);
     k_ring.release(0);
@@ -262,12 +282,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 
   for (int it = 1; it < n_blocks; ++it) {
     k_ring.wait_full(it);
+    v_ring.wait_full(it - 1);
+    wait_turn();
     hopper::wgmma_fence();
     issue_scores(k_ring.stage(it));
     hopper::wgmma_commit_group();
-    v_ring.wait_full(it - 1);
     issue_pv(v_ring.stage(it - 1));
     hopper::wgmma_commit_group();
+    pass_turn();
     hopper::wgmma_wait_group<1>();  // S of this tile is ready; P V of the last still runs
     hopper::fence_operands(s_acc);
     k_ring.release(it);
@@ -291,9 +313,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 
   {
     v_ring.wait_full(n_blocks - 1);
+    wait_turn();
     hopper::wgmma_fence();
     issue_pv(v_ring.stage(n_blocks - 1));
     hopper::wgmma_commit_group();
+    pass_turn();
     hopper::wgmma_wait_group<0>();
     hopper::fence_operands(o_acc);
   }
