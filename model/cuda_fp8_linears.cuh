@@ -14,8 +14,9 @@
  *    initialization are far below E5M2's 57344 / 2^15 = 1.75).
  *  - forward  Y = X W^T + b         E4M3 X x E4M3 W, X cast here in both orders: the row order
  *                                   for this GEMM, the transposed kept for the backward's;
- *                                   fc with its GELU epilogue (aux = the pre-GELU values),
- *                                   its output E4M3 codes: fcproj's X with no cast
+ *                                   fc's GEMM writes its pre-GELU values (bf16, kept for
+ *                                   the backward); one pass over them folds the GELU into
+ *                                   fcproj's X cast (both orders, its amax)
  *  - dY cast  one pass over dY: its codes in both orders, its amax and the bias gradient's
  *             column partials; fc's with the GELU backward folded in (dY = gelu'(pre) times
  *             the incoming gradient), so fcproj's dgrad leaves its dX before gelu'
@@ -23,8 +24,7 @@
  *                                   slow separate kernel; hence the GELU in fc's cast)
  *  - wgrad    dW += dY^T X          E5M2 dY^T x E4M3 X^T, the codes the forward kept
  *  fp32 accumulation in every GEMM (the forward's optionally Hopper's fast accumulation,
- *  --fp8-fast-accumulation), bf16 outputs. When cuBLASLt pairs no algorithm with the
- *  GELU epilogue, the GEMM runs plain and the GELU kernel after it.
+ *  --fp8-fast-accumulation), bf16 outputs.
  * Buffers (planned by the model's memory plan): the weights' codes, the scale states, every
  * layer's inputs X^T (7C codes a row: what lets the model keep one layer's bf16 GELU output
  * instead of L, cuda_model_plan.cu) and two operand slots of rows x 4C codes (X in the forward,
@@ -86,9 +86,9 @@ class Fp8Linears {
   gpu::Fp8Destination input_destination(int l, Linear linear) const;
   /// out (rows, OC) = in (rows, IC) W^T + bias; fc: out = gelu(.), pre_gelu = the GEMM's. in
   /// null: its codes are written already (input_destination), else the forward casts it. fc's
-  /// GEMM writes its GELU output straight to fcproj's input codes when cuBLASLt has that GEMM
-  /// (try_matmul_fp8_to_codes), and leaves out unwritten; fcproj's forward, which must follow
-  /// fc's in the same layer, then takes those codes and does not read its in.
+  /// forward writes its GELU output only as fcproj's input codes (the GELU folded into their
+  /// cast) and leaves out unwritten; fcproj's forward, which must follow fc's in the same
+  /// layer, then takes those codes and does not read its in.
   void forward(int l, Linear linear, bf16* out, const bf16* in, const bf16* bias,
                bf16* pre_gelu, int rows);
   /// dinp (rows, IC) = dout W, dweight += dout^T in (in's codes from this layer's forward),
@@ -109,15 +109,11 @@ class Fp8Linears {
   gpu::Fp8ScaleState* state(int l, Linear linear, Role role) const;
   /// Layer l's weight codes, (OC, IC) or transposed (IC, OC).
   uint8_t* weight_codes(int l, Linear linear, bool transposed) const;
-  /// Where a linear's input codes (rows, IC) are: slot 0, fcproj's slot 1 (fc's GEMM writes
-  /// them while it reads its own input from slot 0).
+  /// Where a linear's input codes (rows, IC) are: slot 0, fcproj's slot 1 (written by fc's
+  /// forward, which reads its own input from slot 0).
   uint8_t* input_rows(Linear linear) const;
   /// Layer l's input X^T (IC, rows), written by the forward for the backward.
   uint8_t* input_codes(int l, Linear linear) const;
-  /// fc's GEMM to codes takes its output scale (fcproj's input scale) on a 16-byte boundary:
-  /// a copy of it, made whenever the scales change.
-  float* gemm_scale(int l) const;
-  void copy_gemm_scales();
   uint8_t* operand(int slot) const { return operands_ + static_cast<size_t>(slot) * slot_bytes_; }
 
   ModelConfig config_;
@@ -128,8 +124,6 @@ class Fp8Linears {
   uint8_t* inputs_;
   size_t rows_;
   size_t slot_bytes_;
-  float* gemm_amax_;           // the amax a GEMM to codes sets (after the operand slots)
-  float* gemm_scales_;         // every layer's fcproj input scale, 16 bytes apart (gemm_scale)
   bool fast_forward_accumulation_;
   int gelu_codes_layer_ = -1;  // the layer whose fc GEMM wrote fcproj's input codes, if any
   int64_t updates_ = 0;  // delayed-scale updates so far

@@ -23,6 +23,8 @@
  */
 #include "kernels/gpu/fp8_cast.cuh"
 
+#include <type_traits>
+
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -149,6 +151,18 @@ __device__ __forceinline__ void store_transposed_ragged(const uint8_t* tile, uin
   }
 }
 
+/// What a launch folds into its casts (Fp8CastFusion): no GELU, a GELU backward (gelu_input),
+/// or a GELU forward (gelu_forward). Each costs registers and instructions, so the launches
+/// that do not want one leave it out.
+enum class GeluFold { kNone, kBackward, kForward };
+
+/// A run of a GELU's input becomes its output, rounded to T_ as a bf16 GELU output would be.
+template <typename T_>
+__device__ __forceinline__ void fold_gelu_forward(float (&x)[kRun]) {
+#pragma unroll
+  for (int j = 0; j < kRun; ++j) x[j] = to_float(from_float<T_>(gelu_by_exp2(x[j])));
+}
+
 /// A run of the gradient of a GELU's output becomes the gradient of its input: gelu'(pre) * x,
 /// rounded to T_ as gelu_backward writes it.
 template <typename T_>
@@ -173,7 +187,7 @@ __device__ __forceinline__ void account_run(const float (&x)[kRun], float& large
 /// in the kernel below, with the addresses stepped rather than recomputed, no bounds checks and
 /// the codes kept in registers. Thread t's runs are columns (t % 16) * 8 + [0, 8) of rows
 /// t / 16 + 32 k, k = 0..3.
-template <typename T_, __nv_fp8_interpretation_t kFormat, bool kColumnSums, bool kGelu>
+template <typename T_, __nv_fp8_interpretation_t kFormat, bool kColumnSums, GeluFold kGelu>
 __device__ __forceinline__ void cast_whole_tile(const Fp8CastJob<T_>& job, int64_t row0,
                                                 int64_t col0, float s, uint8_t* tile,
                                                 float& largest,
@@ -185,8 +199,9 @@ __device__ __forceinline__ void cast_whole_tile(const Fp8CastJob<T_>& job, int64
   const int64_t first = (row0 + r) * job.cols + col0 + c;
   const int64_t step = kRowStep * job.cols;
   const T_* in = job.in + first;
-  const T_* gelu_input = kGelu ? job.fusion.gelu_input : nullptr;
+  const T_* gelu_input = kGelu == GeluFold::kBackward ? job.fusion.gelu_input : nullptr;
   if (gelu_input != nullptr) gelu_input += first;
+  const bool gelu_forward = kGelu == GeluFold::kForward && job.fusion.gelu_forward;
   uint8_t* out = job.out;
   if (out != nullptr) out += first;
   auto* tile_words = reinterpret_cast<uint32_t*>(tile + tile_offset(r, c));
@@ -201,6 +216,7 @@ __device__ __forceinline__ void cast_whole_tile(const Fp8CastJob<T_>& job, int64
       gelu_input += step;
       fold_gelu_backward<T_>(x, pre);
     }
+    if (gelu_forward) fold_gelu_forward<T_>(x);
     account_run<kColumnSums>(x, largest, column_sums);
     const uint2 words = fp8_code_words<kFormat>(x, s);
     if (out != nullptr) {
@@ -213,10 +229,12 @@ __device__ __forceinline__ void cast_whole_tile(const Fp8CastJob<T_>& job, int64
   }
 }
 
-/// kColumnSums: some job of the launch wants its column partials; kGelu: some job folds in a
-/// GELU backward (each costs registers and instructions, so the other launches leave it out).
-template <typename T_, __nv_fp8_interpretation_t kFormat, bool kColumnSums, bool kGelu>
-__global__ void __launch_bounds__(kThreads, kGelu ? 2 : (kColumnSums ? 3 : 4))
+/// kColumnSums: some job of the launch wants its column partials; kGelu: the GELU some of its
+/// jobs fold in (each costs registers and instructions, so the other launches leave it out).
+template <typename T_, __nv_fp8_interpretation_t kFormat, bool kColumnSums, GeluFold kGelu>
+__global__ void __launch_bounds__(kThreads, kGelu == GeluFold::kBackward
+                                                ? 2
+                                                : (kColumnSums || kGelu != GeluFold::kNone ? 3 : 4))
     fp8_cast_transpose_kernel(const __grid_constant__ CastLaunch<T_> launch) {
   __shared__ __align__(16) uint8_t tile[kTileBytes];
   __shared__ float warp_column_sums[kColumnSums ? kWarps : 1][kTileCols];
@@ -227,7 +245,8 @@ __global__ void __launch_bounds__(kThreads, kGelu ? 2 : (kColumnSums ? 3 : 4))
   const Fp8CastJob<T_>& job = shape.job;
   const T_* in = job.in;
   const Fp8CastFusion<T_>& fusion = job.fusion;
-  const T_* gelu_input = kGelu ? fusion.gelu_input : nullptr;
+  const T_* gelu_input = kGelu == GeluFold::kBackward ? fusion.gelu_input : nullptr;
+  const bool gelu_forward = kGelu == GeluFold::kForward && fusion.gelu_forward;
   uint8_t* out = job.out;
   uint8_t* out_t = job.out_t;
   const int64_t rows = job.rows, cols = job.cols;
@@ -261,6 +280,7 @@ __global__ void __launch_bounds__(kThreads, kGelu ? 2 : (kColumnSums ? 3 : 4))
         load_values(gelu_input + row * cols + col, shape.vector_gelu, valid, pre);
         fold_gelu_backward<T_>(x, pre);
       }
+      if (gelu_forward) fold_gelu_forward<T_>(x);
       account_run<kColumnSums>(x, largest, column_sums);
       fp8_codes<kFormat>(x, s, codes);
       if (out != nullptr) {
@@ -378,6 +398,9 @@ template <typename T_>
 CastJob<T_> checked_job(const Fp8CastJob<T_>& job) {
   GPT2_CHECK(job.rows >= 0 && job.cols >= 0, "an fp8 cast of ", job.rows, " x ", job.cols);
   GPT2_CHECK(job.scale != nullptr, "an fp8 cast needs a scale");
+  GPT2_CHECK(!job.fusion.gelu_forward ||
+                 (job.fusion.gelu_input == nullptr && job.fusion.column_partials == nullptr),
+             "an fp8 cast folding in a GELU forward takes no GELU input and no column sums");
   const bool whole_runs = job.cols % kRun == 0;
   return {job, whole_runs && alignment_bytes(job.in) >= 16,
           whole_runs && alignment_bytes(job.fusion.gelu_input) >= 16,
@@ -392,20 +415,33 @@ void launch_group(const Fp8CastJob<T_>* jobs, int count, cudaStream_t stream) {
   auto flush = [&] {
     if (launch.count == 0) return;
     GPT2_CHECK(tiles < (int64_t{1} << 31), "an fp8 cast of ", tiles, " tiles exceeds the grid");
-    bool column_sums = false, gelu = false;
+    bool column_sums = false, gelu_backward = false, gelu_forward = false;
     for (int i = 0; i < launch.count; ++i) {
-      column_sums = column_sums || launch.jobs[i].job.fusion.column_partials != nullptr;
-      gelu = gelu || launch.jobs[i].job.fusion.gelu_input != nullptr;
+      const Fp8CastFusion<T_>& fusion = launch.jobs[i].job.fusion;
+      column_sums = column_sums || fusion.column_partials != nullptr;
+      gelu_backward = gelu_backward || fusion.gelu_input != nullptr;
+      gelu_forward = gelu_forward || fusion.gelu_forward;
     }
+    GPT2_CHECK(!(gelu_backward && gelu_forward),
+               "one fp8 cast launch folds in either GELU's backward or its forward");
     const unsigned blocks = static_cast<unsigned>(tiles);
-    if (column_sums && gelu) {
-      fp8_cast_transpose_kernel<T_, kFormat, true, true><<<blocks, kThreads, 0, stream>>>(launch);
+    auto run = [&](auto sums, auto gelu) {
+      fp8_cast_transpose_kernel<T_, kFormat, decltype(sums)::value, decltype(gelu)::value>
+          <<<blocks, kThreads, 0, stream>>>(launch);
+    };
+    using Backward = std::integral_constant<GeluFold, GeluFold::kBackward>;
+    using Forward = std::integral_constant<GeluFold, GeluFold::kForward>;
+    using NoGelu = std::integral_constant<GeluFold, GeluFold::kNone>;
+    if (column_sums && gelu_backward) {
+      run(std::true_type{}, Backward{});
     } else if (column_sums) {
-      fp8_cast_transpose_kernel<T_, kFormat, true, false><<<blocks, kThreads, 0, stream>>>(launch);
-    } else if (gelu) {
-      fp8_cast_transpose_kernel<T_, kFormat, false, true><<<blocks, kThreads, 0, stream>>>(launch);
+      run(std::true_type{}, NoGelu{});
+    } else if (gelu_backward) {
+      run(std::false_type{}, Backward{});
+    } else if (gelu_forward) {
+      run(std::false_type{}, Forward{});
     } else {
-      fp8_cast_transpose_kernel<T_, kFormat, false, false><<<blocks, kThreads, 0, stream>>>(launch);
+      run(std::false_type{}, NoGelu{});
     }
     GPT2_CUDA_CHECK_LAUNCH();
     launch.count = 0;

@@ -16,6 +16,11 @@
  *    the gradient of a GELU's output and gelu_input (rows, cols) the GELU's input: the very
  *    values gpu::gelu_backward(d, gelu_input, in) writes, so the codes and the amax are those
  *    of gelu_backward then the plain cast, bit for bit.
+ *  - gelu_forward: the tensor cast is gelu(in) rounded to T_, `in` a GELU's input (fc's
+ *    pre-GELU values): the GELU's output as codes with no pass of its own. Its gelu is
+ *    gelu_by_exp2 (gelu_device.cuh), within a few ulps of gelu_forward's tanhf form before the
+ *    rounding, so a code may differ from the unfused path's by one step. Neither gelu_input nor
+ *    column_partials with it.
  *  - column_partials (ceil(rows / kFp8CastTileRows), cols) fp32: per tile of kFp8CastTileRows
  *    rows, the column sums of the cast tensor (before the scale; in a fixed order, so the same
  *    bits every run), a bias gradient's partials for launch_add_column_partials (common.cuh).
@@ -48,6 +53,7 @@ template <typename T_>
 struct Fp8CastFusion {
   const T_* gelu_input = nullptr;
   float* column_partials = nullptr;
+  bool gelu_forward = false;
 };
 
 template <typename T_>

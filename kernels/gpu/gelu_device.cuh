@@ -34,6 +34,18 @@ __device__ __forceinline__ float tanh_by_exp2(float u) {
   return 1.0f - __fdividef(2.0f, e + 1.0f);
 }
 
+/// gelu(x) as x sigmoid(2u) = x / (1 + 2^(-2u log2 e)), u = sqrt(2/pi) (x + 0.044715 x^3):
+/// the tanh form's value without its cancellation at large negative x, from ex2.approx and a
+/// fast division (a few ulps relative; 2^(-2u log2 e) overflowing gives x / inf = 0). For
+/// outputs rounded further (the FP8 cast that folds in fc's GELU); gelu() stays tanhf's.
+__device__ __forceinline__ float gelu_by_exp2(float x) {
+  constexpr float kMinusTwoLog2e = -2.8853900817779268f;  // -2 log2(e)
+  const float u = kGeluSqrt2OverPi * (x + kGeluCubic * x * x * x);
+  float e;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(e) : "f"(kMinusTwoLog2e * u));
+  return __fdividef(x, 1.0f + e);
+}
+
 __device__ __forceinline__ float gelu_grad(float x) {
   const float t = tanh_by_exp2(kGeluSqrt2OverPi * (x + kGeluCubic * x * x * x));
   const float sech2 = 1.0f - t * t;

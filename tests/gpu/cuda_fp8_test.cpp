@@ -99,8 +99,7 @@ TEST(CudaFp8Plan, NamesItsBuffersAndRefusesShapesFp8CannotTake) {
   const size_t BT = 16 * 1024, C = 768, L = 12;
   EXPECT_EQ(weights, 2 * 12 * C * C * L);  // both orders of 12 C^2 codes per layer
   EXPECT_EQ(inputs, 7 * C * BT * L);       // every layer's X^T: 3 x C + 4C codes a row
-  EXPECT_EQ(operands, 2 * BT * 4 * C + 256);  // X, fcproj's X; then dY in both orders; the
-                                               // GEMM to codes' amax and scales (16 B each)
+  EXPECT_EQ(operands, 2 * BT * 4 * C);  // X, fcproj's X; then dY in both orders
   EXPECT_GT(scales, 0u);
   // What fp8 adds, less the L-1 layers of bf16 ln1, ln2 and GELU output it does not keep.
   EXPECT_EQ(fp8.total() - bf16.total() + (L - 1) * BT * (4 * C + 2 * C) * 2,

@@ -4,7 +4,8 @@
 // range (saturation) and below their smallest subnormal, NaN and infinities in the input; the
 // outputs are poisoned first, so an element the kernel forgot fails, and amax accumulates into
 // what it holds. The fusions (Fp8CastFusion): the GELU backward folded in gives the bits of
-// gpu::gelu_backward then the plain cast, and the column partials are each tile's column sums
+// gpu::gelu_backward then the plain cast, the GELU forward folded in gives the CPU cast of the
+// GELU's bf16 output within one code step, and the column partials are each tile's column sums
 // (against fp64, and the same bits on a second run).
 #include <cmath>
 #include <cstdint>
@@ -116,6 +117,62 @@ TEST(GpuFp8Cast, FoldsTheGeluBackwardInBitForBit) {
     EXPECT_EQ(d_out.download(), d_want.download()) << rows << "x" << cols;
     EXPECT_EQ(d_out_t.download(), d_want_t.download()) << rows << "x" << cols;
     EXPECT_EQ(d_amax.download()[0], d_want_amax.download()[0]) << rows << "x" << cols;
+  }
+}
+
+// The cast of fc's pre-GELU values with the GELU forward folded in (gelu_forward), against the
+// CPU cast of bf16(gelu(x)) with gelu in double: the fused gelu (gelu_by_exp2) is a few ulps
+// off before its rounding to bf16, so a code may be one step from the CPU's (at most 1% of
+// them), and then within one E4M3 step (2^-3 relative, or E4M3's smallest subnormal 2^-9) of
+// the exact value; out_t is out transposed, bit for bit; the amax within bf16's rounding.
+TEST(GpuFp8Cast, FoldsTheGeluForwardIn) {
+  GPT2_REQUIRE_GPU();
+  auto gelu = [](double x) {
+    return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+  };
+  uint64_t seed = 150;
+  for (const auto& [rows, cols] : kFusionShapes) {
+    const int64_t n = rows * cols;
+    std::vector<float> pre = round_through<bf16>(random_normal(n, ++seed, 2.0));
+    if (n > 3) pre[1] = -12.0f, pre[2] = 30.0f, pre[3] = -0.0f;
+    std::vector<float> want_values(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) want_values[i] = gelu(pre[i]);
+    want_values = round_through<bf16>(want_values);
+    const float scale = 16.0f;
+    DeviceBuffer<bf16> d_pre(n);
+    upload_floats(d_pre, pre);
+    DeviceBuffer<float> d_scale(1), d_amax(1);
+    d_scale.upload({scale});
+    d_amax.upload({0.0f});
+    DeviceBuffer<uint8_t> d_out(n), d_out_t(n);
+    d_out.poison();
+    d_out_t.poison();
+    Fp8CastFusion<bf16> fusion;
+    fusion.gelu_forward = true;
+    fp8_cast_transpose(d_pre.get(), rows, cols, d_scale.get(), Fp8Format::kE4M3, d_out.get(),
+                       d_out_t.get(), d_amax.get(), nullptr, fusion);
+    std::vector<uint8_t> want(static_cast<size_t>(n));
+    float want_amax = 0.0f;
+    cpu::fp8_cast_transpose(want_values.data(), rows, cols, scale, Fp8Format::kE4M3,
+                            want.data(), nullptr, &want_amax);
+    const std::vector<uint8_t> got = d_out.download(), got_t = d_out_t.download();
+    int64_t differing = 0, bad = 0, misplaced = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t i = r * cols + c;
+        if (got_t[c * rows + r] != got[i]) ++misplaced;
+        if (got[i] == want[i]) continue;
+        ++differing;
+        const double exact = gelu(pre[i]) * scale;
+        const double decoded = cpu::fp8_decode(got[i], Fp8Format::kE4M3);
+        if (!(std::fabs(decoded - exact) <= 0x1p-3 * std::fabs(exact) + 0x1p-9) && bad++ < 5)
+          ADD_FAILURE() << "code of gelu(" << pre[i] << ") decodes to " << decoded / scale
+                        << ", want " << exact / scale;
+      }
+    }
+    EXPECT_EQ(misplaced, 0) << rows << "x" << cols;
+    EXPECT_LE(differing, n / 100) << rows << "x" << cols;
+    EXPECT_NEAR(d_amax.download()[0], want_amax, 0x1p-8 * want_amax) << rows << "x" << cols;
   }
 }
 
