@@ -93,7 +93,7 @@ cxxopts::Options make_options() {
        "docs/fp8.md) (default: on with --precision fp8)", s())
       ("fp8-fast-accumulation", "--precision fp8: on | off (the forward GEMMs with Hopper's fast "
        "FP8 accumulation, as Transformer Engine's recipe; the gradients' GEMMs never; "
-       "docs/fp8.md) (default: off)", s())
+       "docs/fp8.md) (default: on with --precision fp8)", s())
       ("recompute", "--device cuda: none | fc (keep one layer's fc output and GELU instead of "
        "every layer's and recompute them in backward with one more fc GEMM per layer; the same "
        "bits, less memory for long context)", s()->default_value("none"))
@@ -346,8 +346,9 @@ void refuse_inputs_in_out_dir(const TrainConfig& config) {
 
 namespace {
 
-// --fp8-fast-accumulation when not given (docs/fp8.md: what was measured either way).
-constexpr bool kFp8FastAccumulationDefault = false;
+// --fp8-fast-accumulation with --precision fp8 when not given: on, as Transformer Engine's
+// recipe (docs/fp8.md: 2.4% more tokens/s at gpt2-medium, the same convergence).
+constexpr bool kFp8FastAccumulationDefault = true;
 
 // --device, NCCL and the shape of the job: ranks, context-parallel groups, ZeRO, overlap.
 void resolve_device_and_job(const CommandLine& cli, const DeviceAvailability& devices,
