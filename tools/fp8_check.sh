@@ -11,13 +11,15 @@
 #   SKIP_TESTS=1 SKIP_SANITIZER=1 tools/fp8_check.sh  # speed only
 #   CONVERGE=2000 tools/fp8_check.sh                 # and 2000 steps of d12, bf16 against fp8
 #   CONVERGE=2000 CONVERGE_MODELS="d12 gpt2-medium" SKIP_BENCH=1 tools/fp8_check.sh
+#   CONVERGE_CONCURRENT=1 ...                        # the convergence runs all at once
 #   FP8_ARGS="--fp8-classifier off" tools/fp8_check.sh  # the fp8 runs with these options
 #
 # Environment: BUILD_DIR (build-gpu), OUT_DIR (out/fp8-check), CUDA_ARCH (90a), MODELS
 # ("d12 gpt2-medium gpt2-large"), STEPS (30; 12 for models wider than d12), PASSES (2), WIDTHS
 # (gpt2-gemm-bench --widths, "768,1024,1280"), SKIP_TESTS, SKIP_SANITIZER, SKIP_BENCH,
-# CONVERGE (steps; unset: none), CONVERGE_MODELS ("d12"), FP8_ARGS (more gpt2-train options for
-# the fp8 runs). Every gpt2-train run writes OUT_DIR/<name>/ and <name>.log.
+# CONVERGE (steps; unset: none), CONVERGE_MODELS ("d12"), CONVERGE_CONCURRENT (set: the
+# convergence runs at once), FP8_ARGS (more gpt2-train options for the fp8 runs). Every
+# gpt2-train run writes OUT_DIR/<name>/ and <name>.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -109,15 +111,27 @@ for model in $MODELS; do
 done
 
 if [ -n "${CONVERGE:-}" ]; then
-  for model in ${CONVERGE_MODELS:-d12}; do
-    section "convergence: $model, $CONVERGE steps, bf16 and fp8 from --seed 1337"
-    for precision in bf16 fp8; do
-      extra=""
-      [ "$precision" = fp8 ] && extra=${FP8_ARGS:-}
-      # shellcheck disable=SC2086
-      train "converge-$model-$precision" "$model" "$precision" "$CONVERGE" --val-every 100 \
-        --seed 1337 $extra || true
+  # converge MODEL PRECISION: one run of the pair, from --seed 1337.
+  converge() {
+    local extra=""
+    [ "$2" = fp8 ] && extra=${FP8_ARGS:-}
+    # shellcheck disable=SC2086
+    train "converge-$1-$2" "$1" "$2" "$CONVERGE" --val-every 100 --seed 1337 $extra || true
+  }
+  section "convergence: ${CONVERGE_MODELS:-d12}, $CONVERGE steps, bf16 and fp8 from --seed 1337"
+  if [ -n "${CONVERGE_CONCURRENT:-}" ]; then
+    # Every run at once on the one GPU: the same losses, in about the time of the longest
+    # (their tokens/s and peak memory are then not the models' own).
+    for model in ${CONVERGE_MODELS:-d12}; do
+      for precision in bf16 fp8; do converge "$model" "$precision" & done
     done
+    wait
+  else
+    for model in ${CONVERGE_MODELS:-d12}; do
+      for precision in bf16 fp8; do converge "$model" "$precision"; done
+    done
+  fi
+  for model in ${CONVERGE_MODELS:-d12}; do
     "$BUILD_DIR/gpt2-compare-runs" --run "bf16=$OUT_DIR/converge-$model-bf16" \
       --run "fp8=$OUT_DIR/converge-$model-fp8" --out "$OUT_DIR/converge-$model" \
       --title "$model, $CONVERGE steps, bf16 against fp8" || failed=1
