@@ -13,13 +13,18 @@
 #   CONVERGE=2000 CONVERGE_MODELS="d12 gpt2-medium" SKIP_BENCH=1 tools/fp8_check.sh
 #   CONVERGE_CONCURRENT=1 ...                        # the convergence runs all at once
 #   FP8_ARGS="--fp8-classifier off" tools/fp8_check.sh  # the fp8 runs with these options
+#   BEFORE=before MODELS=gpt2-medium PASSES=3 SKIP_TESTS=1 SKIP_SANITIZER=1 SKIP_BENCH=1 \
+#     tools/fp8_check.sh    # and fp8 from the source tree in before/ (git archive of a commit)
 #
 # Environment: BUILD_DIR (build-gpu), OUT_DIR (out/fp8-check), CUDA_ARCH (90a), MODELS
 # ("d12 gpt2-medium gpt2-large"), STEPS (30; 12 for models wider than d12), PASSES (2), WIDTHS
 # (gpt2-gemm-bench --widths, "768,1024,1280"), SKIP_TESTS, SKIP_SANITIZER, SKIP_BENCH,
 # CONVERGE (steps; unset: none), CONVERGE_MODELS ("d12"), CONVERGE_CONCURRENT (set: the
-# convergence runs at once), FP8_ARGS (more gpt2-train options for the fp8 runs). Every
-# gpt2-train run writes OUT_DIR/<name>/ and <name>.log.
+# convergence runs at once), FP8_ARGS (more gpt2-train options for the fp8 runs), BEFORE (a
+# source tree: its gpt2-train built in BEFORE/build-gpu, and its fp8 run beside each pair: an
+# A/B of a change in one call), RUN_TIMEOUT (900: seconds for one gpt2-train run; set it so
+# that the whole command ends inside a device call's limit). Every gpt2-train run writes
+# OUT_DIR/<name>/ and <name>.log, its line of the table as soon as it ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,6 +48,13 @@ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES
 cmake --build "$BUILD_DIR" -j "$(nproc)" \
   --target test_gpu gpt2-train gpt2-gemm-bench gpt2-compare-runs \
   >"$OUT_DIR/build.log" 2>&1 || { grep -E "error" -A3 "$OUT_DIR/build.log" | head -40; exit 1; }
+if [ -n "${BEFORE:-}" ]; then
+  section "configure and build $BEFORE/build-gpu (gpt2-train)"
+  (cd "$BEFORE" && cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release \
+     -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" && cmake --build build-gpu -j "$(nproc)" \
+     --target gpt2-train) >"$OUT_DIR/build-before.log" 2>&1 ||
+    { grep -E "error" -A3 "$OUT_DIR/build-before.log" | head -40; exit 1; }
+fi
 grep -E "warning" "$OUT_DIR/build.log" || true
 
 FP8_TESTS='*Fp8*'
@@ -76,11 +88,13 @@ if [ -z "${SKIP_BENCH:-}" ]; then
     failed=1
 fi
 
-# train NAME MODEL PRECISION STEPS [gpt2-train options...]: one run into OUT_DIR/NAME.
+# [TRAIN=binary] train NAME MODEL PRECISION STEPS [gpt2-train options...]: one run into
+# OUT_DIR/NAME.
 train() {
   local name=$1 model=$2 precision=$3 steps=$4
   shift 4
-  if timeout 900 "$BUILD_DIR/gpt2-train" --model "$model" --precision "$precision" \
+  if timeout "${RUN_TIMEOUT:-900}" "${TRAIN:-$BUILD_DIR/gpt2-train}" --model "$model" \
+      --precision "$precision" \
       --steps "$steps" --save-final 0 --overwrite --out "$OUT_DIR/$name" "$@" \
       >"$OUT_DIR/$name.log" 2>&1; then
     return 0
@@ -107,6 +121,14 @@ for model in $MODELS; do
     printf '| %-12s | %-4s | %14s | %14s | %6s | %12s | %12s |\n' "$model" "$pass" "$bf16" "$fp8" \
       "$(awk -v a="$fp8" -v b="$bf16" 'BEGIN { printf "%.3f", a / b }')" \
       "$(peak "$OUT_DIR/$model-bf16-$pass.log")" "$(peak "$OUT_DIR/$model-fp8-$pass.log")"
+    if [ -n "${BEFORE:-}" ]; then
+      # shellcheck disable=SC2086
+      TRAIN="$BEFORE/build-gpu/gpt2-train" train "$model-fp8before-$pass" "$model" fp8 \
+        "$steps" --val-every 0 ${FP8_ARGS:-} || continue
+      before=$(throughput "$OUT_DIR/$model-fp8before-$pass.log")
+      printf '| %-12s | %-4s | %14s | %14s | %6s | (fp8 of %s) |\n' "$model" "$pass" "$bf16" \
+        "$before" "$(awk -v a="$before" -v b="$bf16" 'BEGIN { printf "%.3f", a / b }')" "$BEFORE"
+    fi
   done
 done
 
