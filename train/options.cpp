@@ -142,6 +142,13 @@ struct ParsedOptions {
   const cxxopts::ParseResult& result;
   std::string text(const char* name) const { return result[name].as<std::string>(); }
   bool given(const char* name) const { return result.count(name) > 0; }
+  /// An on | off option's value; anything else is a usage error naming the option.
+  bool on_off(const char* name) const {
+    const std::string value = text(name);
+    if (value != "on" && value != "off")
+      GPT2_USAGE_FAIL("--", name, " must be on or off (got '", value, "')");
+    return value == "on";
+  }
 };
 
 // The data, the model and its shape, the device, attention and precision.
@@ -262,26 +269,14 @@ void parse_parallel_and_kernels(const ParsedOptions& o, CommandLine& cli) {
   }
   model.classifier_chunk_rows =
       parse_count("classifier-chunk-rows", text("classifier-chunk-rows"));
-  if (given("fp8-classifier")) {
-    const std::string fp8_classifier = text("fp8-classifier");
-    if (fp8_classifier != "on" && fp8_classifier != "off")
-      GPT2_USAGE_FAIL("--fp8-classifier must be on or off (got '", fp8_classifier, "')");
-    cli.fp8_classifier = fp8_classifier == "on";
-  }
-  if (given("fp8-fast-accumulation")) {
-    const std::string fast = text("fp8-fast-accumulation");
-    if (fast != "on" && fast != "off")
-      GPT2_USAGE_FAIL("--fp8-fast-accumulation must be on or off (got '", fast, "')");
-    cli.fp8_fast_accumulation = fast == "on";
-  }
+  if (given("fp8-classifier")) cli.fp8_classifier = o.on_off("fp8-classifier");
+  if (given("fp8-fast-accumulation"))
+    cli.fp8_fast_accumulation = o.on_off("fp8-fast-accumulation");
   const std::string recompute = text("recompute");
   if (recompute != "none" && recompute != "fc")
     GPT2_USAGE_FAIL("--recompute must be none or fc (got '", recompute, "')");
   model.recompute_fc = recompute == "fc";
-  const std::string cuda_graph = text("cuda-graph");
-  if (cuda_graph != "on" && cuda_graph != "off")
-    GPT2_USAGE_FAIL("--cuda-graph must be on or off (got '", cuda_graph, "')");
-  model.cuda_graphs = cuda_graph == "on";
+  model.cuda_graphs = o.on_off("cuda-graph");
 }
 
 }  // namespace
