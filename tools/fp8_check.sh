@@ -10,28 +10,29 @@
 #   MODELS="d12 gpt2-large" PASSES=1 tools/fp8_check.sh
 #   SKIP_TESTS=1 SKIP_SANITIZER=1 tools/fp8_check.sh  # speed only
 #   CONVERGE=2000 tools/fp8_check.sh                 # and 2000 steps of d12, bf16 against fp8
-#   CONVERGE=2000 CONVERGE_MODELS="d12 gpt2-medium" SKIP_BENCH=1 tools/fp8_check.sh
+#   CONVERGE=2000 CONVERGE_MODELS="d12 gpt2-medium" MODELS= SKIP_BENCH=1 tools/fp8_check.sh
 #   CONVERGE_CONCURRENT=1 ...                        # the convergence runs all at once
 #   FP8_ARGS="--fp8-classifier off" tools/fp8_check.sh  # the fp8 runs with these options
 #   BEFORE=before MODELS=gpt2-medium PASSES=3 SKIP_TESTS=1 SKIP_SANITIZER=1 SKIP_BENCH=1 \
 #     tools/fp8_check.sh    # and fp8 from the source tree in before/ (git archive of a commit)
 #
 # Environment: BUILD_DIR (build-gpu), OUT_DIR (out/fp8-check), CUDA_ARCH (90a), MODELS
-# ("d12 gpt2-medium gpt2-large"), STEPS (30; 12 for models wider than d12), PASSES (2), WIDTHS
-# (gpt2-gemm-bench --widths, "768,1024,1280"), SKIP_TESTS, SKIP_SANITIZER, SKIP_BENCH,
-# CONVERGE (steps; unset: none), CONVERGE_MODELS ("d12"), CONVERGE_CONCURRENT (set: the
-# convergence runs at once), FP8_ARGS (more gpt2-train options for the fp8 runs), BEFORE (a
-# source tree: its gpt2-train built in BEFORE/build-gpu, and its fp8 run beside each pair: an
-# A/B of a change in one call), RUN_TIMEOUT (900: seconds for one gpt2-train run; set it so
-# that the whole command ends inside a device call's limit). Every gpt2-train run writes
-# OUT_DIR/<name>/ and <name>.log, its line of the table as soon as it ends.
+# ("d12 gpt2-medium gpt2-large" when unset; set and empty: no throughput table), STEPS (30; 12
+# for models wider than d12), PASSES (2), WIDTHS (gpt2-gemm-bench --widths, "768,1024,1280"),
+# SKIP_TESTS, SKIP_SANITIZER, SKIP_BENCH, CONVERGE (steps; unset: none), CONVERGE_MODELS
+# ("d12"), CONVERGE_CONCURRENT (set: the convergence runs at once), FP8_ARGS (more gpt2-train
+# options for the fp8 runs), BEFORE (a source tree: its gpt2-train built in BEFORE/build-gpu,
+# and its fp8 run beside each pair: an A/B of a change in one call), RUN_TIMEOUT (900: seconds
+# for one gpt2-train run; set it so that the whole command ends inside a device call's limit).
+# Every gpt2-train run writes OUT_DIR/<name>/ and <name>.log, its line of the table as soon as
+# it ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 OUT_DIR=${OUT_DIR:-out/fp8-check}
 CUDA_ARCH=${CUDA_ARCH:-90a}
-MODELS=${MODELS:-d12 gpt2-medium gpt2-large}
+MODELS=${MODELS-d12 gpt2-medium gpt2-large}  # set but empty: no throughput table
 PASSES=${PASSES:-2}
 WIDTHS=${WIDTHS:-768,1024,1280}
 mkdir -p "$OUT_DIR"
@@ -107,9 +108,11 @@ train() {
 throughput() { grep -E "^  throughput " "$1" | awk '{print $2}' | head -n 1; }
 peak() { grep -E "^  peak memory" "$1" | awk '{print $3, $4}'; }
 
-section "bf16 against fp8, B=16, T=1024, interleaved $PASSES times"
-printf '| %-12s | %-4s | %14s | %14s | %6s | %12s | %12s |\n' model pass "bf16 tokens/s" \
-  "fp8 tokens/s" "ratio" "bf16 peak" "fp8 peak"
+if [ -n "$MODELS" ]; then
+  section "bf16 against fp8, B=16, T=1024, interleaved $PASSES times"
+  printf '| %-12s | %-4s | %14s | %14s | %6s | %12s | %12s |\n' model pass "bf16 tokens/s" \
+    "fp8 tokens/s" "ratio" "bf16 peak" "fp8 peak"
+fi
 for model in $MODELS; do
   steps=${STEPS:-$([ "$model" = d12 ] && echo 30 || echo 12)}
   for ((pass = 1; pass <= PASSES; ++pass)); do
