@@ -61,12 +61,6 @@ void fp8_cast_transpose(const T_* in, int64_t rows, int64_t cols, const float* s
                         cpu::Fp8Format format, uint8_t* out, uint8_t* out_t, float* amax,
                         cudaStream_t stream, const Fp8CastFusion<T_>& fusion = {});
 
-/// out_t (cols, rows) = in (rows, cols) transposed: FP8 codes (bytes) written in one order by
-/// their producer (a GEMM to codes, matmul_fp8.cuh) wanted in the other. With amax_from set,
-/// also *amax = max(*amax, *amax_from) when *amax_from is finite: a GEMM's amax, which cuBLASLt
-/// overwrites rather than raises, carried into a running one. Any rows, cols >= 0.
-void fp8_transpose(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out_t,
-                   const float* amax_from, float* amax, cudaStream_t stream);
 
 /// One tensor of a grouped cast: fp8_cast_transpose's arguments.
 template <typename T_>

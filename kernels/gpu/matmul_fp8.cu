@@ -7,11 +7,7 @@
  * cuBLASLt's m = N, n = M, k = K, A operand = B transposed ("T"), B operand = A ("N"), leading
  * dimensions K, K and N. The scales go in as CUBLASLT_MATMUL_DESC_{A,B}_SCALE_POINTER (the
  * multipliers that dequantize each operand); the epilogues (bias, GELU with its aux output,
- * DGELU) and beta = 1 as matmul.cu uses them, the aux matrix bf16 with out's layout. An E4M3
- * output (try_matmul_fp8_to_codes) takes D_SCALE and AMAX_D pointers and a bf16 C layout
- * beside the E4M3 D, with no C pointer (beta = 0; at D's address cuBLASLt refuses it). Its
- * GELU aux can only be bf16 here: cuBLAS 13 offers no algorithm for an FP16 or E4M3 aux on an
- * H200. Split-K
+ * DGELU) and beta = 1 as matmul.cu uses them, the aux matrix bf16 with out's layout. Split-K
  * only with fp32 partials, as in matmul.cu. Descriptors and the heuristic's candidate
  * algorithms are made once per shape, epilogue and alignment and kept in the Context
  * (fp8_matmul_plans); the heuristic may rank first an algorithm that cublasLtMatmul then
@@ -50,13 +46,12 @@ struct Fp8Plan {
 
 struct Fp8PlanKey {
   int m, n, k;
-  bool a_e5m2, b_e5m2, accumulate, codes_out, fast_accumulation;
+  bool a_e5m2, b_e5m2, accumulate, fast_accumulation;
   cublasLtEpilogue_t epilogue;
   uint32_t align_a, align_b, align_d;
   bool operator==(const Fp8PlanKey& o) const {
     return m == o.m && n == o.n && k == o.k && a_e5m2 == o.a_e5m2 && b_e5m2 == o.b_e5m2 &&
-           accumulate == o.accumulate && codes_out == o.codes_out &&
-           fast_accumulation == o.fast_accumulation && epilogue == o.epilogue &&
+           accumulate == o.accumulate && fast_accumulation == o.fast_accumulation && epilogue == o.epilogue &&
            align_a == o.align_a && align_b == o.align_b && align_d == o.align_d;
   }
 };
@@ -64,25 +59,15 @@ struct Fp8PlanKey {
 struct Fp8PlanKeyHash {
   size_t operator()(const Fp8PlanKey& key) const {
     return hash_key_fields({key.m, key.n, key.k, key.a_e5m2, key.b_e5m2, key.accumulate,
-                            key.codes_out, key.fast_accumulation, int64_t(key.epilogue),
+                            key.fast_accumulation, int64_t(key.epilogue),
                             key.align_a, key.align_b, key.align_d});
   }
 };
 
 using Fp8PlanCache = std::unordered_map<Fp8PlanKey, std::unique_ptr<Fp8Plan>, Fp8PlanKeyHash>;
 
-/// An E4M3 output's scale and amax (FP8-output GEMMs only).
-struct CodesOut {
-  const float* scale = nullptr;
-  float* amax = nullptr;
-};
-
 void set_call_pointers(cublasLtMatmulDesc_t op, const Fp8Operand& a, const Fp8Operand& b,
-                       const Fp8Epilogue& e, const CodesOut* codes) {
-  if (codes) {
-    set_desc(op, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, codes->scale);
-    if (codes->amax) set_desc(op, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, codes->amax);
-  }
+                       const Fp8Epilogue& e) {
   // cuBLASLt's A operand is our B.
   set_desc(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, b.inverse_scale);
   set_desc(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, a.inverse_scale);
@@ -92,12 +77,12 @@ void set_call_pointers(cublasLtMatmulDesc_t op, const Fp8Operand& a, const Fp8Op
 }
 
 Fp8Plan& fp8_plan(const Context& ctx, const void* out, const Fp8Operand& a, const Fp8Operand& b,
-                  const Fp8Epilogue& e, const CodesOut* codes, int M, int N, int K) {
+                  const Fp8Epilogue& e, int M, int N, int K) {
   std::shared_ptr<void>& slot = ctx.fp8_matmul_plans();
   if (!slot) slot = std::make_shared<Fp8PlanCache>();
   Fp8PlanCache& cache = *static_cast<Fp8PlanCache*>(slot.get());
   const Fp8PlanKey key{N, M, K, a.format == cpu::Fp8Format::kE5M2,
-                       b.format == cpu::Fp8Format::kE5M2, e.accumulate, codes != nullptr,
+                       b.format == cpu::Fp8Format::kE5M2, e.accumulate,
                        e.fast_accumulation, epilogue_of(e),
                        alignment_bytes(b.codes), alignment_bytes(a.codes), alignment_bytes(out)};
   std::unique_ptr<Fp8Plan>& entry = cache[key];
@@ -115,19 +100,15 @@ Fp8Plan& fp8_plan(const Context& ctx, const void* out, const Fp8Operand& a, cons
     set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(N));
     set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, CUDA_R_16BF);
   }
-  set_call_pointers(desc.op, a, b, e, codes);
+  set_call_pointers(desc.op, a, b, e);
   GPT2_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.a, cuda_type(b.format), K, N, K));
   GPT2_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.b, cuda_type(a.format), K, M, K));
-  GPT2_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.d, codes ? CUDA_R_8F_E4M3 : CUDA_R_16BF, N,
-                                               M, N));
-  // An FP8 output keeps a bf16 C (unread: beta = 0).
-  if (codes) GPT2_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.c, CUDA_R_16BF, N, M, N));
-  const cublasLtMatrixLayout_t c_layout = codes ? desc.c : desc.d;
+  GPT2_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.d, CUDA_R_16BF, N, M, N));
   make_preference(ctx, desc, key.align_a, key.align_b, key.align_d);
   cublasLtMatmulHeuristicResult_t results[kCandidateAlgorithms] = {};
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      ctx.cublaslt(), desc.op, desc.a, desc.b, c_layout, desc.d, desc.preference,
+      ctx.cublaslt(), desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference,
       kCandidateAlgorithms, results, &found);
   if (status == CUBLAS_STATUS_SUCCESS)
     for (int i = 0; i < found; ++i) plan->candidates.push_back(results[i].algo);
@@ -135,10 +116,10 @@ Fp8Plan& fp8_plan(const Context& ctx, const void* out, const Fp8Operand& a, cons
   return *entry;
 }
 
-/// One GEMM to bf16 (codes null) or E4M3 codes: the checks, the plan, the first candidate
-/// algorithm that runs.
-bool run_fp8_gemm(void* out, const CodesOut* codes, const Fp8Operand& a, const Fp8Operand& b,
-                  int M, int N, int K, const Fp8Epilogue& epilogue, const Context& ctx) {
+}  // namespace
+
+bool try_matmul_fp8(__nv_bfloat16* out, const Fp8Operand& a, const Fp8Operand& b, int M, int N,
+                    int K, const Fp8Epilogue& epilogue, const Context& ctx) {
   GPT2_CHECK(M >= 1 && N >= 1 && K >= 1, "an FP8 GEMM of M=", M, " N=", N, " K=", K);
   GPT2_CHECK(K % 16 == 0 && N % 16 == 0, "FP8 GEMMs need K and N multiples of 16 (K=", K,
              ", N=", N, ")");
@@ -150,21 +131,13 @@ bool run_fp8_gemm(void* out, const CodesOut* codes, const Fp8Operand& a, const F
   GPT2_CHECK(alignment_bytes(a.inverse_scale) >= 16 && alignment_bytes(b.inverse_scale) >= 16,
              "FP8 GEMM scales must sit on 16-byte boundaries");
   GPT2_CHECK(!(epilogue.gelu_aux && epilogue.dgelu_aux), "GELU and DGELU in one FP8 GEMM");
-  GPT2_CHECK(!codes || (codes->scale && !epilogue.accumulate),
-             "an FP8 GEMM to codes needs the output's scale and does not accumulate");
-  GPT2_CHECK(!codes || (alignment_bytes(codes->scale) >= 16 && alignment_bytes(codes->amax) >= 16),
-             "an FP8 GEMM's output scale and amax must sit on 16-byte boundaries");
-  Fp8Plan& plan = fp8_plan(ctx, out, a, b, epilogue, codes, M, N, K);
-  set_call_pointers(plan.desc.op, a, b, epilogue, codes);
-  // An FP8 output takes no C pointer: cuBLASLt refuses (INVALID_VALUE) a C at D's address when
-  // their types differ, and beta = 0 reads none.
-  const cublasLtMatrixLayout_t c_layout = codes ? plan.desc.c : plan.desc.d;
-  void* c = codes ? nullptr : out;
+  Fp8Plan& plan = fp8_plan(ctx, out, a, b, epilogue, M, N, K);
+  set_call_pointers(plan.desc.op, a, b, epilogue);
   const float alpha = 1.0f, beta = epilogue.accumulate ? 1.0f : 0.0f;
   for (; plan.chosen < plan.candidates.size(); ++plan.chosen) {
     const cublasStatus_t status = cublasLtMatmul(
         ctx.cublaslt(), plan.desc.op, &alpha, b.codes, plan.desc.a, a.codes, plan.desc.b, &beta,
-        c, c_layout, out, plan.desc.d, &plan.candidates[plan.chosen], ctx.lt_workspace(),
+        out, plan.desc.d, out, plan.desc.d, &plan.candidates[plan.chosen], ctx.lt_workspace(),
         ctx.lt_workspace_bytes(), ctx.stream());
     if (status == CUBLAS_STATUS_NOT_SUPPORTED && !plan.settled) continue;
     GPT2_CUBLAS_CHECK(status);
@@ -172,20 +145,6 @@ bool run_fp8_gemm(void* out, const CodesOut* codes, const Fp8Operand& a, const F
     return true;
   }
   return false;
-}
-
-}  // namespace
-
-bool try_matmul_fp8(__nv_bfloat16* out, const Fp8Operand& a, const Fp8Operand& b, int M, int N,
-                    int K, const Fp8Epilogue& epilogue, const Context& ctx) {
-  return run_fp8_gemm(out, nullptr, a, b, M, N, K, epilogue, ctx);
-}
-
-bool try_matmul_fp8_to_codes(uint8_t* out, const float* out_scale, float* out_amax,
-                             const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K,
-                             const Fp8Epilogue& epilogue, const Context& ctx) {
-  const CodesOut codes{out_scale, out_amax};
-  return run_fp8_gemm(out, &codes, a, b, M, N, K, epilogue, ctx);
 }
 
 void matmul_fp8(__nv_bfloat16* out, const Fp8Operand& a, const Fp8Operand& b,

@@ -52,16 +52,6 @@ struct Fp8Epilogue {
 bool try_matmul_fp8(__nv_bfloat16* out, const Fp8Operand& a, const Fp8Operand& b, int M, int N,
                     int K, const Fp8Epilogue& epilogue, const Context& ctx);
 
-/// The GEMM with its output as E4M3 codes (the next GEMM's operand, with no cast between):
-/// out (M, N) = the codes of epilogue(product) * (*out_scale), saturating; *out_amax (device,
-/// optional) is set (not raised) to the largest |epilogue(product)|, before the scale, as
-/// cuBLASLt computes it; both pointers on 16-byte boundaries, as the operands' scales. The
-/// GELU's aux output stays bf16. No accumulation. false (nothing
-/// launched) when cuBLASLt has no algorithm for it here.
-bool try_matmul_fp8_to_codes(uint8_t* out, const float* out_scale, float* out_amax,
-                             const Fp8Operand& a, const Fp8Operand& b, int M, int N, int K,
-                             const Fp8Epilogue& epilogue, const Context& ctx);
-
 /// try_matmul_fp8, throwing gpt2::Error when it cannot run.
 void matmul_fp8(__nv_bfloat16* out, const Fp8Operand& a, const Fp8Operand& b, int M, int N,
                 int K, const Fp8Epilogue& epilogue, const Context& ctx);
