@@ -12,11 +12,18 @@
  * loss, empty where a run has none), OUT/curves.svg (two panels: the train loss as means of
  * --smooth steps, the val loss; base/svg_plot.h), and prints per run the final train loss (mean
  * of the last --smooth steps), the final and lowest val loss, and each relative to the first
- * run. Exit 2 for a bad command line, 1 for a run that cannot be read or has no loss.
+ * run. With --axis time the curves are against each run's training time instead (the sum of
+ * its steps' "ms", evaluation not included: the runs at equal time, where a faster precision
+ * shows its gain), the CSV's first column is seconds, and the table adds each run's val loss at
+ * the latest time every run reached with a validation (linear between its validations). Exit 2
+ * for a bad command line, 1 for a run that cannot be read, has no loss, or (--axis time) lacks
+ * a step's time.
  */
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -38,8 +45,41 @@ const char* const kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7
 struct Run {
   std::string name;
   std::string metrics_file;
-  LossCurves curves;
+  LossCurves curves;  // x: the step, or with --axis time the training time in seconds
+  double last_step = 0.0;
 };
+
+/// The curves against the training time: each point's x becomes the sum of the "ms" of every
+/// step up to its own, in seconds. Throws gpt2::Error when a step with a loss has no time.
+void put_on_time_axis(Run& run) {
+  std::vector<PlotPoint>& ms = run.curves.step_ms;
+  std::vector<double> seconds(ms.size());  // at the end of step ms[i].x
+  double sum = 0.0;
+  for (size_t i = 0; i < ms.size(); ++i) seconds[i] = (sum += ms[i].y) / 1000.0;
+  auto to_time = [&](std::vector<PlotPoint>& points) {
+    for (PlotPoint& p : points) {
+      const auto it = std::lower_bound(ms.begin(), ms.end(), p.x,
+                                       [](const PlotPoint& a, double step) { return a.x < step; });
+      if (it == ms.end() || it->x != p.x)
+        GPT2_FAIL("run ", run.name, ": step ", p.x, " in ", run.metrics_file,
+                  " has no \"ms\"; --axis time needs every step's time");
+      p.x = seconds[static_cast<size_t>(it - ms.begin())];
+    }
+  };
+  to_time(run.curves.train);
+  to_time(run.curves.val);
+}
+
+/// A val curve's loss at x, linear between its points; NaN outside them.
+double val_at(const std::vector<PlotPoint>& val, double x) {
+  for (size_t i = 0; i < val.size(); ++i) {
+    if (val[i].x == x) return val[i].y;
+    if (i > 0 && val[i - 1].x < x && x < val[i].x)
+      return val[i - 1].y + (val[i].y - val[i - 1].y) * (x - val[i - 1].x) /
+                                (val[i].x - val[i - 1].x);
+  }
+  return std::nan("");
+}
 
 Run parse_run(const std::string& text) {
   const size_t eq = text.find('=');
@@ -62,7 +102,7 @@ double mean_of_last(const std::vector<PlotPoint>& points, size_t count) {
   return sum / static_cast<double>(points.size() - first);
 }
 
-std::string curves_csv(const std::vector<Run>& runs) {
+std::string curves_csv(const std::vector<Run>& runs, bool time_axis) {
   // step -> (run, train or val) -> loss
   std::map<double, std::vector<std::string>> rows;
   for (size_t r = 0; r < runs.size(); ++r) {
@@ -77,7 +117,7 @@ std::string curves_csv(const std::vector<Run>& runs) {
     put(runs[r].curves.val, 2 * r + 1);
   }
   std::ostringstream csv;
-  csv << "step";
+  csv << (time_axis ? "seconds" : "step");
   for (const Run& run : runs) csv << ',' << run.name << "_train_loss," << run.name << "_val_loss";
   csv << '\n';
   for (const auto& [step, row] : rows) {
@@ -88,11 +128,13 @@ std::string curves_csv(const std::vector<Run>& runs) {
   return csv.str();
 }
 
-std::string curves_svg(const std::vector<Run>& runs, size_t smooth, const std::string& title) {
+std::string curves_svg(const std::vector<Run>& runs, size_t smooth, bool time_axis,
+                       const std::string& title) {
   PlotPanel train, val;
   train.title = smooth > 1 ? str_cat("train loss (mean of ", smooth, " steps)") : "train loss";
   val.title = "val loss";
-  train.x_label = val.x_label = "step";
+  train.x_label = val.x_label =
+      time_axis ? "training time, s (evaluation not included)" : "step";
   train.y_from_zero = val.y_from_zero = false;
   for (size_t r = 0; r < runs.size(); ++r) {
     PlotSeries series;
@@ -121,6 +163,7 @@ int compare_main(int argc, char** argv) {
       ("out", "folder for curves.csv and curves.svg", cxxopts::value<std::string>()->default_value("out/compare"))
       ("smooth", "train-loss steps per plotted mean and in the final train loss", cxxopts::value<std::string>()->default_value("20"))
       ("title", "the figure's title", cxxopts::value<std::string>()->default_value("loss curves"))
+      ("axis", "step | time: the curves against the step or the training time (each run's steps' ms)", cxxopts::value<std::string>()->default_value("step"))
       ("h,help", "print this help");
   const cxxopts::ParseResult args = parse_tool_options(cli, argc, argv);
   if (args.count("help")) {
@@ -131,6 +174,10 @@ int compare_main(int argc, char** argv) {
   const size_t smooth =
       static_cast<size_t>(parse_positive_int("smooth", args["smooth"].as<std::string>()));
   const std::string out = args["out"].as<std::string>();
+  const std::string x_axis = args["axis"].as<std::string>();
+  if (x_axis != "step" && x_axis != "time")
+    GPT2_USAGE_FAIL("--axis takes step or time (got '", x_axis, "')");
+  const bool time_axis = x_axis == "time";
   std::vector<Run> runs;
   for (const std::string& text : args["run"].as<std::vector<std::string>>())
     runs.push_back(parse_run(text));
@@ -138,13 +185,26 @@ int compare_main(int argc, char** argv) {
     run.curves = read_loss_curves(run.metrics_file);
     if (run.curves.train.empty())
       GPT2_FAIL("run ", run.name, ": no finite train loss in ", run.metrics_file);
+    run.last_step = run.curves.train.back().x;
+    if (time_axis) put_on_time_axis(run);
   }
-  write_text_file((std::filesystem::path(out) / "curves.csv").string(), curves_csv(runs));
+  write_text_file((std::filesystem::path(out) / "curves.csv").string(),
+                  curves_csv(runs, time_axis));
   write_text_file((std::filesystem::path(out) / "curves.svg").string(),
-                  curves_svg(runs, smooth, args["title"].as<std::string>()));
+                  curves_svg(runs, smooth, time_axis, args["title"].as<std::string>()));
 
-  std::printf("%-12s %6s %12s %12s %16s %10s %10s\n", "run", "steps", "final train",
-              "final val", "lowest val (step)", "train/1st", "val/1st");
+  // --axis time: every run's val loss at the latest time all of them reached with a validation.
+  double common_time = std::numeric_limits<double>::infinity();
+  for (const Run& run : runs)
+    common_time = std::min(common_time, run.curves.val.empty() ? 0.0 : run.curves.val.back().x);
+  const bool at_time = time_axis && common_time > 0.0;
+  const double val_at_time0 = at_time ? val_at(runs[0].curves.val, common_time) : 0.0;
+  std::printf("%-12s %6s %12s %12s %16s %10s %10s", "run", "steps", "final train", "final val",
+              time_axis ? "lowest val (s)" : "lowest val (step)", "train/1st", "val/1st");
+  char at_label[48];
+  std::snprintf(at_label, sizeof at_label, "val at %.1f s", common_time);
+  if (at_time) std::printf(" %16s %10s", at_label, "/1st");
+  std::printf("\n");
   const double train0 = mean_of_last(runs[0].curves.train, smooth);
   const double val0 = runs[0].curves.val.empty() ? 0.0 : runs[0].curves.val.back().y;
   for (const Run& run : runs) {
@@ -155,12 +215,20 @@ int compare_main(int argc, char** argv) {
           run.curves.val.begin(), run.curves.val.end(),
           [](const PlotPoint& a, const PlotPoint& b) { return a.y < b.y; });
       final_val = str_cat(run.curves.val.back().y);
-      lowest = str_cat(best.y, " (", best.x, ")");
+      char where[32];
+      std::snprintf(where, sizeof where, time_axis ? "%.1f" : "%.0f", best.x);
+      lowest = str_cat(best.y, " (", where, ")");
       if (val0 > 0.0) val_ratio = str_cat(run.curves.val.back().y / val0);
     }
-    std::printf("%-12s %6.0f %12.6f %12s %16s %10.5f %10s\n", run.name.c_str(),
-                run.curves.train.back().x, train, final_val.c_str(), lowest.c_str(),
-                train / train0, val_ratio.c_str());
+    std::printf("%-12s %6.0f %12.6f %12s %16s %10.5f %10s", run.name.c_str(), run.last_step,
+                train, final_val.c_str(), lowest.c_str(), train / train0, val_ratio.c_str());
+    if (at_time) {
+      const double v = val_at(run.curves.val, common_time);
+      std::printf(" %16s %10s", std::isnan(v) ? "-" : str_cat(v).c_str(),
+                  std::isnan(v) || std::isnan(val_at_time0) ? "-"
+                                                             : str_cat(v / val_at_time0).c_str());
+    }
+    std::printf("\n");
   }
   std::printf("wrote %s/curves.csv and %s/curves.svg\n", out.c_str(), out.c_str());
   return 0;

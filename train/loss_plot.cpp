@@ -52,6 +52,8 @@ LossCurves read_loss_curves(const std::string& metrics_file) {
     if (!row.is_object() || !read_finite(row, "step", &step)) continue;  // a torn line
     if (read_finite(row, "loss", &loss)) curves.train.push_back({step, loss});
     if (read_finite(row, "val_loss", &loss)) curves.val.push_back({step, loss});
+    double ms = 0.0;
+    if (read_finite(row, "ms", &ms)) curves.step_ms.push_back({step, ms});
   }
   return curves;
 }

@@ -24,12 +24,13 @@ namespace gpt2 {
 
 constexpr int kMaxPlottedTrainPoints = 2000;
 
-/// A run's losses from its metrics.jsonl: (step, loss) of every step with a finite loss, and
-/// (step, val_loss) of every validation. Lines that do not parse are skipped. Throws
-/// gpt2::Error naming the file when it cannot be read.
+/// A run's losses from its metrics.jsonl: (step, loss) of every step with a finite loss,
+/// (step, val_loss) of every validation and (step, ms) of every step that gives its time. Lines
+/// that do not parse are skipped. Throws gpt2::Error naming the file when it cannot be read.
 struct LossCurves {
   std::vector<PlotPoint> train;
   std::vector<PlotPoint> val;
+  std::vector<PlotPoint> step_ms;  // (step, its time in ms) of every step that gives one
 };
 LossCurves read_loss_curves(const std::string& metrics_file);
 

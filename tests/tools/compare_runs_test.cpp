@@ -3,7 +3,8 @@
  * @brief gpt2-compare-runs end to end: two runs' metrics.jsonl (one given as its folder, one as
  * the file; a torn last line and a skipped step among them) give curves.csv with every step's
  * losses, curves.svg with both panels, and a table with the final and lowest losses relative to
- * the first run; a bad command line exits 2, a run without a readable loss exits 1.
+ * the first run; --axis time puts them at equal training time; a bad command line exits 2, a run
+ * without a readable loss (or, on the time axis, a step's time) exits 1.
  */
 #include <filesystem>
 #include <fstream>
@@ -58,6 +59,37 @@ TEST_F(CompareRunsTest, WritesCurvesAndTheTable) {
   EXPECT_NE(run.output.find("3 (3)"), std::string::npos) << run.output;  // lowest val, its step
 }
 
+// --axis time: each point at the sum of its run's step times so far (seconds); the table's val
+// loss at the latest time both runs reached with a validation, b's interpolated between its
+// validations: a at 3 s is 3.0; b validated at 1 s (3.6) and 3.5 s (3.1), so 3.2 at 3 s.
+TEST_F(CompareRunsTest, TimeAxisPutsTheRunsAtEqualTime) {
+  write("a.jsonl",
+        "{\"step\":1,\"loss\":4.0,\"ms\":1000}\n"
+        "{\"step\":2,\"loss\":3.0,\"val_loss\":3.5,\"ms\":1000}\n"
+        "{\"step\":3,\"loss\":2.0,\"val_loss\":3.0,\"ms\":1000}\n");
+  write("b.jsonl",
+        "{\"step\":1,\"loss\":4.0,\"val_loss\":3.6,\"ms\":1000}\n"
+        "{\"step\":2,\"loss\":null,\"ms\":500}\n"
+        "{\"step\":3,\"loss\":2.2,\"ms\":500}\n"
+        "{\"step\":4,\"loss\":2.0,\"val_loss\":3.1,\"ms\":1500}\n");
+  const CommandResult run =
+      run_binary(binary_, {"--run", "a=" + path("a.jsonl"), "--run", "b=" + path("b.jsonl"),
+                           "--out", path("cmp"), "--smooth", "1", "--axis", "time"});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  std::ifstream csv(path("cmp/curves.csv"));
+  const std::string text((std::istreambuf_iterator<char>(csv)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text,
+            "seconds,a_train_loss,a_val_loss,b_train_loss,b_val_loss\n"
+            "1,4,,4,3.6\n2,3,3.5,2.2,\n3,2,3,,\n3.5,,,2,3.1\n");
+  EXPECT_NE(run.output.find("val at 3.0 s"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find(" 3.2 "), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("1.06667"), std::string::npos) << run.output;  // 3.2 / 3.0
+  std::ifstream svg(path("cmp/curves.svg"));
+  const std::string figure((std::istreambuf_iterator<char>(svg)),
+                           std::istreambuf_iterator<char>());
+  EXPECT_NE(figure.find("training time, s"), std::string::npos);
+}
+
 TEST_F(CompareRunsTest, BadInputIsRefused) {
   write("a.jsonl", "{\"step\":1,\"loss\":4.0}\n");
   write("empty.jsonl", "{\"step\":1,\"loss\":null}\n");
@@ -72,6 +104,16 @@ TEST_F(CompareRunsTest, BadInputIsRefused) {
                 path("o")});
   EXPECT_EQ(no_loss.exit_code, 1);
   EXPECT_NE(no_loss.output.find("no finite train loss"), std::string::npos) << no_loss.output;
+  // --axis takes step or time; time needs every step's "ms" (a.jsonl has none).
+  EXPECT_EQ(run_binary(binary_, {"--run", "a=" + path("a.jsonl"), "--run", "b=" + path("a.jsonl"),
+                                 "--out", path("o"), "--axis", "tokens"})
+                .exit_code,
+            2);
+  const CommandResult no_time =
+      run_binary(binary_, {"--run", "a=" + path("a.jsonl"), "--run", "b=" + path("a.jsonl"),
+                           "--out", path("o"), "--axis", "time"});
+  EXPECT_EQ(no_time.exit_code, 1);
+  EXPECT_NE(no_time.output.find("needs every step's time"), std::string::npos) << no_time.output;
 }
 
 }  // namespace
