@@ -160,6 +160,11 @@ if [ -n "${CONVERGE:-}" ]; then
     "$BUILD_DIR/gpt2-compare-runs" --run "bf16=$OUT_DIR/converge-$model-bf16" \
       --run "fp8=$OUT_DIR/converge-$model-fp8" --out "$OUT_DIR/converge-$model" \
       --title "$model, $CONVERGE steps, bf16 against fp8" || failed=1
+    # At equal training time (meaningful when the runs did not share the GPU).
+    "$BUILD_DIR/gpt2-compare-runs" --run "bf16=$OUT_DIR/converge-$model-bf16" \
+      --run "fp8=$OUT_DIR/converge-$model-fp8" --out "$OUT_DIR/converge-$model-time" \
+      --axis time --title "$model, $CONVERGE steps, bf16 against fp8, at equal training time" ||
+      failed=1
   done
 fi
 
