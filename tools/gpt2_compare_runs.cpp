@@ -103,7 +103,7 @@ double mean_of_last(const std::vector<PlotPoint>& points, size_t count) {
 }
 
 std::string curves_csv(const std::vector<Run>& runs, bool time_axis) {
-  // step -> (run, train or val) -> loss
+  // x (step or seconds) -> (run, train or val) -> loss
   std::map<double, std::vector<std::string>> rows;
   for (size_t r = 0; r < runs.size(); ++r) {
     auto put = [&](const std::vector<PlotPoint>& points, size_t column) {
@@ -120,8 +120,8 @@ std::string curves_csv(const std::vector<Run>& runs, bool time_axis) {
   csv << (time_axis ? "seconds" : "step");
   for (const Run& run : runs) csv << ',' << run.name << "_train_loss," << run.name << "_val_loss";
   csv << '\n';
-  for (const auto& [step, row] : rows) {
-    csv << step;
+  for (const auto& [x, row] : rows) {
+    csv << x;
     for (size_t i = 0; i < 2 * runs.size(); ++i) csv << ',' << (i < row.size() ? row[i] : "");
     csv << '\n';
   }
