@@ -28,6 +28,10 @@ class CompareRunsTest : public testing::ScratchDirTest {
     std::filesystem::create_directories(std::filesystem::path(path(file)).parent_path());
     std::ofstream(path(file)) << text;
   }
+  std::string read(const std::string& file) {
+    std::ifstream in(path(file));
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
   const std::string binary_ = GPT2_COMPARE_RUNS_BINARY;
 };
 
@@ -42,14 +46,10 @@ TEST_F(CompareRunsTest, WritesCurvesAndTheTable) {
       binary_, {"--run", "bf16=" + path("a"), "--run", "fp8=" + path("b.jsonl"), "--out",
                 path("cmp"), "--smooth", "2"});
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  std::ifstream csv(path("cmp/curves.csv"));
-  const std::string text((std::istreambuf_iterator<char>(csv)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(text,
+  EXPECT_EQ(read("cmp/curves.csv"),
             "step,bf16_train_loss,bf16_val_loss,fp8_train_loss,fp8_val_loss\n"
             "1,4,,4,\n2,3,3.5,,3.6\n3,2,3,2.2,3.3\n");
-  std::ifstream svg(path("cmp/curves.svg"));
-  const std::string figure((std::istreambuf_iterator<char>(svg)),
-                           std::istreambuf_iterator<char>());
+  const std::string figure = read("cmp/curves.svg");
   EXPECT_NE(figure.find("train loss (mean of 2 steps)"), std::string::npos);
   EXPECT_NE(figure.find("val loss"), std::string::npos);
   // Final train loss = the mean of the last 2 steps: 2.5 and 3.1; final val 3 and 3.3 (1.1x).
@@ -76,17 +76,13 @@ TEST_F(CompareRunsTest, TimeAxisPutsTheRunsAtEqualTime) {
       run_binary(binary_, {"--run", "a=" + path("a.jsonl"), "--run", "b=" + path("b.jsonl"),
                            "--out", path("cmp"), "--smooth", "1", "--axis", "time"});
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  std::ifstream csv(path("cmp/curves.csv"));
-  const std::string text((std::istreambuf_iterator<char>(csv)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(text,
+  EXPECT_EQ(read("cmp/curves.csv"),
             "seconds,a_train_loss,a_val_loss,b_train_loss,b_val_loss\n"
             "1,4,,4,3.6\n2,3,3.5,2.2,\n3,2,3,,\n3.5,,,2,3.1\n");
   EXPECT_NE(run.output.find("val at 3.0 s"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find(" 3.2 "), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("1.06667"), std::string::npos) << run.output;  // 3.2 / 3.0
-  std::ifstream svg(path("cmp/curves.svg"));
-  const std::string figure((std::istreambuf_iterator<char>(svg)),
-                           std::istreambuf_iterator<char>());
+  const std::string figure = read("cmp/curves.svg");
   EXPECT_NE(figure.find("training time, s"), std::string::npos);
 }
 
