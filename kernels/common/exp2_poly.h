@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__CUDACC__)
 #define GPT2_EXP2_FN __host__ __device__ __forceinline__
@@ -46,23 +47,20 @@ GPT2_EXP2_FN float fused_multiply_add(float a, float b, float c) {
 #endif
 }
 
-GPT2_EXP2_FN uint32_t bits_of(float x) {
+/// The bits of x as a To of the same size (float <-> uint32_t).
+template <typename To, typename From>
+GPT2_EXP2_FN To same_bits(From x) {
+  static_assert(sizeof(To) == sizeof(From), "same_bits keeps the size");
 #if defined(__CUDA_ARCH__)
-  return __float_as_uint(x);
+  if constexpr (std::is_same_v<From, float>) {
+    return __float_as_uint(x);
+  } else {
+    return __uint_as_float(x);
+  }
 #else
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  return bits;
-#endif
-}
-
-GPT2_EXP2_FN float float_of(uint32_t bits) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(bits);
-#else
-  float x;
-  std::memcpy(&x, &bits, sizeof x);
-  return x;
+  To y;
+  std::memcpy(&y, &x, sizeof y);
+  return y;
 #endif
 }
 
@@ -97,8 +95,9 @@ GPT2_EXP2_FN float exp2_poly(float x) {
   const float f = clamped - whole;            // in [-1/2, 1/2], exactly
   const float p = exp2_fraction<kDegree>(f);
   // n = bits(shifted) - bits(kRoundShift); p's exponent field + n, in unsigned arithmetic.
-  const uint32_t n_shifted = (bits_of(shifted) - bits_of(kRoundShift)) << 23;
-  const float result = float_of(bits_of(p) + n_shifted);
+  const uint32_t n_shifted =
+      (same_bits<uint32_t>(shifted) - same_bits<uint32_t>(kRoundShift)) << 23;
+  const float result = same_bits<float>(same_bits<uint32_t>(p) + n_shifted);
   return x < kLowest ? 0.0f : result;
 }
 

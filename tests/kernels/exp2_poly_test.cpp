@@ -14,8 +14,7 @@
 namespace gpt2 {
 namespace {
 
-using exp2_poly_detail::bits_of;  // the header's bit casts (host code here)
-using exp2_poly_detail::float_of;
+using exp2_poly_detail::same_bits;  // the header's bit cast (host code here)
 
 double relative_error(float got, float x) {
   const double want = std::exp2(static_cast<double>(x));
@@ -31,7 +30,9 @@ void check_bound() {
     if (error > worst) worst = error, worst_x = x;
   };
   // Every 61st float from -0 down to -125 (negative floats grow in magnitude with their bits).
-  for (uint32_t bits = bits_of(-0.0f); bits <= bits_of(-125.0f); bits += 61) check(float_of(bits));
+  for (uint32_t bits = same_bits<uint32_t>(-0.0f); bits <= same_bits<uint32_t>(-125.0f);
+       bits += 61)
+    check(same_bits<float>(bits));
   // Around f = -1/2, 0 and 1/2 of every unit interval: 2048 floats each side.
   for (int n = -125; n <= 0; ++n) {
     for (const float centre : {n - 0.5f, static_cast<float>(n), n + 0.5f}) {
