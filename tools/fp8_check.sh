@@ -13,6 +13,8 @@
 #   CONVERGE=2000 CONVERGE_MODELS="d12 gpt2-medium" MODELS= SKIP_BENCH=1 tools/fp8_check.sh
 #   CONVERGE_CONCURRENT=1 ...                        # the convergence runs all at once
 #   FP8_ARGS="--fp8-classifier off" tools/fp8_check.sh  # the fp8 runs with these options
+#   TRAIN_ARGS="--train-data D/docs_train.bin --val-data D/docs_val.bin" CONVERGE=2000 ...
+#     # every run on other data (data/make_docs_corpus.sh D: 25M tokens, no overfitting)
 #   BEFORE=before MODELS=gpt2-medium PASSES=3 SKIP_TESTS=1 SKIP_SANITIZER=1 SKIP_BENCH=1 \
 #     tools/fp8_check.sh    # and fp8 from the source tree in before/ (git archive of a commit)
 #
@@ -20,10 +22,11 @@
 # ("d12 gpt2-medium gpt2-large" when unset; set and empty: no throughput table), STEPS (30; 12
 # for models wider than d12), PASSES (2), WIDTHS (gpt2-gemm-bench --widths, "768,1024,1280"),
 # SKIP_TESTS, SKIP_SANITIZER, SKIP_BENCH, CONVERGE (steps; unset: none), CONVERGE_MODELS
-# ("d12"), CONVERGE_CONCURRENT (set: the convergence runs at once), FP8_ARGS (more gpt2-train
-# options for the fp8 runs), BEFORE (a source tree: its gpt2-train built in BEFORE/build-gpu,
-# and its fp8 run beside each pair: an A/B of a change in one call), RUN_TIMEOUT (900: seconds
-# for one gpt2-train run; set it so that the whole command ends inside a device call's limit).
+# ("d12"), CONVERGE_CONCURRENT (set: the convergence runs at once), TRAIN_ARGS (more gpt2-train
+# options for every run), FP8_ARGS (more gpt2-train options for the fp8 runs), BEFORE (a source
+# tree: its gpt2-train built in BEFORE/build-gpu, and its fp8 run beside each pair: an A/B of a
+# change in one call), RUN_TIMEOUT (900: seconds for one gpt2-train run; set it so that the
+# whole command ends inside a device call's limit).
 # Every gpt2-train run writes OUT_DIR/<name>/ and <name>.log, its line of the table as soon as
 # it ends.
 set -euo pipefail
@@ -94,9 +97,10 @@ fi
 train() {
   local name=$1 model=$2 precision=$3 steps=$4
   shift 4
+  # shellcheck disable=SC2086  # TRAIN_ARGS: words for gpt2-train
   if timeout "${RUN_TIMEOUT:-900}" "${TRAIN:-$BUILD_DIR/gpt2-train}" --model "$model" \
-      --precision "$precision" \
-      --steps "$steps" --save-final 0 --overwrite --out "$OUT_DIR/$name" "$@" \
+      --precision "$precision" --steps "$steps" --save-final 0 --overwrite \
+      --out "$OUT_DIR/$name" ${TRAIN_ARGS:-} "$@" \
       >"$OUT_DIR/$name.log" 2>&1; then
     return 0
   fi
