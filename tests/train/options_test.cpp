@@ -302,9 +302,11 @@ TEST(TrainOptions, Fp8ClassifierFollowsThePrecision) {
   std::filesystem::remove(path);
 }
 
-// --fp8-fast-accumulation: on with --precision fp8 unless given off, and only with fp8.
+// --fp8-fast-accumulation: off unless given on, and only with fp8.
 TEST(TrainOptions, Fp8FastAccumulationNeedsFp8) {
-  EXPECT_TRUE(resolve({"--precision", "fp8"}, with_gpu()).model.fp8_fast_accumulation);
+  EXPECT_FALSE(resolve({"--precision", "fp8"}, with_gpu()).model.fp8_fast_accumulation);
+  EXPECT_TRUE(resolve({"--precision", "fp8", "--fp8-fast-accumulation", "on"}, with_gpu())
+                  .model.fp8_fast_accumulation);
   EXPECT_FALSE(resolve({"--precision", "fp8", "--fp8-fast-accumulation", "off"}, with_gpu())
                    .model.fp8_fast_accumulation);
   EXPECT_FALSE(resolve({}, with_gpu()).model.fp8_fast_accumulation);
