@@ -47,6 +47,21 @@ ModelOptions small_options(Precision precision, int B, int T,
   return options;
 }
 
+/// One forward and backward of `model` (a CUDA model) from zeroed gradients: the loss, and the
+/// gradients (`total` floats, ParameterLayout's order) in grads.
+float loss_and_gradients(Model& model, const std::vector<int>& inputs,
+                         const std::vector<int>& targets, size_t total,
+                         std::vector<float>& grads) {
+  auto* cuda = dynamic_cast<CudaModelBase*>(&model);
+  EXPECT_NE(cuda, nullptr);
+  if (cuda == nullptr) return NAN;
+  cuda->zero_grad();
+  const float loss = cuda->forward_backward(inputs.data(), targets.data(), 1.0f);
+  grads.resize(total);
+  cuda->get_gradients(grads.data());
+  return loss;
+}
+
 // The GPU tests: a small model's parameters (bf16-exact), skipped without FP8 tensor cores.
 class CudaFp8 : public ::testing::Test {
  protected:
@@ -132,15 +147,9 @@ TEST_F(CudaFp8, OneStepTracksTheBf16Step) {
   const std::vector<int> inputs = random_ints(B * T, config_.vocab_size, 31);
   const std::vector<int> targets = random_ints(B * T, config_.vocab_size, 32);
   auto step = [&](const ModelOptions& options, std::vector<float>& grads) {
-    std::unique_ptr<Model> base = make_cuda_model(options);
-    auto* model = dynamic_cast<CudaModelBase*>(base.get());
-    EXPECT_NE(model, nullptr);
+    std::unique_ptr<Model> model = make_cuda_model(options);
     model->set_parameters(params_.data());
-    model->zero_grad();
-    const float loss = model->forward_backward(inputs.data(), targets.data(), 1.0f);
-    grads.resize(layout_.total);
-    model->get_gradients(grads.data());
-    return loss;
+    return loss_and_gradients(*model, inputs, targets, layout_.total, grads);
   };
   std::vector<float> bf16_grads, grads;
   const float bf16_loss = step(small_options(Precision::kBf16, B, T), bf16_grads);
@@ -308,6 +317,64 @@ TEST_F(CudaFp8, GeneratesBetweenStepsAsTheBf16ModelDoes) {
   }
   EXPECT_EQ(logits[0], logits[1]);
   EXPECT_TRUE(std::isfinite(train(*fp8, B, T, 1, 57).back()));
+}
+
+// gpt2-medium's shape (24 layers, 1024 channels, 16 heads; a small vocabulary and T), where a
+// 2000-step fp8 run ended 4% above bf16's validation loss and d12 did not (docs/fp8.md): after
+// three steps that leave the weights as they are (lr 0) but fill every layer's amax history
+// and update its scales, one step's gradients against the bf16 step's, layer by layer. A
+// defect in what depends on L or C (a layer's scale state, its codes, the amax of a wide row)
+// sends that layer's gradients off by a relative L2 of order 1; FP8's own rounding measured up
+// to 0.12 at two layers and grows as a gradient passes more E5M2 roundings on its way down, so
+// the bound is 0.5. The per-layer figures are printed: they show how the error grows with depth.
+TEST(CudaFp8Shapes, Gpt2MediumLayersTrackTheBf16Step) {
+  GPT2_REQUIRE_FP8_GPU();
+  ModelConfig config = small_model_config();
+  config.num_layers = 24;
+  config.channels = 1024;
+  config.num_heads = 16;
+  const ParameterLayout layout = ParameterLayout::for_config(config);
+  std::vector<float> params(layout.total);
+  init_parameters(params.data(), config, 7);
+  params = round_through<bf16>(params);
+  const int B = 2, T = 64;
+  AdamWHyper still;  // lr 0, no weight decay: the steps move the scales, not the weights
+  auto gradients = [&](Precision precision, std::vector<float>& grads) {
+    ModelOptions options{config, B, T, AttentionKind::kFlash, precision};
+    options.fp8_classifier = precision == Precision::kFp8;
+    std::unique_ptr<Model> model = make_cuda_model(options);
+    model->set_parameters(params.data());
+    for (int step = 1; step <= 3; ++step) {
+      const std::vector<int> inputs = random_ints(B * T, config.vocab_size, 200 + 2 * step);
+      const std::vector<int> targets = random_ints(B * T, config.vocab_size, 201 + 2 * step);
+      model->zero_grad();
+      model->queue_forward_backward(inputs.data(), targets.data(), 1.0f);
+      EXPECT_TRUE(model->finish_step(still, step, 1.0f, 1).applied) << "step " << step;
+    }
+    return loss_and_gradients(*model, random_ints(B * T, config.vocab_size, 300),
+                              random_ints(B * T, config.vocab_size, 301), layout.total, grads);
+  };
+  std::vector<float> bf16_grads, fp8_grads;
+  const float bf16_loss = gradients(Precision::kBf16, bf16_grads);
+  const float fp8_loss = gradients(Precision::kFp8, fp8_grads);
+  std::printf("[ fp8      ] L=24 C=1024: loss bf16 %.6f fp8 %.6f\n", bf16_loss, fp8_loss);
+  EXPECT_NEAR(fp8_loss, bf16_loss, 0.02 * std::fabs(bf16_loss));
+  for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
+    const bool per_layer = ParameterLayout::is_per_layer(tensor);
+    const int layers = per_layer ? config.num_layers : 1;
+    const size_t n = layout.sizes[tensor] / static_cast<size_t>(layers);
+    std::string profile;
+    for (int l = 0; l < layers; ++l) {
+      const size_t offset = per_layer ? layout.layer_offset(tensor, l) : layout.offsets[tensor];
+      const double err = rel_l2(fp8_grads.data() + offset, bf16_grads.data() + offset, n);
+      char figure[16];
+      std::snprintf(figure, sizeof figure, " %.2f", err);
+      profile += figure;
+      EXPECT_LE(err, 0.5) << ParameterLayout::name(tensor) << " layer " << l;
+    }
+    std::printf("[ fp8      ]   d%-9s rel-L2 to bf16, layer 0 up:%s\n",
+                ParameterLayout::name(tensor), profile.c_str());
+  }
 }
 
 }  // namespace
