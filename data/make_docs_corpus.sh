@@ -18,7 +18,10 @@ set -euo pipefail
 script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo_root="$(dirname "$script_dir")"
 fail() { echo "make_docs_corpus.sh: $*" >&2; exit 1; }
-[[ $# -ge 1 ]] || fail "usage: make_docs_corpus.sh OUT_DIR [PATH/TO/gpt2-tokenize]"
+if [[ $# -lt 1 || $# -gt 2 ]]; then
+  echo "usage: make_docs_corpus.sh OUT_DIR [PATH/TO/gpt2-tokenize]" >&2
+  exit 2
+fi
 out_dir="$1"
 tokenize="${2:-$repo_root/build/gpt2-tokenize}"
 kernel_docs=/usr/share/doc/linux-doc-6.1/Documentation
