@@ -84,8 +84,9 @@ void Fp8Classifier::refresh_weights(const bf16* wte) {
                           nullptr, stream);
 }
 
-void Fp8Classifier::update_scales() {
-  gpu::fp8_update_scales(state(kInput), 1, updates_++, gpu::kFp8History, 0, ctx_.stream());
+void Fp8Classifier::update_scales(uint32_t* saturated) {
+  gpu::fp8_update_scales(state(kInput), 1, updates_++, gpu::kFp8History, 0, ctx_.stream(),
+                         saturated);
 }
 
 void Fp8Classifier::set_gradient_bound(float dloss) {

@@ -48,8 +48,9 @@ class Fp8Classifier {
 
   /// wte's codes in both orders again (current scaling), from the bf16 parameters.
   void refresh_weights(const bf16* wte);
-  /// lnf's delayed scale from the amaxes since the last update.
-  void update_scales();
+  /// lnf's delayed scale from the amaxes since the last update; with `saturated` (device
+  /// memory), 1 added to it when lnf's casts saturated.
+  void update_scales(uint32_t* saturated = nullptr);
   /// dlogits' scale for a micro-batch whose gradient of each row's loss is dloss.
   void set_gradient_bound(float dloss);
   /// The scale states and update count as bytes (for the training state; synchronizes), and

@@ -146,10 +146,10 @@ void Fp8Linears::refresh_weights(const bf16* params, const LayerMajorLayout& lay
   pass(true);
 }
 
-void Fp8Linears::update_scales() {
+void Fp8Linears::update_scales(uint32_t* saturated) {
   const int count = 2 * kNumLinears * config_.num_layers;  // the inputs' and the gradients'
   gpu::fp8_update_scales(state(0, kQkv, kInput), count, updates_++, gpu::kFp8History, 0,
-                         ctx_.stream());
+                         ctx_.stream(), saturated);
 }
 
 namespace {

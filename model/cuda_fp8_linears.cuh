@@ -71,8 +71,9 @@ class Fp8Linears {
 
   /// Every layer's weights cast again (current scaling), from the bf16 parameters.
   void refresh_weights(const bf16* params, const LayerMajorLayout& layout);
-  /// The inputs' and gradients' delayed scales from the amaxes since the last update.
-  void update_scales();
+  /// The inputs' and gradients' delayed scales from the amaxes since the last update; with
+  /// `saturated` (device memory), the count of those whose casts saturated added to it.
+  void update_scales(uint32_t* saturated = nullptr);
   /// Every scale state and the count of updates, as bytes (for the training state;
   /// synchronizes); and back (throws gpt2::Error naming what does not match this model).
   std::vector<uint8_t> save_state() const;

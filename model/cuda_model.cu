@@ -492,13 +492,17 @@ void CudaModel<T_>::adamw_step(const AdamWHyper& hyper, int step, float grad_sca
                                ctx_->stream());
   });
   if (dp_) dp_->parameters_updated();
-  if (fp8_) {
-    fp8_->update_scales();
-    if (fp8_classifier_) fp8_classifier_->update_scales();
-    fp8_weights_stale_ = true;
-  }
+  update_fp8_scales();
   ctx_->synchronize();
   sample_memory();
+}
+
+template <typename T_>
+void CudaModel<T_>::update_fp8_scales(uint32_t* saturated) {
+  if (!fp8_) return;
+  fp8_->update_scales(saturated);
+  if (fp8_classifier_) fp8_classifier_->update_scales(saturated);
+  fp8_weights_stale_ = true;
 }
 
 template <typename T_>
@@ -525,17 +529,14 @@ Model::StepOutcome CudaModel<T_>::finish_step(const AdamWHyper& hyper, int step,
                                &scalars->control);
   });
   if (dp_) dp_->parameters_updated();
-  if (fp8_) {
-    fp8_->update_scales();
-    if (fp8_classifier_) fp8_classifier_->update_scales();
-    fp8_weights_stale_ = true;
-  }
+  update_fp8_scales(&scalars->fp8_saturated);
   const gpu::StepScalars host = read_step_scalars(kTrainingScalars);
   sample_memory();
   StepOutcome outcome;
   outcome.loss = static_cast<float>(host.loss_sum / micro_batches);
   outcome.grad_norm = host.grad_norm;
   outcome.applied = host.control.skip == 0;
+  if (fp8_) outcome.fp8_saturated = static_cast<int>(host.fp8_saturated);
   return outcome;
 }
 

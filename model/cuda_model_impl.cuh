@@ -259,6 +259,10 @@ class CudaModel final : public CudaModelBase {
   /// FP8: the weights' codes cast again if the parameters changed since (before a training
   /// pass; outside any graph capture).
   void refresh_fp8_weights();
+  /// FP8, after an optimizer update: the delayed scales from the step's amaxes (with
+  /// `saturated`, the count of tensors whose casts saturated added to it), and the weights'
+  /// codes marked stale.
+  void update_fp8_scales(uint32_t* saturated = nullptr);
   /// Layer l's LayerNorm over (B,T) rows of a before `linear` (Fp8Linears::kQkv: ln1, as
   /// `next` of block l-1 or the encoder's for l = 0; kFc: ln2), writing FP8 codes where
   /// fp8_layernorm says so.

@@ -235,6 +235,9 @@ class Model {
     float loss = 0.0f;       // mean over the step's micro-batches (every rank's)
     float grad_norm = 0.0f;  // of the summed gradients, before clipping
     bool applied = false;    // false: the loss or the norm was not finite; nothing was updated
+    /// --precision fp8: the tensors whose delayed scale lagged so far behind their values
+    /// that their casts this step saturated (clamped values); -1 for other precisions.
+    int fp8_saturated = -1;
   };
   /// Ends a step: loss = float(sum of the queued mean losses (over the ranks, in rank order) /
   /// micro_batches) with micro_batches the step's count over every rank; norm = grad_norm();

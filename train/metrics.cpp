@@ -34,6 +34,7 @@ std::string to_json_line(const StepMetrics& m) {
   if (m.world_size > 1) line["world_size"] = m.world_size;
   if (m.comm_ms) line["comm_ms"] = *m.comm_ms;
   if (m.comm_exposed_ms) line["comm_exposed_ms"] = *m.comm_exposed_ms;
+  if (m.fp8_saturated) line["fp8_saturated"] = *m.fp8_saturated;
   return dump_json(line);
 }
 

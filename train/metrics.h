@@ -10,7 +10,8 @@
  * "comm_ms" (the step's time in collectives, the largest over the ranks: MPI's wall time, or
  * the GPU time of the NCCL collectives); its tokens_per_s is the job's (every rank's tokens)
  * and peak_mem_bytes the largest rank's. A run through NCCL (any world size) adds "comm_ms" and
- * "comm_exposed_ms", the part of it the computation waited for. Lines are written through base/json.h: floats
+ * "comm_exposed_ms", the part of it the computation waited for. An fp8 run adds "fp8_saturated",
+ * the tensors whose FP8 casts saturated in the step. Lines are written through base/json.h: floats
  * as their shortest round-trip decimal (a float read back is bit-identical, which the resume
  * tests rely on), non-finite values as null, so every line is valid JSON.
  */
@@ -46,6 +47,9 @@ struct StepMetrics {
   std::optional<double> comm_ms;  // data parallel: time in collectives, largest over the ranks
   /// NCCL: the part of comm_ms the compute stream waited for (not hidden behind the backward).
   std::optional<double> comm_exposed_ms;
+  /// --precision fp8: the tensors whose casts saturated this step (a delayed scale that lagged
+  /// its tensor's growth; Model::StepOutcome::fp8_saturated).
+  std::optional<int> fp8_saturated;
 };
 
 /// One metrics.jsonl line, without the trailing newline.

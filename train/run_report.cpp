@@ -178,6 +178,11 @@ void report_summary(const TrainConfig& config, const Model& model, const MemoryP
   if (standing.skipped_total > 0)
     std::printf("  %-18s %d (non-finite loss or gradient norm)\n", "skipped updates",
                 standing.skipped_total);
+  if (totals.fp8_saturated)
+    std::printf("  %-18s %lld saturated tensor casts in %d of %d step(s) (delayed scales that "
+                "lagged their tensors)\n",
+                "fp8 saturation", static_cast<long long>(*totals.fp8_saturated),
+                totals.fp8_saturated_steps, totals.throughput.steps());
   if (peak_throughput > 0) {
     // fp8 is measured against bf16's peak (metrics.cpp's peak_flops), and says so.
     const char* peak_of =
@@ -221,6 +226,10 @@ void report_summary(const TrainConfig& config, const Model& model, const MemoryP
   if (totals.last_loss) summary["final_train_loss"] = json_float(*totals.last_loss);
   if (totals.last_val_loss) summary["final_val_loss"] = json_float(*totals.last_val_loss);
   if (standing.skipped_total > 0) summary["skipped_steps"] = standing.skipped_total;
+  if (totals.fp8_saturated) {
+    summary["fp8_saturated_casts"] = *totals.fp8_saturated;
+    summary["fp8_saturated_steps"] = totals.fp8_saturated_steps;
+  }
   summary["flops_per_token"] = flops_per_token;
   if (peak_throughput > 0) {
     summary["mfu"] = mfu;

@@ -33,6 +33,9 @@ struct RunTotals {
   size_t peak_mem_bytes = 0;         // data parallel: the largest rank's, at the last step
   std::optional<float> last_loss;
   std::optional<float> last_val_loss;
+  /// --precision fp8: saturated tensor casts summed over the steps, and the steps with any.
+  std::optional<int64_t> fp8_saturated;
+  int fp8_saturated_steps = 0;
 };
 
 void report_summary(const TrainConfig& config, const Model& model, const MemoryPlan& plan,

@@ -468,6 +468,11 @@ class TrainingRun {
     row.skipped = !result.outcome.applied;
     row.world_size = config_.world_size;
     totals_.last_loss = row.loss;
+    if (const int saturated = result.outcome.fp8_saturated; saturated >= 0) {
+      row.fp8_saturated = saturated;
+      totals_.fp8_saturated = totals_.fp8_saturated.value_or(0) + saturated;
+      if (saturated > 0) ++totals_.fp8_saturated_steps;
+    }
     return row;
   }
 

@@ -104,6 +104,10 @@ Fp8Scale::Fp8Scale(Fp8Format format, int history, int margin, bool power_of_two,
              initial_scale);
 }
 
+bool Fp8Scale::saturates(float amax) const {
+  return std::isfinite(amax) && amax * scale_ > fp8_max(format_);
+}
+
 void Fp8Scale::record(float amax) {
   amaxes_.push_back(amax);
   if (amaxes_.size() > history_) amaxes_.pop_front();

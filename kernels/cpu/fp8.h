@@ -21,7 +21,8 @@
  * a history of the last `history` values; the scale for the next use is
  * fp8_max / max(history) / 2^margin, optionally rounded down to a power of two (then x * scale
  * and its inverse are exact). A history with no finite positive amax, or a scale that would not
- * be finite (an amax near zero), keeps the previous scale.
+ * be finite (an amax near zero), keeps the previous scale. A use saturated when its amax times
+ * the scale it was cast with exceeds the largest finite value (saturates()).
  */
 #pragma once
 
@@ -58,6 +59,11 @@ class Fp8Scale {
   float inverse() const { return 1.0f / scale_; }
   /// Records one use's amax and computes the next scale.
   void record(float amax);
+  /// Whether a cast at scale() of values whose largest finite magnitude is amax clamped some of
+  /// them to the format's largest finite value: amax * scale() > fp8_max (float arithmetic; an
+  /// amax that is not finite says nothing). A delayed scale lags a growing tensor; this is how
+  /// often it lagged too far.
+  bool saturates(float amax) const;
 
  private:
   Fp8Format format_;

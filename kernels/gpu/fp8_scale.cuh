@@ -11,7 +11,9 @@
  * value m > 0 among history[0, H) the next scale fp8_max / m / 2^margin, rounded down to a
  * power of two (exact scaling), kept only when finite and non-zero (cpu::Fp8Scale::record with
  * a history of H; a slot never written holds 0 and so never counts). H = 1 is current scaling:
- * the scale from the amax just recorded. One thread per tensor; graph-capturable.
+ * the scale from the amax just recorded. Optionally it counts the tensors whose cast saturated
+ * since the last update (cpu::Fp8Scale::saturates: amax * scale > fp8_max, before the update),
+ * adding them to *saturated. One thread per tensor; graph-capturable.
  */
 #pragma once
 
@@ -43,8 +45,9 @@ Fp8ScaleState fp8_initial_state(cpu::Fp8Format format, float scale);
 /// |bound|. Its history is left holding |bound| and its amax 0.
 void fp8_scale_from_bound(Fp8ScaleState* state, float bound, cudaStream_t stream);
 
-/// The update above, the `update`-th (0, 1, ...) of these states, history H in [1, 16].
+/// The update above, the `update`-th (0, 1, ...) of these states, history H in [1, 16]; with
+/// `saturated` (device memory), the count of states whose cast saturated added to it.
 void fp8_update_scales(Fp8ScaleState* states, int count, int64_t update, int history,
-                       int margin, cudaStream_t stream);
+                       int margin, cudaStream_t stream, uint32_t* saturated = nullptr);
 
 }  // namespace gpt2::gpu

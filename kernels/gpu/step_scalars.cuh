@@ -40,6 +40,7 @@ struct StepScalars {
   float last_mean_loss = 0.0f;
   float grad_norm = 0.0f;
   AdamWDeviceControl control;
+  uint32_t fp8_saturated = 0;  // --precision fp8: tensors whose casts saturated (fp8_scale.cuh)
 };
 
 void mean_loss_accumulate(StepScalars* scalars, const float* losses, int64_t n,

@@ -188,6 +188,43 @@ TEST_F(CudaFp8, TrainingFollowsBf16) {
   }
 }
 
+// Saturated casts are counted (finish_step's fp8_saturated): LayerNorm gains of 1000 put ln1
+// and ln2 far beyond E4M3's 448 at the first step's scale of 1, so every layer's qkv and fc
+// inputs saturate (and maybe more of what follows them), at most every delayed-scaled tensor.
+// The same batch again, the weights unchanged (lr 0): the scales catch up with the amaxes, a
+// tensor downstream of a clamped one perhaps a step later than those before it (its values
+// grow once theirs are no longer clamped), so the count reaches 0 within a step per tensor.
+// A bf16 model counts nothing (-1).
+TEST_F(CudaFp8, CountsTheCastsItSaturated) {
+  const int B = 2, T = 32, L = config_.num_layers;
+  std::vector<float> loud = params_;
+  for (const int tensor : {kLn1w, kLn2w})
+    for (size_t i = 0; i < layout_.sizes[tensor]; ++i) loud[layout_.offsets[tensor] + i] *= 1000;
+  const std::vector<int> inputs = random_ints(B * T, config_.vocab_size, 130);
+  const std::vector<int> targets = random_ints(B * T, config_.vocab_size, 131);
+  AdamWHyper still;
+  auto saturated = [&](Model& model, int step) {
+    model.zero_grad();
+    model.queue_forward_backward(inputs.data(), targets.data(), 1.0f);
+    const Model::StepOutcome outcome = model.finish_step(still, step, 1.0f, 1);
+    EXPECT_TRUE(outcome.applied) << "step " << step;
+    return outcome.fp8_saturated;
+  };
+  std::unique_ptr<Model> fp8 =
+      make_cuda_model(small_options(Precision::kFp8, B, T, kFp8Variants[1]));
+  fp8->set_parameters(loud.data());
+  const int first = saturated(*fp8, 1);
+  std::printf("[ fp8      ] saturated casts: step 1 %d\n", first);
+  EXPECT_GE(first, 2 * L);
+  EXPECT_LE(first, 8 * L + 1);  // the blocks' inputs and gradients, and the classifier's lnf
+  int step = 2, count = first;
+  while (count > 0 && step <= 8 * L + 2) count = saturated(*fp8, step++);
+  EXPECT_EQ(count, 0) << "the scales had not caught up with the amaxes by step " << step - 1;
+  std::unique_ptr<Model> bf16 = make_cuda_model(small_options(Precision::kBf16, B, T));
+  bf16->set_parameters(loud.data());
+  EXPECT_EQ(saturated(*bf16, 1), -1);
+}
+
 // --recompute fc with fp8: the fc GEMM run again in backward from the same codes gives the
 // forward's very bits, so training is bit for bit the same (naive attention: deterministic);
 // the plan holds L-1 fewer layers of fch, and ln2 per layer again (the recompute reads it).

@@ -1,9 +1,10 @@
 // gpu::fp8_update_scales (kernels/gpu/fp8_scale.cuh) against its CPU twin cpu::Fp8Scale, bit for
-// bit: a run of updates longer than the history (so old amaxes leave it), with zero, NaN and
-// infinite amaxes among them (kept out), an amax so small the scale would overflow (the scale
-// kept), histories of 16, 5 and 1 (current scaling), margins 0 and 1, both formats and their
-// initial scales; fp8_scale_from_bound as current scaling of its bound; and the state's layout
-// (16-byte aligned inverses, as cuBLASLt's scale pointers need).
+// bit, and its count of saturated casts against cpu::Fp8Scale::saturates: a run of updates
+// longer than the history (so old amaxes leave it), with zero, NaN and infinite amaxes among
+// them (kept out), an amax so small the scale would overflow (the scale kept), histories of 16,
+// 5 and 1 (current scaling), margins 0 and 1, both formats and their initial scales;
+// fp8_scale_from_bound as current scaling of its bound; and the state's layout (16-byte
+// aligned inverses, as cuBLASLt's scale pointers need).
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -53,16 +54,22 @@ TEST(GpuFp8Scale, UpdatesMatchTheCpuDelayedScaleBitForBit) {
     }
     DeviceBuffer<Fp8ScaleState> states(n);
     states.upload(initial);
+    DeviceBuffer<uint32_t> saturated(1);
+    saturated.upload({0u});
+    uint32_t want_saturated = 0;
     Context ctx;
     for (size_t u = 0; u < amaxes.size(); ++u) {
       std::vector<Fp8ScaleState> host = states.download();
       for (size_t i = 0; i < host.size(); ++i) host[i].amax = amaxes[u][i];
       states.upload(host);
-      fp8_update_scales(states.get(), n, static_cast<int64_t>(u), history, margin, ctx.stream());
+      fp8_update_scales(states.get(), n, static_cast<int64_t>(u), history, margin, ctx.stream(),
+                        saturated.get());
       ctx.synchronize();
       host = states.download();
       for (int i = 0; i < n; ++i) {
-        want[static_cast<size_t>(i)].record(amaxes[u][static_cast<size_t>(i)]);
+        const float amax = amaxes[u][static_cast<size_t>(i)];
+        if (want[static_cast<size_t>(i)].saturates(amax)) ++want_saturated;
+        want[static_cast<size_t>(i)].record(amax);
         const Fp8ScaleState& got = host[static_cast<size_t>(i)];
         EXPECT_EQ(got.scale, want[static_cast<size_t>(i)].scale())
             << "tensor " << i << " update " << u << " history " << history << " margin "
@@ -70,7 +77,9 @@ TEST(GpuFp8Scale, UpdatesMatchTheCpuDelayedScaleBitForBit) {
         EXPECT_EQ(got.inverse, want[static_cast<size_t>(i)].inverse()) << "tensor " << i;
         EXPECT_EQ(got.amax, 0.0f) << "the update restarts the amax";
       }
+      EXPECT_EQ(saturated.download()[0], want_saturated) << "update " << u;
     }
+    EXPECT_GT(want_saturated, 0u) << "the amaxes grow past their delayed scales at times";
   }
 }
 

@@ -149,5 +149,24 @@ TEST(Fp8, DelayedScaleFollowsTheHistoryAndKeepsItselfOnBadAmaxes) {
   }
 }
 
+// A use saturates when its amax at the scale it was cast with passes the largest finite value:
+// a delayed scale lagging a tensor that grew. At its own scale an amax never saturates; one
+// that is not finite says nothing.
+TEST(Fp8, SaturationIsAnAmaxBeyondTheRangeAtTheScaleInUse) {
+  Fp8Scale delayed(Fp8Format::kE4M3, 4);  // power-of-two scales, margin 0
+  EXPECT_FALSE(delayed.saturates(448.0f));   // scale 1: at the largest finite value
+  EXPECT_TRUE(delayed.saturates(449.0f));
+  delayed.record(3.0f);                      // 448 / 3 -> 128
+  EXPECT_EQ(delayed.scale(), 128.0f);
+  EXPECT_FALSE(delayed.saturates(3.0f));
+  EXPECT_FALSE(delayed.saturates(3.5f));     // 448: the power of two's headroom
+  EXPECT_TRUE(delayed.saturates(3.6f));      // 460.8
+  EXPECT_FALSE(delayed.saturates(INFINITY));
+  EXPECT_FALSE(delayed.saturates(NAN));
+  Fp8Scale gradients(Fp8Format::kE5M2, 1, 0, true, 32768.0f);
+  EXPECT_FALSE(gradients.saturates(1.75f));  // 57344
+  EXPECT_TRUE(gradients.saturates(1.76f));
+}
+
 }  // namespace
 }  // namespace gpt2::cpu

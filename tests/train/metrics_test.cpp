@@ -76,6 +76,20 @@ TEST(Metrics, ValLossOnlyWhenMeasuredAndNonFiniteIsNull) {
   EXPECT_TRUE(object.at("grad_norm").is_null());
 }
 
+// --precision fp8's count of saturated tensor casts: on every line of an fp8 run, zero too,
+// after the other keys; absent from other runs' lines.
+TEST(Metrics, Fp8SaturationOnlyInFp8Runs) {
+  StepMetrics m = example_metrics();
+  EXPECT_EQ(parse_json(to_json_line(m), "line").count("fp8_saturated"), 0u);
+  m.precision = "fp8";
+  m.fp8_saturated = 0;
+  const std::string line = to_json_line(m);
+  EXPECT_EQ(parse_json(line, "line").at("fp8_saturated"), 0);
+  EXPECT_NE(line.find("\"micro_batches\":2,\"fp8_saturated\":0}"), std::string::npos) << line;
+  m.fp8_saturated = 3;
+  EXPECT_EQ(parse_json(to_json_line(m), "line").at("fp8_saturated"), 3);
+}
+
 TEST(Metrics, StepLineShowsTheFigures) {
   StepMetrics m = example_metrics();
   m.val_loss = 9.5f;
