@@ -52,9 +52,10 @@ size_t Fp8Classifier::bytes(const ModelConfig& config, size_t rows, size_t chunk
 
 Fp8Classifier::Fp8Classifier(const ModelConfig& config, uint8_t* buffer, size_t rows,
                              size_t chunk_rows, const gpu::Context& ctx,
-                             bool fast_forward_accumulation)
+                             bool fast_forward_accumulation,
+                             const gpu::Fp8DelayedScaling& delayed)
     : config_(config), ctx_(ctx), rows_(rows), chunk_rows_(chunk_rows),
-      fast_forward_accumulation_(fast_forward_accumulation),
+      fast_forward_accumulation_(fast_forward_accumulation), delayed_(delayed),
       scales_(reinterpret_cast<gpu::Fp8ScaleState*>(buffer)) {
   GPT2_CHECK(buffer != nullptr, "Fp8Classifier without its buffer");
   GPT2_CHECK(config.channels % 16 == 0 && config.padded_vocab_size % 16 == 0,
@@ -85,8 +86,8 @@ void Fp8Classifier::refresh_weights(const bf16* wte) {
 }
 
 void Fp8Classifier::update_scales(uint32_t* saturated) {
-  gpu::fp8_update_scales(state(kInput), 1, updates_++, gpu::kFp8History, 0, ctx_.stream(),
-                         saturated);
+  gpu::fp8_update_scales(state(kInput), 1, updates_++, delayed_.history, delayed_.margin,
+                         ctx_.stream(), saturated);
 }
 
 void Fp8Classifier::set_gradient_bound(float dloss) {

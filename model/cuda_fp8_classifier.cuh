@@ -42,9 +42,11 @@ class Fp8Classifier {
 
   /// Takes the planned buffer and writes the initial scale states (on ctx's stream).
   /// fast_forward_accumulation: the forward GEMM with Hopper's fast FP8 accumulation
-  /// (gpu::Fp8Epilogue::fast_accumulation); the input gradient's always without.
+  /// (gpu::Fp8Epilogue::fast_accumulation); the input gradient's always without. delayed:
+  /// lnf's scale's history and margin.
   Fp8Classifier(const ModelConfig& config, uint8_t* buffer, size_t rows, size_t chunk_rows,
-                const gpu::Context& ctx, bool fast_forward_accumulation);
+                const gpu::Context& ctx, bool fast_forward_accumulation,
+                const gpu::Fp8DelayedScaling& delayed = {});
 
   /// wte's codes in both orders again (current scaling), from the bf16 parameters.
   void refresh_weights(const bf16* wte);
@@ -77,6 +79,7 @@ class Fp8Classifier {
   const gpu::Context& ctx_;
   size_t rows_, chunk_rows_;
   bool fast_forward_accumulation_;
+  gpu::Fp8DelayedScaling delayed_;
   gpu::Fp8ScaleState* scales_;
   uint8_t* weight_codes_;             // wte (Vp, C)
   uint8_t* weight_codes_transposed_;  // wte^T (C, Vp)

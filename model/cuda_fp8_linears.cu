@@ -53,11 +53,12 @@ size_t Fp8Linears::input_bytes(const ModelConfig& config, size_t rows) {
 }
 
 Fp8Linears::Fp8Linears(const ModelConfig& config, const Buffers& buffers, size_t rows,
-                       const gpu::Context& ctx, bool fast_forward_accumulation)
+                       const gpu::Context& ctx, bool fast_forward_accumulation,
+                       const gpu::Fp8DelayedScaling& delayed)
     : config_(config), ctx_(ctx), weights_(buffers.weights), scales_(buffers.scales),
       operands_(buffers.operands), inputs_(buffers.inputs), rows_(rows),
       slot_bytes_(round_up_256(rows * 4 * static_cast<size_t>(config.channels))),
-      fast_forward_accumulation_(fast_forward_accumulation) {
+      fast_forward_accumulation_(fast_forward_accumulation), delayed_(delayed) {
   GPT2_CHECK(weights_ && scales_ && operands_ && inputs_, "Fp8Linears without its buffers");
   GPT2_CHECK(rows % 16 == 0, "FP8 GEMMs need B*T a multiple of 16 (got ", rows, ")");
   GPT2_CHECK(config.channels % 16 == 0, "FP8 GEMMs need C a multiple of 16 (C=",
@@ -148,8 +149,8 @@ void Fp8Linears::refresh_weights(const bf16* params, const LayerMajorLayout& lay
 
 void Fp8Linears::update_scales(uint32_t* saturated) {
   const int count = 2 * kNumLinears * config_.num_layers;  // the inputs' and the gradients'
-  gpu::fp8_update_scales(state(0, kQkv, kInput), count, updates_++, gpu::kFp8History, 0,
-                         ctx_.stream(), saturated);
+  gpu::fp8_update_scales(state(0, kQkv, kInput), count, updates_++, delayed_.history,
+                         delayed_.margin, ctx_.stream(), saturated);
 }
 
 namespace {

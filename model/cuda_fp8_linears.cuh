@@ -65,9 +65,11 @@ class Fp8Linears {
   };
   /// Takes the planned buffers and writes the initial scale states (on ctx's stream).
   /// fast_forward_accumulation: the forward GEMMs with Hopper's fast FP8 accumulation
-  /// (gpu::Fp8Epilogue::fast_accumulation); the backward's always without.
+  /// (gpu::Fp8Epilogue::fast_accumulation); the backward's always without. delayed: the
+  /// inputs' and gradients' scales' history and margin.
   Fp8Linears(const ModelConfig& config, const Buffers& buffers, size_t rows,
-             const gpu::Context& ctx, bool fast_forward_accumulation);
+             const gpu::Context& ctx, bool fast_forward_accumulation,
+             const gpu::Fp8DelayedScaling& delayed = {});
 
   /// Every layer's weights cast again (current scaling), from the bf16 parameters.
   void refresh_weights(const bf16* params, const LayerMajorLayout& layout);
@@ -126,6 +128,7 @@ class Fp8Linears {
   size_t rows_;
   size_t slot_bytes_;
   bool fast_forward_accumulation_;
+  gpu::Fp8DelayedScaling delayed_;
   int gelu_codes_layer_ = -1;  // the layer whose fc GEMM wrote fcproj's input codes, if any
   int64_t updates_ = 0;  // delayed-scale updates so far
 };

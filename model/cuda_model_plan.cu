@@ -315,6 +315,12 @@ void validate_cuda_options(const ModelOptions& options) {
     GPT2_USAGE_FAIL("--fp8-classifier on needs --precision fp8");
   if (options.fp8_fast_accumulation && options.precision != Precision::kFp8)
     GPT2_USAGE_FAIL("--fp8-fast-accumulation on needs --precision fp8");
+  if (options.fp8_amax_history < 1 || options.fp8_amax_history > gpu::kFp8History)
+    GPT2_USAGE_FAIL("--fp8-amax-history must be 1 to ", gpu::kFp8History, " (got ",
+                    options.fp8_amax_history, ")");
+  if (options.fp8_margin < 0 || options.fp8_margin > gpu::kFp8MaxMargin)
+    GPT2_USAGE_FAIL("--fp8-margin must be 0 to ", gpu::kFp8MaxMargin, " (got ",
+                    options.fp8_margin, ")");
   if (options.precision == Precision::kFp8) {
     if (options.fp8_classifier && config.padded_vocab_size % 16 != 0)
       GPT2_USAGE_FAIL("--fp8-classifier needs the padded vocabulary to be a multiple of 16 (got ",

@@ -109,6 +109,7 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
         attention_config(options, true), context, buffers_[kAttWorkspace], *ctx_);
   }
   if constexpr (std::is_same_v<T_, bf16>) {
+    const gpu::Fp8DelayedScaling fp8_delayed{options.fp8_amax_history, options.fp8_margin};
     if (buffers_[kFp8Weights] != nullptr) {
       Fp8Linears::Buffers fp8;
       fp8.weights = buf<uint8_t>(kFp8Weights);
@@ -116,12 +117,12 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
       fp8.operands = buf<uint8_t>(kFp8Operands);
       fp8.inputs = buf<uint8_t>(kFp8Inputs);
       fp8_ = std::make_unique<Fp8Linears>(config_, fp8, BT, *ctx_,
-                                          options.fp8_fast_accumulation);
+                                          options.fp8_fast_accumulation, fp8_delayed);
     }
     if (buffers_[kFp8Classifier] != nullptr)
       fp8_classifier_ = std::make_unique<Fp8Classifier>(
           config_, buf<uint8_t>(kFp8Classifier), BT, static_cast<size_t>(classifier_chunk_rows_),
-          *ctx_, options.fp8_fast_accumulation);
+          *ctx_, options.fp8_fast_accumulation, fp8_delayed);
   }
   for (GpuBuffer id : {kGrads, kAdamM, kAdamV})
     if (buffers_[id] != nullptr)  // absent in an inference-only model

@@ -94,6 +94,11 @@ cxxopts::Options make_options() {
       ("fp8-fast-accumulation", "--precision fp8: on | off (the forward GEMMs with Hopper's fast "
        "FP8 accumulation, as Transformer Engine's recipe: 2-3% more tokens/s, a slower loss "
        "at equal steps; the gradients' GEMMs never; docs/fp8.md) (default: off)", s())
+      ("fp8-amax-history", "--precision fp8: the amaxes, one a step, that a delayed scale (the "
+       "blocks' inputs and gradients, the classifier's input) looks back over, 1 to 16 "
+       "(default: 16)", s())
+      ("fp8-margin", "--precision fp8: delayed scales 2^N smaller than fp8_max / amax, headroom "
+       "for tensors that grow between updates, 0 to 8 (default: 0)", s())
       ("recompute", "--device cuda: none | fc (keep one layer's fc output and GELU instead of "
        "every layer's and recompute them in backward with one more fc GEMM per layer; the same "
        "bits, less memory for long context)", s()->default_value("none"))
@@ -272,6 +277,12 @@ void parse_parallel_and_kernels(const ParsedOptions& o, CommandLine& cli) {
   if (given("fp8-classifier")) cli.fp8_classifier = o.on_off("fp8-classifier");
   if (given("fp8-fast-accumulation"))
     cli.fp8_fast_accumulation = o.on_off("fp8-fast-accumulation");
+  if (given("fp8-amax-history"))
+    cli.fp8_amax_history = static_cast<int>(parse_integer(
+        "fp8-amax-history", text("fp8-amax-history"), 1, 16, "an integer from 1 to 16"));
+  if (given("fp8-margin"))
+    cli.fp8_margin = static_cast<int>(
+        parse_integer("fp8-margin", text("fp8-margin"), 0, 8, "an integer from 0 to 8"));
   const std::string recompute = text("recompute");
   if (recompute != "none" && recompute != "fc")
     GPT2_USAGE_FAIL("--recompute must be none or fc (got '", recompute, "')");
@@ -403,6 +414,11 @@ void resolve_model_options(const CommandLine& cli, TrainConfig& config) {
   config.model.fp8_fast_accumulation =
       cli.fp8_fast_accumulation.value_or(kFp8FastAccumulationDefault &&
                                          config.model.precision == Precision::kFp8);
+  if ((cli.fp8_amax_history || cli.fp8_margin) && config.model.precision != Precision::kFp8)
+    GPT2_USAGE_FAIL(cli.fp8_amax_history ? "--fp8-amax-history" : "--fp8-margin",
+                    " needs --precision fp8");
+  config.model.fp8_amax_history = cli.fp8_amax_history.value_or(config.model.fp8_amax_history);
+  config.model.fp8_margin = cli.fp8_margin.value_or(config.model.fp8_margin);
   if (!on_cuda && config.model.recompute_fc)
     GPT2_USAGE_FAIL("--recompute fc needs --device cuda (the CPU backend keeps every "
                     "activation)");

@@ -49,6 +49,8 @@ Json train_config_json(const TrainConfig& c, const RunDataFiles& files) {
   config["recompute_fc"] = c.model.recompute_fc;
   config["fp8_classifier"] = c.model.fp8_classifier;
   config["fp8_fast_accumulation"] = c.model.fp8_fast_accumulation;
+  config["fp8_amax_history"] = c.model.fp8_amax_history;
+  config["fp8_margin"] = c.model.fp8_margin;
   config["cuda_graphs"] = c.model.cuda_graphs;
   config["precision"] = to_string(c.model.precision);
   config["batch_size"] = c.model.batch_size;

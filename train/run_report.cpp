@@ -51,9 +51,13 @@ void print_configuration(const TrainConfig& c, const DataLoader& train, const Da
     std::printf(" (kernel %s, %s backward)", to_string(c.model.flash_kernel),
                 c.model.deterministic_attention ? "deterministic" : "non-deterministic");
   std::printf("\n");
-  std::printf("  %-18s %s%s%s\n", "precision", to_string(c.model.precision),
+  std::printf("  %-18s %s%s%s", "precision", to_string(c.model.precision),
               c.model.fp8_classifier ? " (the classifier's GEMMs too)" : "",
               c.model.fp8_fast_accumulation ? " (forward GEMMs: fast accumulation)" : "");
+  if (c.model.precision == Precision::kFp8)
+    std::printf(" (delayed scales: amax history %d, margin %d)", c.model.fp8_amax_history,
+                c.model.fp8_margin);
+  std::printf("\n");
   std::printf("  %-18s B=%d T=%d world=%d\n", "micro-batch", c.model.batch_size, c.model.seq_len,
               c.world_size);
   if (c.world_size > 1 || c.nccl) {

@@ -27,6 +27,15 @@ namespace gpt2::gpu {
 
 constexpr int kFp8History = 16;
 
+/// The largest margin a model takes: 2^8 of headroom already leaves E4M3 5 of its 17.8 binades.
+constexpr int kFp8MaxMargin = 8;
+
+/// The delayed scales' two settings (Transformer Engine's amax_history_len and margin).
+struct Fp8DelayedScaling {
+  int history = kFp8History;  // the amaxes a scale looks back over, 1 to kFp8History
+  int margin = 0;             // scales 2^margin smaller still: headroom for a growing tensor
+};
+
 struct alignas(16) Fp8ScaleState {
   float inverse = 1.0f;  // 1 / scale: what a GEMM multiplies by (first: 16-byte aligned)
   float scale = 1.0f;    // what a cast multiplies by

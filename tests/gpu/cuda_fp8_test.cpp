@@ -13,6 +13,7 @@
 // are checked without a GPU.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@
 
 #include "gpu/gpu_test_util.h"
 #include "model/cuda_model.h"
+#include "kernels/gpu/fp8_scale.cuh"
 #include "model/parameters.h"
 
 namespace gpt2::gpu::test {
@@ -223,6 +225,34 @@ TEST_F(CudaFp8, CountsTheCastsItSaturated) {
   std::unique_ptr<Model> bf16 = make_cuda_model(small_options(Precision::kBf16, B, T));
   bf16->set_parameters(loud.data());
   EXPECT_EQ(saturated(*bf16, 1), -1);
+}
+
+// --fp8-margin reaches the delayed scales: after one step from the same start (naive attention,
+// so the same amaxes bit for bit), margin 2 leaves every block input's and gradient's scale a
+// quarter of margin 0's, and the weights' (current scaling, no margin) as they were. The
+// precision state is Fp8Linears::save_state's: a 24-byte header (tag, count, updates), then
+// the states by role (weights, inputs, gradients), layer and linear.
+TEST_F(CudaFp8, MarginTwoQuartersEveryDelayedScale) {
+  const int B = 2, T = 32, L = config_.num_layers, count = 12 * L;
+  const size_t header = 24;
+  std::vector<std::vector<Fp8ScaleState>> states;
+  for (const int margin : {0, 2}) {
+    ModelOptions options = small_options(Precision::kFp8, B, T);  // the classifier in bf16
+    options.attention = AttentionKind::kNaive;
+    options.fp8_margin = margin;
+    std::unique_ptr<Model> model = make_cuda_model(options);
+    model->set_parameters(params_.data());
+    train(*model, B, T, 1, 140, /*learn_one_batch=*/false, /*lr=*/0.0f);
+    const std::vector<uint8_t> bytes = model->precision_state();
+    ASSERT_EQ(bytes.size(), header + count * sizeof(Fp8ScaleState));
+    states.emplace_back(static_cast<size_t>(count));
+    std::memcpy(states.back().data(), bytes.data() + header, count * sizeof(Fp8ScaleState));
+  }
+  for (int i = 0; i < count; ++i) {
+    const float margin0 = states[0][static_cast<size_t>(i)].scale;
+    EXPECT_EQ(states[1][static_cast<size_t>(i)].scale, i < 4 * L ? margin0 : margin0 / 4)
+        << "state " << i;
+  }
 }
 
 // --recompute fc with fp8: the fc GEMM run again in backward from the same codes gives the

@@ -319,6 +319,31 @@ TEST(TrainOptions, Fp8FastAccumulationNeedsFp8) {
             std::string::npos);
 }
 
+// --fp8-amax-history and --fp8-margin: the delayed scales' settings, only with fp8, in range.
+TEST(TrainOptions, Fp8DelayedScalingSettings) {
+  const TrainConfig defaults = resolve({"--precision", "fp8"}, with_gpu());
+  EXPECT_EQ(defaults.model.fp8_amax_history, 16);
+  EXPECT_EQ(defaults.model.fp8_margin, 0);
+  const TrainConfig set = resolve(
+      {"--precision", "fp8", "--fp8-amax-history", "4", "--fp8-margin", "1"}, with_gpu());
+  EXPECT_EQ(set.model.fp8_amax_history, 4);
+  EXPECT_EQ(set.model.fp8_margin, 1);
+  EXPECT_NE(usage_message({"--fp8-margin", "1"}, with_gpu()).find("--fp8-margin needs "
+                                                                   "--precision fp8"),
+            std::string::npos);
+  EXPECT_NE(usage_message({"--precision", "bf16", "--fp8-amax-history", "4"}, with_gpu())
+                .find("--fp8-amax-history needs --precision fp8"),
+            std::string::npos);
+  for (const char* history : {"0", "17", "x"})
+    EXPECT_NE(usage_message({"--precision", "fp8", "--fp8-amax-history", history}, with_gpu())
+                  .find("--fp8-amax-history"),
+              std::string::npos)
+        << history;
+  EXPECT_NE(usage_message({"--precision", "fp8", "--fp8-margin", "9"}, with_gpu())
+                .find("--fp8-margin"),
+            std::string::npos);
+}
+
 TEST(TrainOptions, HelpSkipsEverythingElse) {
   EXPECT_TRUE(parse_command_line({"--help"}).help);
   EXPECT_NE(usage_text().find("--total-batch-size"), std::string::npos);
