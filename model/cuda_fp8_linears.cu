@@ -38,7 +38,8 @@ size_t Fp8Linears::weight_bytes(const ModelConfig& config) {
 }
 
 size_t Fp8Linears::scale_bytes(const ModelConfig& config) {
-  return sizeof(gpu::Fp8ScaleState) * kNumRoles * kNumLinears *
+  // The states, then a saturation count per state.
+  return (sizeof(gpu::Fp8ScaleState) + sizeof(uint32_t)) * kNumRoles * kNumLinears *
          static_cast<size_t>(config.num_layers);
 }
 
@@ -56,6 +57,7 @@ Fp8Linears::Fp8Linears(const ModelConfig& config, const Buffers& buffers, size_t
                        const gpu::Context& ctx, bool fast_forward_accumulation,
                        const gpu::Fp8DelayedScaling& delayed)
     : config_(config), ctx_(ctx), weights_(buffers.weights), scales_(buffers.scales),
+      saturation_counts_(reinterpret_cast<uint32_t*>(buffers.scales + state_count())),
       operands_(buffers.operands), inputs_(buffers.inputs), rows_(rows),
       slot_bytes_(round_up_256(rows * 4 * static_cast<size_t>(config.channels))),
       fast_forward_accumulation_(fast_forward_accumulation), delayed_(delayed) {
@@ -76,6 +78,8 @@ Fp8Linears::Fp8Linears(const ModelConfig& config, const Buffers& buffers, size_t
   }
   GPT2_CUDA_CHECK(cudaMemcpyAsync(scales_, initial.data(), initial.size() * sizeof(initial[0]),
                                   cudaMemcpyHostToDevice, ctx_.stream()));
+  GPT2_CUDA_CHECK(cudaMemsetAsync(saturation_counts_, 0, state_count() * sizeof(uint32_t),
+                                  ctx_.stream()));
   GPT2_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));  // `initial` leaves with this scope
 }
 
@@ -149,8 +153,30 @@ void Fp8Linears::refresh_weights(const bf16* params, const LayerMajorLayout& lay
 
 void Fp8Linears::update_scales(uint32_t* saturated) {
   const int count = 2 * kNumLinears * config_.num_layers;  // the inputs' and the gradients'
-  gpu::fp8_update_scales(state(0, kQkv, kInput), count, updates_++, delayed_.history,
-                         delayed_.margin, ctx_.stream(), saturated);
+  gpu::Fp8ScaleState* first = state(0, kQkv, kInput);
+  gpu::fp8_update_scales(first, count, updates_++, delayed_.history, delayed_.margin,
+                         ctx_.stream(), saturated, saturation_counts_ + (first - scales_));
+}
+
+std::vector<std::pair<std::string, int64_t>> Fp8Linears::saturated_tensors() const {
+  std::vector<uint32_t> counts(state_count());
+  GPT2_CUDA_CHECK(cudaMemcpyAsync(counts.data(), saturation_counts_,
+                                  counts.size() * sizeof(uint32_t), cudaMemcpyDeviceToHost,
+                                  ctx_.stream()));
+  GPT2_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+  static constexpr const char* kLinearNames[] = {"qkv", "attproj", "fc", "fcproj"};
+  std::vector<std::pair<std::string, int64_t>> tensors;
+  for (const Role role : {kInput, kGrad})
+    for (int l = 0; l < config_.num_layers; ++l)
+      for (int k = 0; k < kNumLinears; ++k) {
+        const uint32_t n = counts[static_cast<size_t>(state(l, static_cast<Linear>(k), role) -
+                                                      scales_)];
+        if (n == 0) continue;
+        tensors.emplace_back(str_cat("layer ", l, " ", kLinearNames[k],
+                                     role == kInput ? " input" : " gradient"),
+                             int64_t{n});
+      }
+  return tensors;
 }
 
 namespace {

@@ -34,6 +34,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda_bf16.h>
@@ -82,6 +84,10 @@ class Fp8Linears {
   void load_state(const std::vector<uint8_t>& bytes);
   /// The size of save_state()'s bytes.
   size_t state_bytes() const;
+  /// The inputs and gradients whose casts saturated since this object was made ("layer 3 fc
+  /// input", "layer 0 qkv gradient"), each with its count of updates that found it so, in
+  /// state order (synchronizes).
+  std::vector<std::pair<std::string, int64_t>> saturated_tensors() const;
 
   /// Where the op that produces layer l's input to `linear` may write it as FP8 codes itself
   /// (a LayerNorm: gpu::layernorm_forward_fp8): both orders, this input's scale and amax. The
@@ -123,6 +129,7 @@ class Fp8Linears {
   const gpu::Context& ctx_;
   uint8_t* weights_;
   gpu::Fp8ScaleState* scales_;
+  uint32_t* saturation_counts_;  // by state, after the states in their buffer (scale_bytes)
   uint8_t* operands_;
   uint8_t* inputs_;
   size_t rows_;

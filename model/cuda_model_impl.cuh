@@ -195,6 +195,9 @@ class CudaModel final : public CudaModelBase {
   void get_optimizer_state(float* m, float* v) const override;
   void set_optimizer_state(const float* m, const float* v) override;
   std::vector<uint8_t> precision_state() const override;
+  std::vector<std::pair<std::string, int64_t>> fp8_saturated_tensors() const override {
+    return fp8_ ? fp8_->saturated_tensors() : std::vector<std::pair<std::string, int64_t>>{};
+  }
   bool set_precision_state(const std::vector<uint8_t>& bytes) override;
 
   std::optional<CommunicationTime> last_step_communication() const override;

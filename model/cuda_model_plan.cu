@@ -168,7 +168,7 @@ void set_fp8_buffers(std::vector<GpuBufferSpec>& s, const ModelOptions& options)
   const SpecSetter set{s};
   set(kFp8Weights, "parameters", "FP8 block weights, both orders (E4M3)",
       fp8 ? Fp8Linears::weight_bytes(cfg) : 0);
-  set(kFp8Scales, "workspace", "FP8 scales and amax histories (fp32)",
+  set(kFp8Scales, "workspace", "FP8 scales, amax histories (fp32) and saturation counts",
       fp8 ? Fp8Linears::scale_bytes(cfg) : 0);
   set(kFp8Inputs, "activations", "FP8 block inputs, transposed, for the weight gradients "
       "(L,7C,B*T) E4M3", fp8 ? Fp8Linears::input_bytes(cfg, BT) : 0);

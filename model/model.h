@@ -29,6 +29,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parallel/communicator.h"
@@ -266,6 +267,12 @@ class Model {
   virtual bool set_precision_state(const std::vector<uint8_t>& bytes) {
     (void)bytes;
     return false;
+  }
+  /// --precision fp8: the block linears' inputs and gradients whose casts saturated since the
+  /// model was made ("layer 3 fc input"), each with the count of steps that found it so, in
+  /// layer order (synchronizes); empty for every other model.
+  virtual std::vector<std::pair<std::string, int64_t>> fp8_saturated_tensors() const {
+    return {};
   }
 
   /// Data parallel on a device: the GPU time of the last step's collectives (reductions and

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/error.h"
@@ -182,11 +183,27 @@ void report_summary(const TrainConfig& config, const Model& model, const MemoryP
   if (standing.skipped_total > 0)
     std::printf("  %-18s %d (non-finite loss or gradient norm)\n", "skipped updates",
                 standing.skipped_total);
-  if (totals.fp8_saturated)
+  // The block tensors that saturated, most often first (the classifier's input counts only in
+  // the total).
+  std::vector<std::pair<std::string, int64_t>> saturated;
+  if (totals.fp8_saturated.value_or(0) > 0) {
+    saturated = model.fp8_saturated_tensors();
+    std::stable_sort(saturated.begin(), saturated.end(),
+                     [](const auto& a, const auto& b) { return a.second > b.second; });
+  }
+  if (totals.fp8_saturated) {
     std::printf("  %-18s %lld saturated tensor casts in %d of %d step(s) (delayed scales that "
                 "lagged their tensors)\n",
                 "fp8 saturation", static_cast<long long>(*totals.fp8_saturated),
                 totals.fp8_saturated_steps, totals.throughput.steps());
+    constexpr size_t kShown = 6;
+    std::string most;
+    for (size_t i = 0; i < std::min(saturated.size(), kShown); ++i)
+      most += str_cat(i ? ", " : "", saturated[i].first, " ", saturated[i].second);
+    if (!most.empty())
+      std::printf("  %-18s %s%s (steps)\n", "most saturated", most.c_str(),
+                  saturated.size() > kShown ? ", ..." : "");
+  }
   if (peak_throughput > 0) {
     // fp8 is measured against bf16's peak (metrics.cpp's peak_flops), and says so.
     const char* peak_of =
@@ -233,6 +250,9 @@ void report_summary(const TrainConfig& config, const Model& model, const MemoryP
   if (totals.fp8_saturated) {
     summary["fp8_saturated_casts"] = *totals.fp8_saturated;
     summary["fp8_saturated_steps"] = totals.fp8_saturated_steps;
+    Json by_tensor = Json::object();
+    for (const auto& [name, steps] : saturated) by_tensor[name] = steps;
+    summary["fp8_saturated_tensors"] = by_tensor;
   }
   summary["flops_per_token"] = flops_per_token;
   if (peak_throughput > 0) {

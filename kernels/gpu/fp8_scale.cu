@@ -28,13 +28,16 @@ __device__ void update_scale(Fp8ScaleState& s, int slot, int history, int margin
 }
 
 __global__ void fp8_update_scales_kernel(Fp8ScaleState* states, int count, int slot,
-                                         int history, int margin, uint32_t* saturated) {
+                                         int history, int margin, uint32_t* saturated,
+                                         uint32_t* saturated_by_state) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= count) return;
   Fp8ScaleState& s = states[i];
   // cpu::Fp8Scale::saturates, at the scale the casts used (before this update moves it).
-  if (saturated != nullptr && isfinite(s.amax) && s.amax * s.scale > s.fp8_max)
-    atomicAdd(saturated, 1u);
+  if (isfinite(s.amax) && s.amax * s.scale > s.fp8_max) {
+    if (saturated != nullptr) atomicAdd(saturated, 1u);
+    if (saturated_by_state != nullptr) ++saturated_by_state[i];
+  }
   update_scale(s, slot, history, margin);
 }
 
@@ -61,14 +64,15 @@ void fp8_scale_from_bound(Fp8ScaleState* state, float bound, cudaStream_t stream
 }
 
 void fp8_update_scales(Fp8ScaleState* states, int count, int64_t update, int history,
-                       int margin, cudaStream_t stream, uint32_t* saturated) {
+                       int margin, cudaStream_t stream, uint32_t* saturated,
+                       uint32_t* saturated_by_state) {
   GPT2_CHECK(count >= 0 && update >= 0 && history >= 1 && history <= kFp8History,
              "fp8_update_scales of ", count, " states, update ", update, ", history ", history);
   if (count == 0) return;
   const int threads = 128;
   fp8_update_scales_kernel<<<static_cast<unsigned>(ceil_div(count, threads)), threads, 0,
                              stream>>>(states, count, static_cast<int>(update % history), history,
-                                       margin, saturated);
+                                       margin, saturated, saturated_by_state);
   GPT2_CUDA_CHECK_LAUNCH();
 }
 

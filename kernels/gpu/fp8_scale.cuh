@@ -12,8 +12,9 @@
  * power of two (exact scaling), kept only when finite and non-zero (cpu::Fp8Scale::record with
  * a history of H; a slot never written holds 0 and so never counts). H = 1 is current scaling:
  * the scale from the amax just recorded. Optionally it counts the tensors whose cast saturated
- * since the last update (cpu::Fp8Scale::saturates: amax * scale > fp8_max, before the update),
- * adding them to *saturated. One thread per tensor; graph-capturable.
+ * since the last update (cpu::Fp8Scale::saturates: amax * scale > fp8_max, before the update):
+ * how many, added to *saturated, and which, 1 added to saturated_by_state[i] for state i. One
+ * thread per tensor; graph-capturable.
  */
 #pragma once
 
@@ -55,8 +56,10 @@ Fp8ScaleState fp8_initial_state(cpu::Fp8Format format, float scale);
 void fp8_scale_from_bound(Fp8ScaleState* state, float bound, cudaStream_t stream);
 
 /// The update above, the `update`-th (0, 1, ...) of these states, history H in [1, 16]; with
-/// `saturated` (device memory), the count of states whose cast saturated added to it.
+/// `saturated` (device memory), the count of states whose cast saturated added to it, and with
+/// `saturated_by_state` (count entries), 1 added to each of theirs.
 void fp8_update_scales(Fp8ScaleState* states, int count, int64_t update, int history,
-                       int margin, cudaStream_t stream, uint32_t* saturated = nullptr);
+                       int margin, cudaStream_t stream, uint32_t* saturated = nullptr,
+                       uint32_t* saturated_by_state = nullptr);
 
 }  // namespace gpt2::gpu

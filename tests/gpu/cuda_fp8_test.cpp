@@ -11,6 +11,7 @@
 // falls as the bf16 model's does and ends within 5% of it (weights cast again after every
 // update, scales from the amax histories). The plan's FP8 buffers and the shapes FP8 refuses
 // are checked without a GPU.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -192,7 +193,8 @@ TEST_F(CudaFp8, TrainingFollowsBf16) {
 
 // Saturated casts are counted (finish_step's fp8_saturated): LayerNorm gains of 1000 put ln1
 // and ln2 far beyond E4M3's 448 at the first step's scale of 1, so every layer's qkv and fc
-// inputs saturate (and maybe more of what follows them), at most every delayed-scaled tensor.
+// inputs saturate (and maybe more of what follows them), at most every delayed-scaled tensor;
+// fp8_saturated_tensors names them.
 // The same batch again, the weights unchanged (lr 0): the scales catch up with the amaxes, a
 // tensor downstream of a clamped one perhaps a step later than those before it (its values
 // grow once theirs are no longer clamped), so the count reaches 0 within a step per tensor.
@@ -219,6 +221,17 @@ TEST_F(CudaFp8, CountsTheCastsItSaturated) {
   std::printf("[ fp8      ] saturated casts: step 1 %d\n", first);
   EXPECT_GE(first, 2 * L);
   EXPECT_LE(first, 8 * L + 1);  // the blocks' inputs and gradients, and the classifier's lnf
+  // By name, once each so far: every layer's qkv and fc inputs among them.
+  std::vector<std::string> names;
+  for (const auto& [name, steps] : fp8->fp8_saturated_tensors()) {
+    EXPECT_EQ(steps, 1) << name;
+    names.push_back(name);
+  }
+  for (int l = 0; l < L; ++l)
+    for (const char* input : {" qkv input", " fc input"}) {
+      const std::string name = "layer " + std::to_string(l) + input;
+      EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
+    }
   int step = 2, count = first;
   while (count > 0 && step <= 8 * L + 2) count = saturated(*fp8, step++);
   EXPECT_EQ(count, 0) << "the scales had not caught up with the amaxes by step " << step - 1;

@@ -54,21 +54,26 @@ TEST(GpuFp8Scale, UpdatesMatchTheCpuDelayedScaleBitForBit) {
     }
     DeviceBuffer<Fp8ScaleState> states(n);
     states.upload(initial);
-    DeviceBuffer<uint32_t> saturated(1);
+    DeviceBuffer<uint32_t> saturated(1), by_state(n);
     saturated.upload({0u});
+    by_state.upload(std::vector<uint32_t>(static_cast<size_t>(n), 0u));
     uint32_t want_saturated = 0;
+    std::vector<uint32_t> want_by_state(static_cast<size_t>(n), 0u);
     Context ctx;
     for (size_t u = 0; u < amaxes.size(); ++u) {
       std::vector<Fp8ScaleState> host = states.download();
       for (size_t i = 0; i < host.size(); ++i) host[i].amax = amaxes[u][i];
       states.upload(host);
       fp8_update_scales(states.get(), n, static_cast<int64_t>(u), history, margin, ctx.stream(),
-                        saturated.get());
+                        saturated.get(), by_state.get());
       ctx.synchronize();
       host = states.download();
       for (int i = 0; i < n; ++i) {
         const float amax = amaxes[u][static_cast<size_t>(i)];
-        if (want[static_cast<size_t>(i)].saturates(amax)) ++want_saturated;
+        if (want[static_cast<size_t>(i)].saturates(amax)) {
+          ++want_saturated;
+          ++want_by_state[static_cast<size_t>(i)];
+        }
         want[static_cast<size_t>(i)].record(amax);
         const Fp8ScaleState& got = host[static_cast<size_t>(i)];
         EXPECT_EQ(got.scale, want[static_cast<size_t>(i)].scale())
@@ -78,6 +83,7 @@ TEST(GpuFp8Scale, UpdatesMatchTheCpuDelayedScaleBitForBit) {
         EXPECT_EQ(got.amax, 0.0f) << "the update restarts the amax";
       }
       EXPECT_EQ(saturated.download()[0], want_saturated) << "update " << u;
+      EXPECT_EQ(by_state.download(), want_by_state) << "update " << u;
     }
     EXPECT_GT(want_saturated, 0u) << "the amaxes grow past their delayed scales at times";
   }
