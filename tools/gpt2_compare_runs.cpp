@@ -163,7 +163,8 @@ int compare_main(int argc, char** argv) {
       ("out", "folder for curves.csv and curves.svg", cxxopts::value<std::string>()->default_value("out/compare"))
       ("smooth", "train-loss steps per plotted mean and in the final train loss", cxxopts::value<std::string>()->default_value("20"))
       ("title", "the figure's title", cxxopts::value<std::string>()->default_value("loss curves"))
-      ("axis", "step | time: the curves against the step or the training time (each run's steps' ms)", cxxopts::value<std::string>()->default_value("step"))
+      ("axis", "step | time: the curves against the step or the training time (each run's "
+       "steps' ms)", cxxopts::value<std::string>()->default_value("step"))
       ("h,help", "print this help");
   const cxxopts::ParseResult args = parse_tool_options(cli, argc, argv);
   if (args.count("help")) {

@@ -51,8 +51,9 @@ struct Fp8PlanKey {
   uint32_t align_a, align_b, align_d;
   bool operator==(const Fp8PlanKey& o) const {
     return m == o.m && n == o.n && k == o.k && a_e5m2 == o.a_e5m2 && b_e5m2 == o.b_e5m2 &&
-           accumulate == o.accumulate && fast_accumulation == o.fast_accumulation && epilogue == o.epilogue &&
-           align_a == o.align_a && align_b == o.align_b && align_d == o.align_d;
+           accumulate == o.accumulate && fast_accumulation == o.fast_accumulation &&
+           epilogue == o.epilogue && align_a == o.align_a && align_b == o.align_b &&
+           align_d == o.align_d;
   }
 };
 
