@@ -152,10 +152,14 @@ void Fp8Linears::refresh_weights(const bf16* params, const LayerMajorLayout& lay
 }
 
 void Fp8Linears::update_scales(uint32_t* saturated) {
-  const int count = 2 * kNumLinears * config_.num_layers;  // the inputs' and the gradients'
-  gpu::Fp8ScaleState* first = state(0, kQkv, kInput);
-  gpu::fp8_update_scales(first, count, updates_++, delayed_.history, delayed_.margin,
-                         ctx_.stream(), saturated, saturation_counts_ + (first - scales_));
+  const int count = kNumLinears * config_.num_layers;  // a role's states, contiguous
+  for (const Role role : {kInput, kGrad}) {
+    gpu::Fp8ScaleState* first = state(0, kQkv, role);
+    const int margin = role == kGrad ? delayed_.gradient_margin : delayed_.margin;
+    gpu::fp8_update_scales(first, count, updates_, delayed_.history, margin, ctx_.stream(),
+                           saturated, saturation_counts_ + (first - scales_));
+  }
+  ++updates_;
 }
 
 std::vector<std::pair<std::string, int64_t>> Fp8Linears::saturated_tensors() const {

@@ -9,7 +9,8 @@
  *  - Weights: current scaling (amax, then scale, then cast), in both orders, once per optimizer
  *    step (refresh_weights), not per micro-batch.
  *  - Inputs and gradients: delayed scaling (kernels/gpu/fp8_scale.cuh: an amax history of 16,
- *    power-of-two scales, margin 0), updated once per optimizer step (update_scales); before
+ *    power-of-two scales, margins
+ *    given apart for inputs and gradients), updated once per optimizer step (update_scales); before
  *    their first update inputs are cast with scale 1, gradients with 2^15 (gradients at
  *    initialization are far below E5M2's 57344 / 2^15 = 1.75).
  *  - forward  Y = X W^T + b         E4M3 X x E4M3 W, X cast here in both orders: the row order
@@ -68,7 +69,7 @@ class Fp8Linears {
   /// Takes the planned buffers and writes the initial scale states (on ctx's stream).
   /// fast_forward_accumulation: the forward GEMMs with Hopper's fast FP8 accumulation
   /// (gpu::Fp8Epilogue::fast_accumulation); the backward's always without. delayed: the
-  /// inputs' and gradients' scales' history and margin.
+  /// inputs' and gradients' scales' history and margins.
   Fp8Linears(const ModelConfig& config, const Buffers& buffers, size_t rows,
              const gpu::Context& ctx, bool fast_forward_accumulation,
              const gpu::Fp8DelayedScaling& delayed = {});

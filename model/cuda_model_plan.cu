@@ -321,6 +321,9 @@ void validate_cuda_options(const ModelOptions& options) {
   if (options.fp8_margin < 0 || options.fp8_margin > gpu::kFp8MaxMargin)
     GPT2_USAGE_FAIL("--fp8-margin must be 0 to ", gpu::kFp8MaxMargin, " (got ",
                     options.fp8_margin, ")");
+  if (options.fp8_gradient_margin < 0 || options.fp8_gradient_margin > gpu::kFp8MaxMargin)
+    GPT2_USAGE_FAIL("--fp8-gradient-margin must be 0 to ", gpu::kFp8MaxMargin, " (got ",
+                    options.fp8_gradient_margin, ")");
   if (options.precision == Precision::kFp8) {
     if (options.fp8_classifier && config.padded_vocab_size % 16 != 0)
       GPT2_USAGE_FAIL("--fp8-classifier needs the padded vocabulary to be a multiple of 16 (got ",

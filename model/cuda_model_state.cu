@@ -109,7 +109,8 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
         attention_config(options, true), context, buffers_[kAttWorkspace], *ctx_);
   }
   if constexpr (std::is_same_v<T_, bf16>) {
-    const gpu::Fp8DelayedScaling fp8_delayed{options.fp8_amax_history, options.fp8_margin};
+    const gpu::Fp8DelayedScaling fp8_delayed{options.fp8_amax_history, options.fp8_margin,
+                                              options.fp8_gradient_margin};
     if (buffers_[kFp8Weights] != nullptr) {
       Fp8Linears::Buffers fp8;
       fp8.weights = buf<uint8_t>(kFp8Weights);

@@ -86,10 +86,12 @@ struct ModelOptions {
   /// GEMMs keep the periodic fp32 accumulation either way (docs/fp8.md).
   bool fp8_fast_accumulation = false;
   /// --precision fp8 (CUDA): the delayed scales of the blocks' inputs and gradients and of the
-  /// classifier's input: the amaxes each looks back over (1 to 16) and its margin (scales
-  /// 2^margin smaller than fp8_max / amax; kernels/gpu/fp8_scale.cuh).
+  /// classifier's input: the amaxes each looks back over (1 to 16) and their margins (scales
+  /// 2^margin smaller than fp8_max / amax; kernels/gpu/fp8_scale.cuh): fp8_margin the inputs',
+  /// fp8_gradient_margin the blocks' output gradients'.
   int fp8_amax_history = 16;
   int fp8_margin = 0;
+  int fp8_gradient_margin = 0;
   /// CUDA: replay a training micro-batch's forward and backward (about 440 launches at d12),
   /// with the collectives data parallelism runs inside them, as one CUDA graph, captured on the
   /// second call of each kind of micro-batch: the same kernels on the same buffers, so the same

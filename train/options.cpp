@@ -97,8 +97,11 @@ cxxopts::Options make_options() {
       ("fp8-amax-history", "--precision fp8: the amaxes, one a step, that a delayed scale (the "
        "blocks' inputs and gradients, the classifier's input) looks back over, 1 to 16 "
        "(default: 16)", s())
-      ("fp8-margin", "--precision fp8: delayed scales 2^N smaller than fp8_max / amax, headroom "
-       "for tensors that grow between updates, 0 to 8 (default: 0)", s())
+      ("fp8-margin", "--precision fp8: the inputs' delayed scales (E4M3) 2^N smaller than "
+       "fp8_max / amax, headroom for tensors that grow between updates, 0 to 8 (default: 0)",
+       s())
+      ("fp8-gradient-margin", "--precision fp8: the same for the blocks' output gradients "
+       "(E5M2), 0 to 8 (default: 0)", s())
       ("recompute", "--device cuda: none | fc (keep one layer's fc output and GELU instead of "
        "every layer's and recompute them in backward with one more fc GEMM per layer; the same "
        "bits, less memory for long context)", s()->default_value("none"))
@@ -280,9 +283,10 @@ void parse_parallel_and_kernels(const ParsedOptions& o, CommandLine& cli) {
   if (given("fp8-amax-history"))
     cli.fp8_amax_history = static_cast<int>(parse_integer(
         "fp8-amax-history", text("fp8-amax-history"), 1, 16, "an integer from 1 to 16"));
-  if (given("fp8-margin"))
-    cli.fp8_margin = static_cast<int>(
-        parse_integer("fp8-margin", text("fp8-margin"), 0, 8, "an integer from 0 to 8"));
+  for (const auto& [name, field] : {std::pair{"fp8-margin", &cli.fp8_margin},
+                                    std::pair{"fp8-gradient-margin", &cli.fp8_gradient_margin}})
+    if (given(name))
+      *field = static_cast<int>(parse_integer(name, text(name), 0, 8, "an integer from 0 to 8"));
   const std::string recompute = text("recompute");
   if (recompute != "none" && recompute != "fc")
     GPT2_USAGE_FAIL("--recompute must be none or fc (got '", recompute, "')");
@@ -414,11 +418,16 @@ void resolve_model_options(const CommandLine& cli, TrainConfig& config) {
   config.model.fp8_fast_accumulation =
       cli.fp8_fast_accumulation.value_or(kFp8FastAccumulationDefault &&
                                          config.model.precision == Precision::kFp8);
-  if ((cli.fp8_amax_history || cli.fp8_margin) && config.model.precision != Precision::kFp8)
-    GPT2_USAGE_FAIL(cli.fp8_amax_history ? "--fp8-amax-history" : "--fp8-margin",
-                    " needs --precision fp8");
+  if (config.model.precision != Precision::kFp8)
+    for (const auto& [name, given_value] :
+         {std::pair{"--fp8-amax-history", cli.fp8_amax_history.has_value()},
+          std::pair{"--fp8-margin", cli.fp8_margin.has_value()},
+          std::pair{"--fp8-gradient-margin", cli.fp8_gradient_margin.has_value()}})
+      if (given_value) GPT2_USAGE_FAIL(name, " needs --precision fp8");
   config.model.fp8_amax_history = cli.fp8_amax_history.value_or(config.model.fp8_amax_history);
   config.model.fp8_margin = cli.fp8_margin.value_or(config.model.fp8_margin);
+  config.model.fp8_gradient_margin =
+      cli.fp8_gradient_margin.value_or(config.model.fp8_gradient_margin);
   if (!on_cuda && config.model.recompute_fc)
     GPT2_USAGE_FAIL("--recompute fc needs --device cuda (the CPU backend keeps every "
                     "activation)");

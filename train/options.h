@@ -122,6 +122,7 @@ struct CommandLine {
   std::optional<bool> fp8_fast_accumulation;  // unset: kFp8FastAccumulationDefault with fp8
   std::optional<int> fp8_amax_history;        // unset: ModelOptions' default
   std::optional<int> fp8_margin;              // unset: ModelOptions' default
+  std::optional<int> fp8_gradient_margin;     // unset: ModelOptions' default
   bool val_every_given = false;   // --val-every typed (not its default)
   bool help = false;
 };

@@ -51,6 +51,7 @@ Json train_config_json(const TrainConfig& c, const RunDataFiles& files) {
   config["fp8_fast_accumulation"] = c.model.fp8_fast_accumulation;
   config["fp8_amax_history"] = c.model.fp8_amax_history;
   config["fp8_margin"] = c.model.fp8_margin;
+  config["fp8_gradient_margin"] = c.model.fp8_gradient_margin;
   config["cuda_graphs"] = c.model.cuda_graphs;
   config["precision"] = to_string(c.model.precision);
   config["batch_size"] = c.model.batch_size;

@@ -56,8 +56,8 @@ void print_configuration(const TrainConfig& c, const DataLoader& train, const Da
               c.model.fp8_classifier ? " (the classifier's GEMMs too)" : "",
               c.model.fp8_fast_accumulation ? " (forward GEMMs: fast accumulation)" : "");
   if (c.model.precision == Precision::kFp8)
-    std::printf(" (delayed scales: amax history %d, margin %d)", c.model.fp8_amax_history,
-                c.model.fp8_margin);
+    std::printf(" (delayed scales: amax history %d, margin %d, gradients' margin %d)",
+                c.model.fp8_amax_history, c.model.fp8_margin, c.model.fp8_gradient_margin);
   std::printf("\n");
   std::printf("  %-18s B=%d T=%d world=%d\n", "micro-batch", c.model.batch_size, c.model.seq_len,
               c.world_size);

@@ -31,10 +31,13 @@ constexpr int kFp8History = 16;
 /// The largest margin a model takes: 2^8 of headroom already leaves E4M3 5 of its 17.8 binades.
 constexpr int kFp8MaxMargin = 8;
 
-/// The delayed scales' two settings (Transformer Engine's amax_history_len and margin).
+/// The delayed scales' settings (Transformer Engine's amax_history_len and margin, the margin
+/// given apart for the E4M3 inputs and the E5M2 gradients: the gradients' amaxes jump between
+/// steps more often, and E5M2's 31 binades lose less to headroom than E4M3's 17.8).
 struct Fp8DelayedScaling {
   int history = kFp8History;  // the amaxes a scale looks back over, 1 to kFp8History
-  int margin = 0;             // scales 2^margin smaller still: headroom for a growing tensor
+  int margin = 0;             // the inputs' scales 2^margin smaller still: headroom to grow
+  int gradient_margin = 0;    // the same for the block linears' output gradients (E5M2)
 };
 
 struct alignas(16) Fp8ScaleState {

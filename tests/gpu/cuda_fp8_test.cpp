@@ -240,12 +240,13 @@ TEST_F(CudaFp8, CountsTheCastsItSaturated) {
   EXPECT_EQ(saturated(*bf16, 1), -1);
 }
 
-// --fp8-margin reaches the delayed scales: after one step from the same start (naive attention,
-// so the same amaxes bit for bit), margin 2 leaves every block input's and gradient's scale a
-// quarter of margin 0's, and the weights' (current scaling, no margin) as they were. The
-// precision state is Fp8Linears::save_state's: a 24-byte header (tag, count, updates), then
-// the states by role (weights, inputs, gradients), layer and linear.
-TEST_F(CudaFp8, MarginTwoQuartersEveryDelayedScale) {
+// --fp8-margin and --fp8-gradient-margin reach the delayed scales: after one step from the
+// same start (naive attention, so the same amaxes bit for bit), margin 2 leaves every block
+// input's scale a quarter of margin 0's, gradient margin 3 every gradient's an eighth, and the
+// weights' (current scaling, no margin) as they were. The precision state is
+// Fp8Linears::save_state's: a 24-byte header (tag, count, updates), then the states by role
+// (weights, inputs, gradients), layer and linear.
+TEST_F(CudaFp8, MarginsDivideTheirRolesDelayedScales) {
   const int B = 2, T = 32, L = config_.num_layers, count = 12 * L;
   const size_t header = 24;
   std::vector<std::vector<Fp8ScaleState>> states;
@@ -253,6 +254,7 @@ TEST_F(CudaFp8, MarginTwoQuartersEveryDelayedScale) {
     ModelOptions options = small_options(Precision::kFp8, B, T);  // the classifier in bf16
     options.attention = AttentionKind::kNaive;
     options.fp8_margin = margin;
+    options.fp8_gradient_margin = margin == 0 ? 0 : 3;
     std::unique_ptr<Model> model = make_cuda_model(options);
     model->set_parameters(params_.data());
     train(*model, B, T, 1, 140, /*learn_one_batch=*/false, /*lr=*/0.0f);
@@ -263,8 +265,8 @@ TEST_F(CudaFp8, MarginTwoQuartersEveryDelayedScale) {
   }
   for (int i = 0; i < count; ++i) {
     const float margin0 = states[0][static_cast<size_t>(i)].scale;
-    EXPECT_EQ(states[1][static_cast<size_t>(i)].scale, i < 4 * L ? margin0 : margin0 / 4)
-        << "state " << i;
+    const float divisor = i < 4 * L ? 1.0f : i < 8 * L ? 4.0f : 8.0f;
+    EXPECT_EQ(states[1][static_cast<size_t>(i)].scale, margin0 / divisor) << "state " << i;
   }
 }
 

@@ -319,18 +319,29 @@ TEST(TrainOptions, Fp8FastAccumulationNeedsFp8) {
             std::string::npos);
 }
 
-// --fp8-amax-history and --fp8-margin: the delayed scales' settings, only with fp8, in range.
+// --fp8-amax-history, --fp8-margin and --fp8-gradient-margin: the delayed scales' settings,
+// only with fp8, in range.
 TEST(TrainOptions, Fp8DelayedScalingSettings) {
   const TrainConfig defaults = resolve({"--precision", "fp8"}, with_gpu());
   EXPECT_EQ(defaults.model.fp8_amax_history, 16);
   EXPECT_EQ(defaults.model.fp8_margin, 0);
-  const TrainConfig set = resolve(
-      {"--precision", "fp8", "--fp8-amax-history", "4", "--fp8-margin", "1"}, with_gpu());
+  EXPECT_EQ(defaults.model.fp8_gradient_margin, 0);
+  const TrainConfig set = resolve({"--precision", "fp8", "--fp8-amax-history", "4",
+                                   "--fp8-margin", "1", "--fp8-gradient-margin", "3"},
+                                  with_gpu());
   EXPECT_EQ(set.model.fp8_amax_history, 4);
   EXPECT_EQ(set.model.fp8_margin, 1);
-  EXPECT_NE(usage_message({"--fp8-margin", "1"}, with_gpu()).find("--fp8-margin needs "
-                                                                   "--precision fp8"),
-            std::string::npos);
+  EXPECT_EQ(set.model.fp8_gradient_margin, 3);
+  for (const char* option : {"--fp8-margin", "--fp8-gradient-margin"}) {
+    EXPECT_NE(usage_message({option, "1"}, with_gpu())
+                  .find(std::string(option) + " needs --precision fp8"),
+              std::string::npos)
+        << option;
+    for (const char* margin : {"9", "99", "x"})
+      EXPECT_NE(usage_message({"--precision", "fp8", option, margin}, with_gpu()).find(option),
+                std::string::npos)
+          << option << " " << margin;
+  }
   EXPECT_NE(usage_message({"--precision", "bf16", "--fp8-amax-history", "4"}, with_gpu())
                 .find("--fp8-amax-history needs --precision fp8"),
             std::string::npos);
@@ -339,9 +350,6 @@ TEST(TrainOptions, Fp8DelayedScalingSettings) {
                   .find("--fp8-amax-history"),
               std::string::npos)
         << history;
-  EXPECT_NE(usage_message({"--precision", "fp8", "--fp8-margin", "9"}, with_gpu())
-                .find("--fp8-margin"),
-            std::string::npos);
 }
 
 TEST(TrainOptions, HelpSkipsEverythingElse) {
