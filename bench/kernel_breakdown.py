@@ -16,6 +16,7 @@ import io
 import re
 import subprocess
 import sys
+import tempfile
 
 from bench_io import print_table
 
@@ -43,12 +44,14 @@ def main():
     parser.add_argument("train_args", nargs="*", help="gpt2-train options (after --)")
     args = parser.parse_args()
 
-    command = [args.ncu, "--csv", "--print-units", "base", "--clock-control", args.clock_control,
-               "--metrics", "gpu__time_duration.sum",
-               args.train, "--device", "cuda", "--steps", "2", "--val-every", "0",
-               "--sample-every", "0", "--checkpoint-every", "0", "--out",
-               "/tmp/kernel_breakdown_run"] + args.train_args
-    run = subprocess.run(command, capture_output=True, text=True)
+    # A run folder of its own: two breakdowns at once (one a GPU) must not share gpt2-train's lock.
+    with tempfile.TemporaryDirectory(prefix="kernel_breakdown_") as run_dir:
+        command = [args.ncu, "--csv", "--print-units", "base", "--clock-control",
+                   args.clock_control, "--metrics", "gpu__time_duration.sum",
+                   args.train, "--device", "cuda", "--steps", "2", "--val-every", "0",
+                   "--sample-every", "0", "--checkpoint-every", "0", "--out",
+                   run_dir + "/run"] + args.train_args
+        run = subprocess.run(command, capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit(f"kernel_breakdown: ncu failed ({run.returncode}):\n{run.stderr[-3000:]}")
     start = run.stdout.find('"ID"')
