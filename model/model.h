@@ -91,7 +91,7 @@ struct ModelOptions {
   /// fp8_gradient_margin the blocks' output gradients'.
   int fp8_amax_history = 16;
   int fp8_margin = 0;
-  int fp8_gradient_margin = 0;
+  int fp8_gradient_margin = 4;
   /// CUDA: replay a training micro-batch's forward and backward (about 440 launches at d12),
   /// with the collectives data parallelism runs inside them, as one CUDA graph, captured on the
   /// second call of each kind of micro-batch: the same kernels on the same buffers, so the same

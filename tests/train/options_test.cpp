@@ -302,9 +302,9 @@ TEST(TrainOptions, Fp8ClassifierFollowsThePrecision) {
   std::filesystem::remove(path);
 }
 
-// --fp8-fast-accumulation: off unless given on, and only with fp8.
+// --fp8-fast-accumulation: on with fp8 unless given off, and only with fp8.
 TEST(TrainOptions, Fp8FastAccumulationNeedsFp8) {
-  EXPECT_FALSE(resolve({"--precision", "fp8"}, with_gpu()).model.fp8_fast_accumulation);
+  EXPECT_TRUE(resolve({"--precision", "fp8"}, with_gpu()).model.fp8_fast_accumulation);
   EXPECT_TRUE(resolve({"--precision", "fp8", "--fp8-fast-accumulation", "on"}, with_gpu())
                   .model.fp8_fast_accumulation);
   EXPECT_FALSE(resolve({"--precision", "fp8", "--fp8-fast-accumulation", "off"}, with_gpu())
@@ -325,7 +325,7 @@ TEST(TrainOptions, Fp8DelayedScalingSettings) {
   const TrainConfig defaults = resolve({"--precision", "fp8"}, with_gpu());
   EXPECT_EQ(defaults.model.fp8_amax_history, 16);
   EXPECT_EQ(defaults.model.fp8_margin, 0);
-  EXPECT_EQ(defaults.model.fp8_gradient_margin, 0);
+  EXPECT_EQ(defaults.model.fp8_gradient_margin, 4);
   const TrainConfig set = resolve({"--precision", "fp8", "--fp8-amax-history", "4",
                                    "--fp8-margin", "1", "--fp8-gradient-margin", "3"},
                                   with_gpu());
