@@ -14,6 +14,7 @@ constexpr int kTop = 70;         // the figure's title and the panel's title abo
 constexpr int kBottom = 80;      // x tick labels, x label and legend below the frame
 constexpr int kRight = 50;
 constexpr int kLegendCharPx = 7;  // a legend entry's width per character of its name
+constexpr int kLegendRowPx = 16;  // a further legend row, added below the figure's kBottom
 
 // A coordinate with one decimal: enough for a pixel, short in a long polyline.
 std::string coord(double v) {
@@ -23,6 +24,33 @@ std::string coord(double v) {
 }
 
 bool finite_point(const PlotPoint& p) { return std::isfinite(p.x) && std::isfinite(p.y); }
+
+struct LegendSlot {
+  int x = 0;
+  int row = 0;
+};
+
+// Where each series' legend entry goes under a frame at `left`, `width` wide: left to right, on
+// a new row when the entry (its square, a space and its name) would run past the frame's right.
+std::vector<LegendSlot> legend_slots(const PlotPanel& panel, int left, int width) {
+  std::vector<LegendSlot> slots;
+  int x = left + 10, row = 0;
+  for (const PlotSeries& series : panel.series) {
+    const int text = kLegendCharPx * static_cast<int>(series.name.size() + 2);
+    if (x > left + 10 && x + text > left + width) {
+      x = left + 10;
+      ++row;
+    }
+    slots.push_back({x, row});
+    x += text + 16;
+  }
+  return slots;
+}
+
+int legend_rows(const PlotPanel& panel, int width) {
+  const std::vector<LegendSlot> slots = legend_slots(panel, 0, width);
+  return slots.empty() ? 1 : slots.back().row + 1;
+}
 
 struct Range {
   double lo = 0.0, hi = 0.0;
@@ -112,7 +140,7 @@ void render_panel(std::ostringstream& svg, const PlotPanel& panel, int left, int
   svg << "<text x='" << left + width / 2 << "' y='" << kTop + height + 34
       << "' text-anchor='middle'>" << xml_escape(panel.x_label) << "</text>\n";
 
-  int legend_x = left + 10;
+  const std::vector<LegendSlot> legend = legend_slots(panel, left, width);
   for (size_t s = 0; s < panel.series.size(); ++s) {
     const PlotSeries& series = panel.series[s];
     std::string points;
@@ -126,9 +154,8 @@ void render_panel(std::ostringstream& svg, const PlotPanel& panel, int left, int
     if (!points.empty()) points.pop_back();
     svg << "<polyline fill='none' stroke-width='2' stroke='" << series.color << "' points='"
         << points << "'/>\n";
-    svg << "<text x='" << legend_x << "' y='" << kTop + height + 56 << "' fill='" << series.color
-        << "'>&#9632; " << xml_escape(series.name) << "</text>\n";
-    legend_x += 30 + kLegendCharPx * static_cast<int>(series.name.size());
+    svg << "<text x='" << legend[s].x << "' y='" << kTop + height + 56 + kLegendRowPx * legend[s].row
+        << "' fill='" << series.color << "'>&#9632; " << xml_escape(series.name) << "</text>\n";
   }
   for (const PlotNote& note : panel.notes) {
     if (panel.x_log2 && note.x <= 0) continue;
@@ -208,7 +235,10 @@ std::string xml_escape(const std::string& text) {
 std::string render_svg(const PlotFigure& figure) {
   const int panels = std::max<int>(1, static_cast<int>(figure.panels.size()));
   const int width = kFirstLeft + panels * figure.panel_width + (panels - 1) * kPanelGap + kRight;
-  const int height = kTop + figure.panel_height + kBottom;
+  int rows = 1;
+  for (const PlotPanel& panel : figure.panels)
+    rows = std::max(rows, legend_rows(panel, figure.panel_width));
+  const int height = kTop + figure.panel_height + kBottom + kLegendRowPx * (rows - 1);
   std::ostringstream svg;
   svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << height
       << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' "

@@ -5,7 +5,8 @@
  *
  * A figure is a title over one or more panels side by side. A panel is a framed plot area with
  * its title above, light horizontal grid lines at the y ticks, x tick labels and the x label
- * below, and a legend line (a colored square and the series' name) under that. Each series is
+ * below, and a legend (a colored square and the series' name for each, in as many rows as the
+ * frame's width needs; the figure grows to hold them) under that. Each series is
  * drawn as a polyline through its points (points whose x or y is not finite are left out), with
  * a dot at each point unless markers is off; a PlotNote writes a short word (e.g. "OOM") in a
  * series' color at the top of the panel at its x.

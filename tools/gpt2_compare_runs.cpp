@@ -200,8 +200,11 @@ int compare_main(int argc, char** argv) {
     common_time = std::min(common_time, run.curves.val.empty() ? 0.0 : run.curves.val.back().x);
   const bool at_time = time_axis && common_time > 0.0;
   const double val_at_time0 = at_time ? val_at(runs[0].curves.val, common_time) : 0.0;
-  std::printf("%-12s %6s %12s %12s %16s %10s %10s", "run", "steps", "final train", "final val",
-              time_axis ? "lowest val (s)" : "lowest val (step)", "train/1st", "val/1st");
+  int name_width = 12;  // the runs' column, as wide as the longest name
+  for (const Run& run : runs) name_width = std::max(name_width, static_cast<int>(run.name.size()));
+  std::printf("%-*s %6s %12s %12s %16s %10s %10s", name_width, "run", "steps", "final train",
+              "final val", time_axis ? "lowest val (s)" : "lowest val (step)", "train/1st",
+              "val/1st");
   char at_label[48];
   std::snprintf(at_label, sizeof at_label, "val at %.1f s", common_time);
   if (at_time) std::printf(" %16s %10s", at_label, "/1st");
@@ -221,8 +224,9 @@ int compare_main(int argc, char** argv) {
       lowest = str_cat(best.y, " (", where, ")");
       if (val0 > 0.0) val_ratio = str_cat(run.curves.val.back().y / val0);
     }
-    std::printf("%-12s %6.0f %12.6f %12s %16s %10.5f %10s", run.name.c_str(), run.last_step,
-                train, final_val.c_str(), lowest.c_str(), train / train0, val_ratio.c_str());
+    std::printf("%-*s %6.0f %12.6f %12s %16s %10.5f %10s", name_width, run.name.c_str(),
+                run.last_step, train, final_val.c_str(), lowest.c_str(), train / train0,
+                val_ratio.c_str());
     if (at_time) {
       const double v = val_at(run.curves.val, common_time);
       std::printf(" %16s %10s", std::isnan(v) ? "-" : str_cat(v).c_str(),

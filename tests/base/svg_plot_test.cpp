@@ -82,6 +82,32 @@ TEST(SvgPlot, DrawsEachSeriesWithItsPointsAndLegend) {
   EXPECT_EQ(svg.find("nothing"), std::string::npos);
 }
 
+// Six long names do not fit one 400-pixel row: the legend wraps, every entry starts inside the
+// frame, and the figure grows a row's height for each row past the first.
+TEST(SvgPlot, ALegendTooWideForItsFrameWrapsAndTheFigureGrows) {
+  std::vector<PlotSeries> series;
+  for (int i = 0; i < 6; ++i)
+    series.push_back({"fp8-gradient-margin-" + std::to_string(i), "#1f77b4", {{1, 1}, {2, 2}}});
+  const std::string one_row = render_svg(one_panel({series[0]}));
+  const std::string wrapped = render_svg(one_panel(series));
+  auto height = [](const std::string& svg) {
+    const size_t at = svg.find("height='") + 8;
+    return std::stoi(svg.substr(at, svg.find('\'', at) - at));
+  };
+  std::vector<int> rows;  // the legend entries' y, in order
+  for (size_t at = wrapped.find("&#9632;"); at != std::string::npos;
+       at = wrapped.find("&#9632;", at + 1)) {
+    const size_t tag = wrapped.rfind("<text x='", at);
+    const int x = std::stoi(wrapped.substr(tag + 9));
+    const size_t y_at = wrapped.find("y='", tag) + 3;
+    rows.push_back(std::stoi(wrapped.substr(y_at)));
+    EXPECT_LT(x, 80 + 400) << "an entry starts past the frame";
+  }
+  ASSERT_EQ(rows.size(), 6u);
+  EXPECT_GT(rows.back(), rows.front());
+  EXPECT_EQ(height(wrapped) - height(one_row), rows.back() - rows.front());
+}
+
 TEST(SvgPlot, APanelWithoutDataSaysSoInsteadOfDrawingAxes) {
   PlotSeries empty{"naive", "#d62728", {}, true};
   PlotSeries only_nan{"flash", "#1f77b4", {{1, std::nan("")}}, true};
