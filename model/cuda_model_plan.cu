@@ -105,6 +105,7 @@ gpu::AttentionConfig attention_config(const ModelOptions& options, bool whole) {
   config.kernel = gpu::select_attention_kernel(options.attention, options.flash_kernel,
                                                config.bf16, options.config.head_size());
   config.deterministic = options.deterministic_attention;
+  config.backward = options.training;
   return config;
 }
 

@@ -20,7 +20,7 @@ size_t storage_bytes(const AttentionConfig& c) { return c.bf16 ? 2 : 4; }
 
 // Naive: the backward's scratch (permuted Q, K, V, dO, dQ, dK, dV), then the dP/dS buffer.
 size_t naive_scratch_bytes(const AttentionConfig& c) {
-  return attention_naive_scratch_elems(c.B, c.T, c.C, /*backward=*/true) * storage_bytes(c);
+  return attention_naive_scratch_elems(c.B, c.T, c.C, c.backward) * storage_bytes(c);
 }
 
 template <typename T_>
@@ -150,13 +150,15 @@ size_t attention_saved_bytes(const AttentionConfig& c) {
 }
 
 size_t attention_workspace_bytes(const AttentionConfig& c) {
+  const size_t probs_gradient =  // dP, then dS in place (B,NH,T,T): the naive backward's
+      c.backward ? static_cast<size_t>(c.B) * c.NH * c.T * c.T * storage_bytes(c) : 0;
   switch (c.kernel) {
     case AttentionKernel::kNaive:
-      return naive_scratch_bytes(c) + static_cast<size_t>(c.B) * c.NH * c.T * c.T * storage_bytes(c);
-    case AttentionKernel::kFlashPortable:
-      return attention_flash_scratch_floats(c.B, c.T, c.C, c.NH) * sizeof(float);
+      return naive_scratch_bytes(c) + probs_gradient;
+    case AttentionKernel::kFlashPortable:  // the forward keeps no scratch
+      return c.backward ? attention_flash_scratch_floats(c.B, c.T, c.C, c.NH) * sizeof(float) : 0;
     case AttentionKernel::kFlashHopper:
-      return attention_hopper_workspace_bytes(c.B, c.T, c.C, c.NH);
+      return c.backward ? attention_hopper_workspace_bytes(c.B, c.T, c.C, c.NH) : 0;
   }
   return 0;
 }
@@ -167,6 +169,9 @@ std::string attention_saved_name(const AttentionConfig& c) {
 }
 
 std::string attention_workspace_name(const AttentionConfig& c) {
+  if (!c.backward)
+    return c.kernel == AttentionKernel::kNaive ? "attention scratch: Q,K,V,O (4,B,T,C)"
+                                               : "attention scratch (the forward keeps none)";
   switch (c.kernel) {
     case AttentionKernel::kNaive:
       return "attention scratch: Q,K,V,dO,dQ,dK,dV (7,B,T,C) + dP/dS (B,NH,T,T)";
@@ -204,6 +209,8 @@ void attention_forward(const AttentionConfig& config, const AttentionTensors& te
 
 void attention_backward(const AttentionConfig& config, const AttentionTensors& tensors,
                         const Context& ctx) {
+  GPT2_CHECK(config.backward, "attention backward with a forward-only config (its workspace "
+             "has no room for the backward's scratch)");
   check_query_rows(config.rows, config.T);
   if (config.bf16) {
     backward_typed<bf16>(config, tensors, ctx);

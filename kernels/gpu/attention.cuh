@@ -88,6 +88,9 @@ struct AttentionConfig {
   int backward_max_blocks = 0;
   HopperForwardShape forward_shape = HopperForwardShape::kAuto;
   QueryRows rows;  // all of them unless set
+  // false: forward calls only (inference): the workspace holds what the forward uses and
+  // nothing of the backward's (attention_backward refuses such a config).
+  bool backward = true;
 };
 
 /// Throws gpt2::Error unless `rows` keeps QueryRows' rules for a sequence of T.
@@ -114,6 +117,9 @@ AttentionKernel select_attention_kernel(AttentionKind kind, FlashKernelChoice ch
 bool attention_hopper_supported(bool bf16, int head_size, std::string* why_not);
 
 size_t attention_saved_bytes(const AttentionConfig& config);
+/// The workspace the config's calls use: the forward's and, with config.backward, the
+/// backward's (naive: permuted Q, K, V and O, and for the backward dO, dQ, dK, dV and dP/dS of
+/// (B,NH,T,T); flash: the backward's only).
 size_t attention_workspace_bytes(const AttentionConfig& config);
 /// Names for the memory plan.
 std::string attention_saved_name(const AttentionConfig& config);

@@ -361,6 +361,36 @@ TEST(GpuAttentionRows, RowsOffTheirGranuleAreRefused) {
   EXPECT_NO_THROW(check_query_rows(config.rows, config.T));
 }
 
+// A forward-only config (inference) sizes the workspace for the forward's use alone: the naive
+// kernel's permuted Q, K, V and O (4,B,T,C), nothing for the flash kernels, whose forward keeps
+// no scratch; the backward's (naive: dO, dQ, dK, dV and dP/dS of (B,NH,T,T)) only with it. Host
+// arithmetic: runs without a GPU.
+TEST(GpuAttentionWorkspace, AForwardOnlyConfigHoldsTheForwardsScratchAlone) {
+  AttentionConfig config;
+  config.B = 2;
+  config.T = 96;
+  config.C = 128;
+  config.NH = 2;
+  const size_t BTC = 2 * 96 * 128, probs = size_t{2} * 2 * 96 * 96;
+  for (const bool bf16 : {true, false}) {
+    config.bf16 = bf16;
+    const size_t x = bf16 ? 2 : 4;
+    config.kernel = AttentionKernel::kNaive;
+    config.backward = true;
+    EXPECT_EQ(attention_workspace_bytes(config), (7 * BTC + probs) * x);
+    config.backward = false;
+    EXPECT_EQ(attention_workspace_bytes(config), 4 * BTC * x);
+    for (const AttentionKernel flash :
+         {AttentionKernel::kFlashPortable, AttentionKernel::kFlashHopper}) {
+      config.kernel = flash;
+      config.backward = true;
+      EXPECT_GT(attention_workspace_bytes(config), 0u) << to_string(flash);
+      config.backward = false;
+      EXPECT_EQ(attention_workspace_bytes(config), 0u) << to_string(flash);
+    }
+  }
+}
+
 // The racing (non-deterministic) dQ order of the Hopper backward is as accurate.
 TEST(GpuAttentionHopper, NondeterministicModeMatchesFp64Reference) {
   GPT2_REQUIRE_GPU();
