@@ -219,12 +219,7 @@ int compare_main(int argc, char** argv) {
   const double val0 = runs[0].curves.val.empty() ? 0.0 : runs[0].curves.val.back().y;
   // The mean of a run's last `last` val losses (all of them if it has fewer); NaN without any.
   auto mean_of_last_val = [&](const Run& run) {
-    const std::vector<PlotPoint>& val = run.curves.val;
-    if (val.empty()) return std::nan("");
-    const size_t n = std::min(last, val.size());
-    double sum = 0.0;
-    for (size_t i = val.size() - n; i < val.size(); ++i) sum += val[i].y;
-    return sum / static_cast<double>(n);
+    return run.curves.val.empty() ? std::nan("") : mean_of_last(run.curves.val, last);
   };
   const double last0 = mean_of_last_val(runs[0]);
   for (const Run& run : runs) {
