@@ -11,8 +11,9 @@
  * compared (--precision). Writes OUT/curves.csv (one row per step: each run's train and val
  * loss, empty where a run has none), OUT/curves.svg (two panels: the train loss as means of
  * --smooth steps, the val loss; base/svg_plot.h), and prints per run the final train loss (mean
- * of the last --smooth steps), the final and lowest val loss, and each relative to the first
- * run. With --axis time the curves are against each run's training time instead (the sum of
+ * of the last --smooth steps), the final and lowest val loss, the mean of its last --last val
+ * losses (steadier than the final one alone: one evaluation's noise is averaged out), and each
+ * relative to the first run. With --axis time the curves are against each run's training time instead (the sum of
  * its steps' "ms", evaluation not included: the runs at equal time, where a faster precision
  * shows its gain), the CSV's first column is seconds, and the table adds each run's val loss at
  * the latest time every run reached with a validation (linear between its validations). Exit 2
@@ -162,6 +163,7 @@ int compare_main(int argc, char** argv) {
       ("run", "NAME=PATH: a run folder or its metrics.jsonl (two or more)", cxxopts::value<std::vector<std::string>>())
       ("out", "folder for curves.csv and curves.svg", cxxopts::value<std::string>()->default_value("out/compare"))
       ("smooth", "train-loss steps per plotted mean and in the final train loss", cxxopts::value<std::string>()->default_value("20"))
+      ("last", "val losses in the table's mean of the last ones", cxxopts::value<std::string>()->default_value("5"))
       ("title", "the figure's title", cxxopts::value<std::string>()->default_value("loss curves"))
       ("axis", "step | time: the curves against the step or the training time (each run's "
        "steps' ms)", cxxopts::value<std::string>()->default_value("step"))
@@ -174,6 +176,8 @@ int compare_main(int argc, char** argv) {
   if (args.count("run") < 2) GPT2_USAGE_FAIL("give two runs or more (--run NAME=PATH each)");
   const size_t smooth =
       static_cast<size_t>(parse_positive_int("smooth", args["smooth"].as<std::string>()));
+  const size_t last =
+      static_cast<size_t>(parse_positive_int("last", args["last"].as<std::string>()));
   const std::string out = args["out"].as<std::string>();
   const std::string x_axis = args["axis"].as<std::string>();
   if (x_axis != "step" && x_axis != "time")
@@ -202,15 +206,22 @@ int compare_main(int argc, char** argv) {
   const double val_at_time0 = at_time ? val_at(runs[0].curves.val, common_time) : 0.0;
   int name_width = 12;  // the runs' column, as wide as the longest name
   for (const Run& run : runs) name_width = std::max(name_width, static_cast<int>(run.name.size()));
-  std::printf("%-*s %6s %12s %12s %16s %10s %10s", name_width, "run", "steps", "final train",
-              "final val", time_axis ? "lowest val (s)" : "lowest val (step)", "train/1st",
-              "val/1st");
+  char last_label[48];
+  std::snprintf(last_label, sizeof last_label, "val, last %zu", last);
+  std::printf("%-*s %6s %12s %12s %16s %10s %10s %12s %10s", name_width, "run", "steps",
+              "final train", "final val", time_axis ? "lowest val (s)" : "lowest val (step)",
+              "train/1st", "val/1st", last_label, "/1st");
   char at_label[48];
   std::snprintf(at_label, sizeof at_label, "val at %.1f s", common_time);
   if (at_time) std::printf(" %16s %10s", at_label, "/1st");
   std::printf("\n");
   const double train0 = mean_of_last(runs[0].curves.train, smooth);
   const double val0 = runs[0].curves.val.empty() ? 0.0 : runs[0].curves.val.back().y;
+  // The mean of a run's last `last` val losses (all of them if it has fewer); NaN without any.
+  auto mean_of_last_val = [&](const Run& run) {
+    return run.curves.val.empty() ? std::nan("") : mean_of_last(run.curves.val, last);
+  };
+  const double last0 = mean_of_last_val(runs[0]);
   for (const Run& run : runs) {
     const double train = mean_of_last(run.curves.train, smooth);
     std::string final_val = "-", lowest = "-", val_ratio = "-";
@@ -224,9 +235,11 @@ int compare_main(int argc, char** argv) {
       lowest = str_cat(best.y, " (", where, ")");
       if (val0 > 0.0) val_ratio = str_cat(run.curves.val.back().y / val0);
     }
-    std::printf("%-*s %6.0f %12.6f %12s %16s %10.5f %10s", name_width, run.name.c_str(),
+    const double last_val = mean_of_last_val(run);
+    std::printf("%-*s %6.0f %12.6f %12s %16s %10.5f %10s %12s %10s", name_width, run.name.c_str(),
                 run.last_step, train, final_val.c_str(), lowest.c_str(), train / train0,
-                val_ratio.c_str());
+                val_ratio.c_str(), std::isnan(last_val) ? "-" : str_cat(last_val).c_str(),
+                std::isnan(last_val) || !(last0 > 0.0) ? "-" : str_cat(last_val / last0).c_str());
     if (at_time) {
       const double v = val_at(run.curves.val, common_time);
       std::printf(" %16s %10s", std::isnan(v) ? "-" : str_cat(v).c_str(),

@@ -57,6 +57,20 @@ TEST_F(CompareRunsTest, WritesCurvesAndTheTable) {
   EXPECT_NE(run.output.find("3.100000"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("1.1"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("3 (3)"), std::string::npos) << run.output;  // lowest val, its step
+  EXPECT_NE(run.output.find("val, last 5"), std::string::npos) << run.output;
+  // --last 2: the mean of each run's last two val losses, 3.25 and 3.45 (1.06154x).
+  const CommandResult last_two = run_binary(
+      binary_, {"--run", "bf16=" + path("a"), "--run", "fp8=" + path("b.jsonl"), "--out",
+                path("cmp2"), "--last", "2"});
+  ASSERT_EQ(last_two.exit_code, 0) << last_two.output;
+  EXPECT_NE(last_two.output.find("val, last 2"), std::string::npos) << last_two.output;
+  EXPECT_NE(last_two.output.find(" 3.25 "), std::string::npos) << last_two.output;
+  EXPECT_NE(last_two.output.find(" 3.45 "), std::string::npos) << last_two.output;
+  EXPECT_NE(last_two.output.find("1.06154"), std::string::npos) << last_two.output;
+  EXPECT_EQ(run_binary(binary_, {"--run", "bf16=" + path("a"), "--run", "fp8=" + path("b.jsonl"),
+                                 "--out", path("cmp3"), "--last", "0"})
+                .exit_code,
+            2);
 }
 
 // --axis time: each point at the sum of its run's step times so far (seconds); the table's val
