@@ -321,6 +321,67 @@ __global__ void __launch_bounds__(kThreads, kGelu != GeluFold::kNone || kColumnS
   if (job.amax != nullptr) raise_block_amax(largest, job.amax, reduce_scratch);
 }
 
+/// fp8_transpose's load phase for a whole tile (every row and column inside, `in` 16-byte
+/// aligned with whole chunks): the general loop's chunks, addresses stepped, no bounds checks.
+/// Thread t's chunks are columns (t % 8) * 16 + [0, 16) of rows t / 8 and t / 8 + 64.
+__device__ __forceinline__ void load_whole_code_tile(const uint8_t* in, int64_t cols,
+                                                     int64_t row0, int64_t col0, uint8_t* tile) {
+  constexpr int kChunk = 16;
+  constexpr int kChunksPerRow = kTileCols / kChunk;
+  constexpr int kRowStep = kThreads / kChunksPerRow;
+  constexpr int kTileWordStep = (kRowStep * kTileStride + kRowStep / kColumnRun * 4) / 4;
+  const int r = threadIdx.x / kChunksPerRow, c = threadIdx.x % kChunksPerRow * kChunk;
+  const uint8_t* src = in + (row0 + r) * cols + col0 + c;
+  auto* words = reinterpret_cast<uint32_t*>(tile + tile_offset(r, c));
+#pragma unroll
+  for (int k = 0; k < kTileRows / kRowStep; ++k) {
+    const uint4 chunk = *reinterpret_cast<const uint4*>(src + k * kRowStep * cols);
+    words[k * kTileWordStep] = chunk.x;
+    words[k * kTileWordStep + 1] = chunk.y;
+    words[k * kTileWordStep + 2] = chunk.z;
+    words[k * kTileWordStep + 3] = chunk.w;
+  }
+}
+
+/// fp8_transpose: a block per 128 x 128 tile, the rows' codes into the code tile 16 bytes a
+/// thread (four conflict-free word stores), then the cast's transposed stores.
+__global__ void __launch_bounds__(kThreads)
+    fp8_transpose_kernel(const uint8_t* in, const int64_t rows, const int64_t cols,
+                         uint8_t* out_t, const bool vector_in, const bool vector_out_t) {
+  __shared__ __align__(16) uint8_t tile[kTileBytes];
+  constexpr int kChunk = 16;
+  constexpr int kChunksPerRow = kTileCols / kChunk;
+  const auto tiles_x = static_cast<uint32_t>(ceil_div(cols, kTileCols));  // < 2^31 tiles
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x / tiles_x) * kTileRows;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x % tiles_x) * kTileCols;
+  const bool whole_tile = row0 + kTileRows <= rows && col0 + kTileCols <= cols;
+  if (whole_tile && vector_in) load_whole_code_tile(in, cols, row0, col0, tile);
+  for (int i = whole_tile && vector_in ? kTileRows * kChunksPerRow : threadIdx.x;
+       i < kTileRows * kChunksPerRow; i += kThreads) {
+    const int r = i / kChunksPerRow, c = (i % kChunksPerRow) * kChunk;
+    const int64_t row = row0 + r, col = col0 + c;
+    uint4 chunk = make_uint4(0, 0, 0, 0);
+    if (row < rows && col < cols) {
+      if (vector_in && col + kChunk <= cols) {
+        chunk = *reinterpret_cast<const uint4*>(in + row * cols + col);
+      } else {
+        auto* bytes = reinterpret_cast<uint8_t*>(&chunk);
+        for (int j = 0; j < kChunk && col + j < cols; ++j) bytes[j] = in[row * cols + col + j];
+      }
+    }
+    *reinterpret_cast<uint32_t*>(&tile[tile_offset(r, c)]) = chunk.x;
+    *reinterpret_cast<uint32_t*>(&tile[tile_offset(r, c + 4)]) = chunk.y;
+    *reinterpret_cast<uint32_t*>(&tile[tile_offset(r, c + 8)]) = chunk.z;
+    *reinterpret_cast<uint32_t*>(&tile[tile_offset(r, c + 12)]) = chunk.w;
+  }
+  __syncthreads();
+  if (whole_tile && vector_out_t) {
+    store_transposed_whole(tile, out_t, rows, row0, col0);
+  } else {
+    store_transposed_ragged(tile, out_t, rows, cols, row0, col0, vector_out_t);
+  }
+}
+
 template <typename T_>
 CastJob<T_> checked_job(const Fp8CastJob<T_>& job) {
   GPT2_CHECK(job.rows >= 0 && job.cols >= 0, "an fp8 cast of ", job.rows, " x ", job.cols);
@@ -398,6 +459,19 @@ void fp8_cast_transpose_group(const Fp8CastJob<T_>* jobs, int count, cpu::Fp8For
   } else {
     launch_group<T_, __NV_E5M2>(jobs, count, stream);
   }
+}
+
+void fp8_transpose(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out_t,
+                   cudaStream_t stream) {
+  GPT2_CHECK(rows >= 0 && cols >= 0, "an fp8 transpose of ", rows, " x ", cols);
+  GPT2_CHECK(in != nullptr && out_t != nullptr, "an fp8 transpose without its tensors");
+  const int64_t tiles = ceil_div(rows, kTileRows) * ceil_div(cols, kTileCols);
+  if (tiles == 0) return;
+  GPT2_CHECK(tiles < (int64_t{1} << 31), "an fp8 transpose of ", tiles, " tiles exceeds the grid");
+  fp8_transpose_kernel<<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(
+      in, rows, cols, out_t, cols % 16 == 0 && alignment_bytes(in) >= 16,
+      rows % kColumnRun == 0 && alignment_bytes(out_t) >= 16);
+  GPT2_CUDA_CHECK_LAUNCH();
 }
 
 template <typename T_>

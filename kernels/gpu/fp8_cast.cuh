@@ -61,6 +61,12 @@ void fp8_cast_transpose(const T_* in, int64_t rows, int64_t cols, const float* s
                         cpu::Fp8Format format, uint8_t* out, uint8_t* out_t, float* amax,
                         cudaStream_t stream, const Fp8CastFusion<T_>& fusion = {});
 
+/// out_t (cols, rows) = in (rows, cols) transposed: FP8 codes (bytes) that their producer wrote
+/// in one order (the LayerNorm to codes, layernorm_fp8.cuh) wanted in the other too, through
+/// the cast's 128 x 128 code tiles. Any rows, cols >= 0.
+void fp8_transpose(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out_t,
+                   cudaStream_t stream);
+
 
 /// One tensor of a grouped cast: fp8_cast_transpose's arguments.
 template <typename T_>

@@ -2,12 +2,17 @@
  * @file layernorm_fp8.cu
  * @brief layernorm_forward_fp8 and residual_layernorm_forward_fp8; see layernorm_fp8.cuh.
  *
- * Block = 32 rows, 8 warps of 4 rows each. A row's output packs (8 bf16, rounded as the bf16
- * LayerNorm rounds them) become 8 codes, stored to `rows` in one 8-byte store and to the
- * block's (32, C) shared tile; after one barrier a thread per column gathers its 32 codes (a
- * warp reads 32 neighbouring bytes of a row at a time: no bank conflicts) and stores them as
- * two 16-byte runs of `transposed` (whole 32-byte sectors). The amax goes through
- * raise_block_amax once per block.
+ * Both orders wanted (the model's case): the row codes first, a warp a row and 8 rows a block
+ * as the bf16 LayerNorm runs (layernorm_fp8_rows_kernel: no shared tile, so as many blocks an
+ * SM as the registers allow and no tail of 32-row blocks), each row's output packs (8 bf16,
+ * rounded as the bf16 LayerNorm rounds them) becoming 8 codes in one 8-byte store; then
+ * fp8_transpose (fp8_cast.cuh) writes the other order from them. The fused form
+ * (layernorm_fp8_kernel, the transposed order alone): block = 32 rows, 8 warps of 4 rows each,
+ * the codes also to the block's (32, C) shared tile; after one barrier a thread per column
+ * gathers its 32 codes (a warp reads 32 neighbouring bytes of a row at a time: no bank
+ * conflicts) and stores them as two 16-byte runs of `transposed`. (Measured against the fused
+ * form for both orders: bench/NOTES_fp8.md.) The amax goes through raise_block_amax once per
+ * block.
  */
 #include "kernels/gpu/layernorm_fp8.cuh"
 
@@ -93,6 +98,40 @@ __global__ void __launch_bounds__(kThreads)
   if (out.amax != nullptr) raise_block_amax(largest, out.amax, reduce_scratch);
 }
 
+// The row codes alone, a warp a row: see the file comment.
+template <int kPacksPerLane>
+__global__ void __launch_bounds__(kThreads)
+    layernorm_fp8_rows_kernel(const Fp8Destination out, float* mean, float* rstd,
+                              const bf16* inp, const bf16* weight, const bf16* bias,
+                              const int64_t rows, const int C, const bf16* addend,
+                              bf16* residual_out) {
+  __shared__ float reduce_scratch[32];
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const float scale = *out.scale;
+  float largest = 0.0f;
+  if (row < rows) {  // no early return: every thread takes part in the block's amax
+    const bool residual = addend != nullptr;
+    const RowStatistics stats = layernorm_row_packed<bf16, kPacksPerLane>(
+        inp + row * C, residual ? addend + row * C : nullptr,
+        residual ? residual_out + row * C : nullptr, weight, bias, C,
+        [&](int p, const Pack16<bf16>& y) {
+          float x[kPack];
+#pragma unroll
+          for (int j = 0; j < kPack; ++j) {
+            x[j] = to_float(y.values[j]);
+            if (isfinite(x[j])) largest = fmaxf(largest, fabsf(x[j]));
+          }
+          *reinterpret_cast<uint2*>(out.rows + row * C + p * kPack) =
+              fp8_code_words<__NV_E4M3>(x, scale);
+        });
+    if (threadIdx.x % 32 == 0) {
+      if (mean) mean[row] = stats.mean;
+      if (rstd) rstd[row] = stats.rstd;
+    }
+  }
+  if (out.amax != nullptr) raise_block_amax(largest, out.amax, reduce_scratch);
+}
+
 void launch(const Fp8Destination& out, float* mean, float* rstd, const bf16* inp,
             const bf16* weight, const bf16* bias, int B, int T, int C, const bf16* addend,
             bf16* residual_out, cudaStream_t stream) {
@@ -111,8 +150,14 @@ void launch(const Fp8Destination& out, float* mean, float* rstd, const bf16* inp
   const int shared_bytes = kRowsPerBlock * C;
   // The row's packs per lane as a template argument: registers for the width at hand.
   const int packs_per_lane = static_cast<int>(ceil_div(C / kPack, 32));
+  const bool split = out.rows != nullptr && out.transposed != nullptr;
   auto run = [&](auto packs) {
     constexpr int kPacksPerLane = decltype(packs)::value;
+    if (split) {
+      layernorm_fp8_rows_kernel<kPacksPerLane><<<grid_size(rows, kWarps), kThreads, 0, stream>>>(
+          out, mean, rstd, inp, weight, bias, rows, C, addend, residual_out);
+      return;
+    }
     if (shared_bytes > kStaticSharedLimit) {
       static const bool opted_in = [] {
         GPT2_CUDA_CHECK(cudaFuncSetAttribute(layernorm_fp8_kernel<kPacksPerLane>,
@@ -137,6 +182,7 @@ void launch(const Fp8Destination& out, float* mean, float* rstd, const bf16* inp
     default: run(std::integral_constant<int, kLayerNormMaxPacksPerLane>{}); break;
   }
   GPT2_CUDA_CHECK_LAUNCH();
+  if (split) fp8_transpose(out.rows, rows, C, out.transposed, stream);
 }
 
 }  // namespace

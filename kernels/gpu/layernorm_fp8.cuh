@@ -12,9 +12,9 @@
  * mean, rstd and residual_out as there. The destination's format must be E4M3 (an input's).
  * Needs the packed form (bf16, C a multiple of 8 and at
  * most 2048, 16-byte aligned inputs): layernorm_fp8_supported(C) says whether C allows it.
- * Parallel scheme: a block of 8 warps per 32 rows, a warp per row (layernorm_row.cuh); each
- * row's codes go to `rows` from registers and to a shared tile, from which each thread writes
- * a column's 32 codes to `transposed` in two 16-byte stores.
+ * Parallel scheme: a warp per row (layernorm_row.cuh), each row's codes to `rows` from
+ * registers; with both orders wanted, `transposed` then by fp8_transpose from `rows`; with
+ * `transposed` alone, through a block's shared tile of 32 rows (layernorm_fp8.cu).
  */
 #pragma once
 

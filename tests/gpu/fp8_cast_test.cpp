@@ -268,5 +268,28 @@ TEST(GpuFp8Cast, GroupCastsEachTensorAsIfAlone) {
   }
 }
 
+// fp8_transpose against a host transpose at odd shapes around the 128 x 128 tiles, out_t
+// poisoned.
+TEST(GpuFp8Cast, TransposeMovesEveryCode) {
+  GPT2_REQUIRE_GPU();
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1},   {3, 5},     {128, 128}, {129, 257},
+                                                {48, 136}, {256, 3072}, {200, 1032}};
+  uint64_t seed = 400;
+  for (const auto& [rows, cols] : shapes) {
+    const int64_t n = rows * cols;
+    Rng rng(++seed);
+    std::vector<uint8_t> codes(static_cast<size_t>(n));
+    for (uint8_t& code : codes) code = static_cast<uint8_t>(rng.next_u64() & 0xFF);
+    DeviceBuffer<uint8_t> d_in(n), d_out_t(n);
+    d_in.upload(codes);
+    d_out_t.poison();
+    fp8_transpose(d_in.get(), rows, cols, d_out_t.get(), nullptr);
+    std::vector<uint8_t> want(static_cast<size_t>(n));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) want[c * rows + r] = codes[r * cols + c];
+    EXPECT_EQ(d_out_t.download(), want) << rows << "x" << cols;
+  }
+}
+
 }  // namespace
 }  // namespace gpt2::gpu::test

@@ -22,7 +22,9 @@ struct Shape {
   int B, T, C;
 };
 
-void check_layernorm_fp8(const Shape& s, bool residual, uint64_t seed) {
+// both: the row codes and the transposed ones (the split form: the rows kernel, then
+// fp8_transpose); otherwise the transposed alone (the fused form, through a shared tile).
+void check_layernorm_fp8(const Shape& s, bool residual, bool both, uint64_t seed) {
   const int64_t rows = static_cast<int64_t>(s.B) * s.T, n = rows * s.C;
   DeviceBuffer<bf16> d_x(n), d_addend(n), d_w(s.C), d_b(s.C);
   upload_floats(d_x, random_normal(n, seed, 2.0));
@@ -58,7 +60,7 @@ void check_layernorm_fp8(const Shape& s, bool residual, uint64_t seed) {
   d_out_t.poison();
   d_amax.upload({0.0f});
   Fp8Destination out;
-  out.rows = d_out.get();
+  out.rows = both ? d_out.get() : nullptr;
   out.transposed = d_out_t.get();
   out.scale = d_scale.get();
   out.amax = d_amax.get();
@@ -70,8 +72,11 @@ void check_layernorm_fp8(const Shape& s, bool residual, uint64_t seed) {
                           s.T, s.C, nullptr);
   }
   const std::string tag = std::to_string(s.B) + "x" + std::to_string(s.T) + "x" +
-                          std::to_string(s.C) + (residual ? " with the residual" : "");
-  EXPECT_EQ(d_out.download(), d_want.download()) << tag;
+                          std::to_string(s.C) + (residual ? " with the residual" : "") +
+                          (both ? ", both orders" : ", transposed alone");
+  if (both) {
+    EXPECT_EQ(d_out.download(), d_want.download()) << tag;
+  }
   EXPECT_EQ(d_out_t.download(), d_want_t.download()) << tag;
   EXPECT_EQ(d_amax.download(), d_want_amax.download()) << tag;
   EXPECT_EQ(d_mean.download(), d_want_mean.download()) << tag;
@@ -87,10 +92,11 @@ TEST(GpuLayerNormFp8, GivesTheBitsOfTheLayerNormThenTheCast) {
                           {1, 48, 1032}, {4, 16, 1280}, {1, 33, 2048}, {2, 100, 1600}};
   uint64_t seed = 1;
   for (const Shape& s : shapes) {
-    for (const bool residual : {false, true}) {
-      check_layernorm_fp8(s, residual, seed);
-      seed += 4;
-    }
+    for (const bool residual : {false, true})
+      for (const bool both : {true, false}) {
+        check_layernorm_fp8(s, residual, both, seed);
+        seed += 4;
+      }
   }
 }
 
