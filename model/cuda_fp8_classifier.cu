@@ -52,10 +52,10 @@ size_t Fp8Classifier::bytes(const ModelConfig& config, size_t rows, size_t chunk
 
 Fp8Classifier::Fp8Classifier(const ModelConfig& config, uint8_t* buffer, size_t rows,
                              size_t chunk_rows, const gpu::Context& ctx,
-                             Fp8FastAccumulation fast_accumulation,
+                             bool fast_forward_accumulation,
                              const gpu::Fp8DelayedScaling& delayed)
     : config_(config), ctx_(ctx), rows_(rows), chunk_rows_(chunk_rows),
-      fast_accumulation_(fast_accumulation), delayed_(delayed),
+      fast_forward_accumulation_(fast_forward_accumulation), delayed_(delayed),
       scales_(reinterpret_cast<gpu::Fp8ScaleState*>(buffer)) {
   GPT2_CHECK(buffer != nullptr, "Fp8Classifier without its buffer");
   GPT2_CHECK(config.channels % 16 == 0 && config.padded_vocab_size % 16 == 0,
@@ -135,7 +135,7 @@ void Fp8Classifier::forward(bf16* logits, int64_t first, int rows) {
   const gpu::Fp8Operand x{input_codes_ + first * C, kE4M3, &state(kInput)->inverse};
   const gpu::Fp8Operand w{weight_codes_, kE4M3, &state(kWeight)->inverse};
   gpu::Fp8Epilogue epilogue;
-  epilogue.fast_accumulation = fast_accumulation_ >= Fp8FastAccumulation::kForward;
+  epilogue.fast_accumulation = fast_forward_accumulation_;
   gpu::matmul_fp8(logits, x, w, rows, Vp, C, epilogue, ctx_);
 }
 

@@ -30,7 +30,6 @@
 #include "kernels/gpu/fp8_cast.cuh"
 #include "kernels/gpu/fp8_scale.cuh"
 #include "model/config.h"
-#include "model/model.h"
 
 namespace gpt2::cuda_model_detail {
 
@@ -42,11 +41,11 @@ class Fp8Classifier {
   static size_t bytes(const ModelConfig& config, size_t rows, size_t chunk_rows);
 
   /// Takes the planned buffer and writes the initial scale states (on ctx's stream).
-  /// fast_accumulation: the GEMMs with Hopper's fast FP8 accumulation
-  /// (gpu::Fp8Epilogue::fast_accumulation): the forward's from kForward; the input gradient's
-  /// (K = V) never. delayed: lnf's scale's history and margin.
+  /// fast_forward_accumulation: the forward GEMM with Hopper's fast FP8 accumulation
+  /// (gpu::Fp8Epilogue::fast_accumulation); the input gradient's always without. delayed:
+  /// lnf's scale's history and margin.
   Fp8Classifier(const ModelConfig& config, uint8_t* buffer, size_t rows, size_t chunk_rows,
-                const gpu::Context& ctx, Fp8FastAccumulation fast_accumulation,
+                const gpu::Context& ctx, bool fast_forward_accumulation,
                 const gpu::Fp8DelayedScaling& delayed = {});
 
   /// wte's codes in both orders again (current scaling), from the bf16 parameters.
@@ -79,7 +78,7 @@ class Fp8Classifier {
   ModelConfig config_;
   const gpu::Context& ctx_;
   size_t rows_, chunk_rows_;
-  Fp8FastAccumulation fast_accumulation_;
+  bool fast_forward_accumulation_;
   gpu::Fp8DelayedScaling delayed_;
   gpu::Fp8ScaleState* scales_;
   uint8_t* weight_codes_;             // wte (Vp, C)

@@ -54,13 +54,13 @@ size_t Fp8Linears::input_bytes(const ModelConfig& config, size_t rows) {
 }
 
 Fp8Linears::Fp8Linears(const ModelConfig& config, const Buffers& buffers, size_t rows,
-                       const gpu::Context& ctx, Fp8FastAccumulation fast_accumulation,
+                       const gpu::Context& ctx, bool fast_forward_accumulation,
                        const gpu::Fp8DelayedScaling& delayed)
     : config_(config), ctx_(ctx), weights_(buffers.weights), scales_(buffers.scales),
       saturation_counts_(reinterpret_cast<uint32_t*>(buffers.scales + state_count())),
       operands_(buffers.operands), inputs_(buffers.inputs), rows_(rows),
       slot_bytes_(round_up_256(rows * 4 * static_cast<size_t>(config.channels))),
-      fast_accumulation_(fast_accumulation), delayed_(delayed) {
+      fast_forward_accumulation_(fast_forward_accumulation), delayed_(delayed) {
   GPT2_CHECK(weights_ && scales_ && operands_ && inputs_, "Fp8Linears without its buffers");
   GPT2_CHECK(rows % 16 == 0, "FP8 GEMMs need B*T a multiple of 16 (got ", rows, ")");
   GPT2_CHECK(config.channels % 16 == 0, "FP8 GEMMs need C a multiple of 16 (C=",
@@ -257,7 +257,7 @@ void Fp8Linears::forward(int l, Linear linear, bf16* out, const bf16* in, const 
   const gpu::Fp8Operand b{weight_codes(l, linear, false), kE4M3, &w->inverse};
   gpu::Fp8Epilogue epilogue;
   epilogue.bias = bias;
-  epilogue.fast_accumulation = fast_accumulation_ >= Fp8FastAccumulation::kForward;
+  epilogue.fast_accumulation = fast_forward_accumulation_;
   if (pre_gelu) {
     // fc: the plain GEMM to the pre-GELU values (kept for the backward), then one pass over
     // them with the GELU folded into fcproj's input cast: its codes in both orders and its
@@ -304,10 +304,8 @@ void Fp8Linears::backward(int l, Linear linear, bf16* dinp, bf16* dweight, bf16*
   // generic kernel, several times slower than the GEMM: bench/NOTES_fp8.md, "FP8 on the GPU").
   const gpu::Fp8Operand dy_rows{dy, kE5M2, &g->inverse};
   const gpu::Fp8Operand w_t{weight_codes(l, linear, true), kE4M3, &w->inverse};
-  gpu::Fp8Epilogue dgrad;
-  dgrad.fast_accumulation = fast_accumulation_ >= Fp8FastAccumulation::kDgrad;
-  gpu::matmul_fp8(dinp, dy_rows, w_t, rows, IC, OC, dgrad, ctx_);
-  // wgrad: dW += dY^T X, (OC, IC), K = rows; never with fast accumulation (Fp8FastAccumulation).
+  gpu::matmul_fp8(dinp, dy_rows, w_t, nullptr, rows, IC, OC, ctx_);
+  // wgrad: dW += dY^T X, (OC, IC), K = rows.
   const gpu::Fp8Operand dy_cols{dy_t, kE5M2, &g->inverse};
   const gpu::Fp8Operand x_cols{input_codes(l, linear), kE4M3, &x->inverse};
   gpu::matmul_fp8(dweight, dy_cols, x_cols, nullptr, OC, IC, rows, ctx_, /*accumulate=*/true);

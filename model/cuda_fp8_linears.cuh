@@ -24,8 +24,8 @@
  *  - dgrad    dX = dY W             E5M2 dY x E4M3 W^T (cuBLASLt's FP8 DGELU epilogue is a
  *                                   slow separate kernel; hence the GELU in fc's cast)
  *  - wgrad    dW += dY^T X          E5M2 dY^T x E4M3 X^T, the codes the forward kept
- *  fp32 accumulation in every GEMM, or Hopper's fast accumulation in those that
- *  --fp8-fast-accumulation names (the forward's by default), bf16 outputs.
+ *  fp32 accumulation in every GEMM (the forward's optionally Hopper's fast accumulation,
+ *  --fp8-fast-accumulation), bf16 outputs.
  * Buffers (planned by the model's memory plan): the weights' codes, the scale states, every
  * layer's inputs X^T (7C codes a row: what lets the model keep one layer's bf16 GELU output
  * instead of L, cuda_model_plan.cu) and two operand slots of rows x 4C codes (X in the forward,
@@ -45,7 +45,6 @@
 #include "kernels/gpu/fp8_scale.cuh"
 #include "kernels/gpu/layernorm_fp8.cuh"
 #include "model/config.h"
-#include "model/model.h"
 #include "model/parameters.h"
 
 namespace gpt2::cuda_model_detail {
@@ -68,11 +67,11 @@ class Fp8Linears {
     uint8_t* inputs = nullptr;
   };
   /// Takes the planned buffers and writes the initial scale states (on ctx's stream).
-  /// fast_accumulation: the GEMMs with Hopper's fast FP8 accumulation
-  /// (gpu::Fp8Epilogue::fast_accumulation): the forward's from kForward, dgrad's at kDgrad,
-  /// wgrad's never. delayed: the inputs' and gradients' scales' history and margins.
+  /// fast_forward_accumulation: the forward GEMMs with Hopper's fast FP8 accumulation
+  /// (gpu::Fp8Epilogue::fast_accumulation); the backward's always without. delayed: the
+  /// inputs' and gradients' scales' history and margins.
   Fp8Linears(const ModelConfig& config, const Buffers& buffers, size_t rows,
-             const gpu::Context& ctx, Fp8FastAccumulation fast_accumulation,
+             const gpu::Context& ctx, bool fast_forward_accumulation,
              const gpu::Fp8DelayedScaling& delayed = {});
 
   /// Every layer's weights cast again (current scaling), from the bf16 parameters.
@@ -136,7 +135,7 @@ class Fp8Linears {
   uint8_t* inputs_;
   size_t rows_;
   size_t slot_bytes_;
-  Fp8FastAccumulation fast_accumulation_;
+  bool fast_forward_accumulation_;
   gpu::Fp8DelayedScaling delayed_;
   int gelu_codes_layer_ = -1;  // the layer whose fc GEMM wrote fcproj's input codes, if any
   int64_t updates_ = 0;  // delayed-scale updates so far

@@ -314,10 +314,8 @@ void validate_cuda_options(const ModelOptions& options) {
   const int context = options.context_size();
   if (options.fp8_classifier && options.precision != Precision::kFp8)
     GPT2_USAGE_FAIL("--fp8-classifier on needs --precision fp8");
-  if (options.fp8_fast_accumulation != Fp8FastAccumulation::kOff &&
-      options.precision != Precision::kFp8)
-    GPT2_USAGE_FAIL("--fp8-fast-accumulation ", to_string(options.fp8_fast_accumulation),
-                    " needs --precision fp8");
+  if (options.fp8_fast_accumulation && options.precision != Precision::kFp8)
+    GPT2_USAGE_FAIL("--fp8-fast-accumulation on needs --precision fp8");
   if (options.fp8_amax_history < 1 || options.fp8_amax_history > gpu::kFp8History)
     GPT2_USAGE_FAIL("--fp8-amax-history must be 1 to ", gpu::kFp8History, " (got ",
                     options.fp8_amax_history, ")");

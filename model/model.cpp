@@ -60,15 +60,6 @@ const char* to_string(GradReduce reduce) {
   return "unknown";
 }
 
-const char* to_string(Fp8FastAccumulation gemms) {
-  switch (gemms) {
-    case Fp8FastAccumulation::kOff: return "off";
-    case Fp8FastAccumulation::kForward: return "forward";
-    case Fp8FastAccumulation::kDgrad: return "dgrad";
-  }
-  return "unknown";
-}
-
 Model::StepOutcome Model::finish_step(const AdamWHyper& hyper, int step, float grad_clip,
                                       int micro_batches) {
   const double local_loss_sum = queued_loss_sum_;

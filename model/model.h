@@ -50,19 +50,11 @@ enum class Precision { kFp32, kBf16, kFp8 };
 inline bool bf16_storage(Precision precision) { return precision != Precision::kFp32; }
 /// The element type in which data parallelism sums the gradients over the ranks.
 enum class GradReduce { kFp32, kBf16 };
-/// --precision fp8: the FP8 GEMMs that run with Hopper's fast accumulation (the tensor cores'
-/// own partial sums along K, without cuBLASLt's periodic moves to fp32): kForward the forward
-/// GEMMs (block linears and classifier; K = C or 4C), as Transformer Engine's recipe; kDgrad
-/// also the block linears' input gradients (K = C to 4C, as the forward's). The weight
-/// gradients (K = B*T) and the classifier's input gradient (K = V) never: with fast
-/// accumulation there, d12 and gpt2-medium ended 7-10% above bf16 (bench/NOTES_fp8.md).
-enum class Fp8FastAccumulation { kOff, kForward, kDgrad };
 
 const char* to_string(AttentionKind kind);   // "naive" | "flash"
 const char* to_string(DeviceKind kind);      // "cpu" | "cuda"
 const char* to_string(Precision precision);  // "fp32" | "bf16" | "fp8"
 const char* to_string(GradReduce reduce);    // "fp32" | "bf16"
-const char* to_string(Fp8FastAccumulation gemms);  // "off" | "forward" | "dgrad"
 
 struct ModelOptions {
   ModelConfig config;
@@ -89,8 +81,10 @@ struct ModelOptions {
   /// --precision fp8 (CUDA): the classifier's forward and input-gradient GEMMs in FP8 too
   /// (model/cuda_fp8_classifier.cuh); off: they stay bf16.
   bool fp8_classifier = false;
-  /// --precision fp8 (CUDA): the FP8 GEMMs with Hopper's fast accumulation (docs/fp8.md).
-  Fp8FastAccumulation fp8_fast_accumulation = Fp8FastAccumulation::kOff;
+  /// --precision fp8 (CUDA): the forward GEMMs (block linears and FP8 classifier) with
+  /// Hopper's fast FP8 accumulation, as Transformer Engine's recipe runs them; the gradients'
+  /// GEMMs keep the periodic fp32 accumulation either way (docs/fp8.md).
+  bool fp8_fast_accumulation = false;
   /// --precision fp8 (CUDA): the delayed scales of the blocks' inputs and gradients and of the
   /// classifier's input: the amaxes each looks back over (1 to 16) and their margins (scales
   /// 2^margin smaller than fp8_max / amax; kernels/gpu/fp8_scale.cuh): fp8_margin the inputs',

@@ -91,10 +91,9 @@ cxxopts::Options make_options() {
       ("fp8-classifier", "--precision fp8: on | off (the classifier's forward and input-gradient "
        "GEMMs in FP8 too: E4M3 lnf and wte, E5M2 logit gradients written by the cross-entropy; "
        "docs/fp8.md) (default: on with --precision fp8)", s())
-      ("fp8-fast-accumulation", "--precision fp8: the FP8 GEMMs with Hopper's fast "
-       "accumulation: off | forward (as Transformer Engine's recipe; 'on' says the same) | "
-       "dgrad (and the block linears' input gradients); the weight gradients never "
-       "(docs/fp8.md) (default: forward with --precision fp8)", s())
+      ("fp8-fast-accumulation", "--precision fp8: on | off (the forward GEMMs with Hopper's fast "
+       "FP8 accumulation, as Transformer Engine's recipe: 2-3% more tokens/s; the gradients' "
+       "GEMMs never; docs/fp8.md) (default: on with --precision fp8)", s())
       ("fp8-amax-history", "--precision fp8: the amaxes, one a step, that a delayed scale (the "
        "blocks' inputs and gradients, the classifier's input) looks back over, 1 to 16 "
        "(default: 16)", s())
@@ -127,14 +126,6 @@ FlashKernelChoice parse_flash_kernel(const std::string& name) {
   if (name == "portable") return FlashKernelChoice::kPortable;
   if (name == "hopper") return FlashKernelChoice::kHopper;
   GPT2_USAGE_FAIL("--attn-kernel must be auto, portable or hopper (got '", name, "')");
-}
-
-Fp8FastAccumulation parse_fp8_fast_accumulation(const std::string& name) {
-  if (name == "off") return Fp8FastAccumulation::kOff;
-  if (name == "forward" || name == "on") return Fp8FastAccumulation::kForward;
-  if (name == "dgrad") return Fp8FastAccumulation::kDgrad;
-  GPT2_USAGE_FAIL("--fp8-fast-accumulation must be off, forward (or on) or dgrad (got '", name,
-                  "')");
 }
 
 NonFinitePolicy parse_nonfinite_policy(const std::string& name) {
@@ -289,7 +280,7 @@ void parse_parallel_and_kernels(const ParsedOptions& o, CommandLine& cli) {
       parse_count("classifier-chunk-rows", text("classifier-chunk-rows"));
   if (given("fp8-classifier")) cli.fp8_classifier = o.on_off("fp8-classifier");
   if (given("fp8-fast-accumulation"))
-    cli.fp8_fast_accumulation = parse_fp8_fast_accumulation(text("fp8-fast-accumulation"));
+    cli.fp8_fast_accumulation = o.on_off("fp8-fast-accumulation");
   if (given("fp8-amax-history"))
     cli.fp8_amax_history = static_cast<int>(parse_integer(
         "fp8-amax-history", text("fp8-amax-history"), 1, 16, "an integer from 1 to 16"));
@@ -366,11 +357,11 @@ void refuse_inputs_in_out_dir(const TrainConfig& config) {
 
 namespace {
 
-// --fp8-fast-accumulation with --precision fp8 when not given: forward, Transformer Engine's
-// recipe (2-3% more tokens/s here). Its 2.1% loss gap at d12 (2000 steps, 25M tokens) was the
-// gradients' saturated casts: with the gradients' margin it ends level with bf16 (docs/fp8.md,
-// Convergence).
-constexpr Fp8FastAccumulation kFp8FastAccumulationDefault = Fp8FastAccumulation::kForward;
+// --fp8-fast-accumulation with --precision fp8 when not given: on, Transformer Engine's recipe
+// for the forward GEMMs (2-3% more tokens/s here). Its 2.1% loss gap at d12 (2000 steps, 25M
+// tokens) was the gradients' saturated casts: with the gradients' margin it ends level with
+// bf16 (docs/fp8.md, Convergence).
+constexpr bool kFp8FastAccumulationDefault = true;
 
 // --device, NCCL and the shape of the job: ranks, context-parallel groups, ZeRO, overlap.
 void resolve_device_and_job(const CommandLine& cli, const DeviceAvailability& devices,
@@ -424,14 +415,11 @@ void resolve_model_options(const CommandLine& cli, TrainConfig& config) {
     GPT2_USAGE_FAIL("--fp8-classifier on needs --precision fp8");
   config.model.fp8_classifier =
       cli.fp8_classifier.value_or(config.model.precision == Precision::kFp8);
-  const Fp8FastAccumulation fast_accumulation =
-      cli.fp8_fast_accumulation.value_or(config.model.precision == Precision::kFp8
-                                             ? kFp8FastAccumulationDefault
-                                             : Fp8FastAccumulation::kOff);
-  if (fast_accumulation != Fp8FastAccumulation::kOff && config.model.precision != Precision::kFp8)
-    GPT2_USAGE_FAIL("--fp8-fast-accumulation ", to_string(fast_accumulation),
-                    " needs --precision fp8");
-  config.model.fp8_fast_accumulation = fast_accumulation;
+  if (cli.fp8_fast_accumulation.value_or(false) && config.model.precision != Precision::kFp8)
+    GPT2_USAGE_FAIL("--fp8-fast-accumulation on needs --precision fp8");
+  config.model.fp8_fast_accumulation =
+      cli.fp8_fast_accumulation.value_or(kFp8FastAccumulationDefault &&
+                                         config.model.precision == Precision::kFp8);
   if (config.model.precision != Precision::kFp8)
     for (const auto& [name, given_value] :
          {std::pair{"--fp8-amax-history", cli.fp8_amax_history.has_value()},

@@ -119,8 +119,7 @@ struct CommandLine {
   std::optional<int64_t> total_batch_size;
   std::optional<int> zero_stage;  // 0 | 1
   std::optional<bool> fp8_classifier;  // unset: on with --precision fp8
-  // unset: kFp8FastAccumulationDefault with fp8
-  std::optional<Fp8FastAccumulation> fp8_fast_accumulation;
+  std::optional<bool> fp8_fast_accumulation;  // unset: kFp8FastAccumulationDefault with fp8
   std::optional<int> fp8_amax_history;        // unset: ModelOptions' default
   std::optional<int> fp8_margin;              // unset: ModelOptions' default
   std::optional<int> fp8_gradient_margin;     // unset: ModelOptions' default
@@ -144,12 +143,11 @@ struct JobRanks {
 TrainConfig resolve_train_config(CommandLine cli, const DeviceAvailability& devices,
                                  const JobRanks& ranks = {});
 
-/// "naive" | "flash", "auto" | "portable" | "hopper", "off" | "forward" (or "on") | "dgrad",
-/// "stop" | "skip-step"; throw gpt2::UsageError naming the option (--precision's
-/// parse_precision is inference/model_argument.h's, the numbers' base/command_line.h's).
+/// "naive" | "flash", "auto" | "portable" | "hopper", "stop" | "skip-step"; throw
+/// gpt2::UsageError naming the option (--precision's parse_precision is
+/// inference/model_argument.h's, the numbers' base/command_line.h's).
 AttentionKind parse_attention(const std::string& name);
 FlashKernelChoice parse_flash_kernel(const std::string& name);
-Fp8FastAccumulation parse_fp8_fast_accumulation(const std::string& name);
 NonFinitePolicy parse_nonfinite_policy(const std::string& name);
 const char* to_string(NonFinitePolicy policy);
 

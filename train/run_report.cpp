@@ -52,10 +52,9 @@ void print_configuration(const TrainConfig& c, const DataLoader& train, const Da
     std::printf(" (kernel %s, %s backward)", to_string(c.model.flash_kernel),
                 c.model.deterministic_attention ? "deterministic" : "non-deterministic");
   std::printf("\n");
-  std::printf("  %-18s %s%s", "precision", to_string(c.model.precision),
-              c.model.fp8_classifier ? " (the classifier's GEMMs too)" : "");
-  if (c.model.fp8_fast_accumulation != Fp8FastAccumulation::kOff)
-    std::printf(" (fast accumulation: %s GEMMs)", to_string(c.model.fp8_fast_accumulation));
+  std::printf("  %-18s %s%s%s", "precision", to_string(c.model.precision),
+              c.model.fp8_classifier ? " (the classifier's GEMMs too)" : "",
+              c.model.fp8_fast_accumulation ? " (forward GEMMs: fast accumulation)" : "");
   if (c.model.precision == Precision::kFp8)
     std::printf(" (delayed scales: amax history %d, margin %d, gradients' margin %d)",
                 c.model.fp8_amax_history, c.model.fp8_margin, c.model.fp8_gradient_margin);

@@ -13,7 +13,7 @@
 // E4M3 x E4M3 (the forward), E5M2 x E4M3 and E4M3 x E5M2 (the backward's gradient operands),
 // with and without the bias, at small, odd-M and model shapes, and the weight gradient's +=
 // (out holding bf16 values first). Each case reports its own failure (a refused shape
-// included). Fast accumulation (--fp8-fast-accumulation) has no moves to fp32:
+// included). Fast accumulation (the forward's, --fp8-fast-accumulation) has no moves to fp32:
 // its bound takes the 14 bits kept at each of the ceil(K / 32) MMA steps that add into the
 // sum, ceil(K / 32) 2^-14 sum_k |a_k b_k|, and the test prints the worst error against it.
 // Skips without an FP8-capable GPU (sm_89+).
@@ -255,20 +255,6 @@ TEST(GpuMatmulFp8, FastAccumulationStaysWithinItsBound) {
   check_fp8_gemm(64, 1024, 4096, e4, e4, Epilogue::kBias, ++seed, true);
   check_fp8_gemm(64, 1280, 5120, e4, e4, Epilogue::kBias, ++seed, true);
   check_fp8_gemm(128, 3072, 768, e4, e4, Epilogue::kGelu, ++seed, true);
-}
-
-// The input gradients' GEMMs with fast accumulation (--fp8-fast-accumulation dgrad): E5M2 dY x
-// E4M3 W^T at the block linears' shapes (K = OC, C to 4C), within the fast bound. (The weight
-// gradients, K = B*T, stayed within it too, at 0.005 of it at K = 16384, yet training with them
-// fast ended 7-10% above bf16: the bound does not see a bias the long sums share; they never
-// run fast.)
-TEST(GpuMatmulFp8, FastAccumulationOfTheInputGradientsStaysWithinItsBound) {
-  GPT2_REQUIRE_FP8_GPU();
-  const Fp8Format e4 = Fp8Format::kE4M3, e5 = Fp8Format::kE5M2;
-  uint64_t seed = 80;
-  check_fp8_gemm(64, 768, 3072, e5, e4, Epilogue::kNone, ++seed, /*fast=*/true);
-  check_fp8_gemm(300, 1024, 1024, e5, e4, Epilogue::kNone, ++seed, true);
-  check_fp8_gemm(37, 1280, 5120, e5, e4, Epilogue::kNone, ++seed, true);
 }
 
 TEST(GpuMatmulFp8, ShapesAndFormatsItCannotTakeAreRefused) {
