@@ -42,6 +42,18 @@ struct RowsShape {
   bool vector_transposed;  // whole 32-row tiles may store 16-byte runs of `transposed`
 };
 
+// A pack of the LayerNorm's outputs as E4M3 codes at `scale`; its finite magnitudes raise
+// `largest` (the amax).
+__device__ __forceinline__ uint2 pack_codes(const Pack16<bf16>& y, float scale, float& largest) {
+  float x[kPack];
+#pragma unroll
+  for (int j = 0; j < kPack; ++j) {
+    x[j] = to_float(y.values[j]);
+    if (isfinite(x[j])) largest = fmaxf(largest, fabsf(x[j]));
+  }
+  return fp8_code_words<__NV_E4M3>(x, scale);
+}
+
 template <int kPacksPerLane>
 __global__ void __launch_bounds__(kThreads)
     layernorm_fp8_kernel(const Fp8Destination out, float* mean, float* rstd, const bf16* inp,
@@ -61,13 +73,7 @@ __global__ void __launch_bounds__(kThreads)
         inp + row * C, residual ? addend + row * C : nullptr,
         residual ? residual_out + row * C : nullptr, weight, bias, C,
         [&](int p, const Pack16<bf16>& y) {
-          float x[kPack];
-#pragma unroll
-          for (int j = 0; j < kPack; ++j) {
-            x[j] = to_float(y.values[j]);
-            if (isfinite(x[j])) largest = fmaxf(largest, fabsf(x[j]));
-          }
-          const uint2 packed = fp8_code_words<__NV_E4M3>(x, scale);
+          const uint2 packed = pack_codes(y, scale, largest);
           if (out.rows != nullptr)
             *reinterpret_cast<uint2*>(out.rows + row * C + p * kPack) = packed;
           *reinterpret_cast<uint2*>(tile + r * C + p * kPack) = packed;
@@ -115,14 +121,8 @@ __global__ void __launch_bounds__(kThreads)
         inp + row * C, residual ? addend + row * C : nullptr,
         residual ? residual_out + row * C : nullptr, weight, bias, C,
         [&](int p, const Pack16<bf16>& y) {
-          float x[kPack];
-#pragma unroll
-          for (int j = 0; j < kPack; ++j) {
-            x[j] = to_float(y.values[j]);
-            if (isfinite(x[j])) largest = fmaxf(largest, fabsf(x[j]));
-          }
           *reinterpret_cast<uint2*>(out.rows + row * C + p * kPack) =
-              fp8_code_words<__NV_E4M3>(x, scale);
+              pack_codes(y, scale, largest);
         });
     if (threadIdx.x % 32 == 0) {
       if (mean) mean[row] = stats.mean;
