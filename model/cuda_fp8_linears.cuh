@@ -9,10 +9,10 @@
  *  - Weights: current scaling (amax, then scale, then cast), in both orders, once per optimizer
  *    step (refresh_weights), not per micro-batch.
  *  - Inputs and gradients: delayed scaling (kernels/gpu/fp8_scale.cuh: an amax history of 16,
- *    power-of-two scales, margins
- *    given apart for inputs and gradients), updated once per optimizer step (update_scales); before
- *    their first update inputs are cast with scale 1, gradients with 2^15 (gradients at
- *    initialization are far below E5M2's 57344 / 2^15 = 1.75).
+ *    power-of-two scales, margins given apart for inputs and gradients), updated once per
+ *    optimizer step (update_scales); before their first update inputs are cast with scale 1,
+ *    gradients with 2^15 (gradients at initialization are far below E5M2's 57344 / 2^15 =
+ *    1.75).
  *  - forward  Y = X W^T + b         E4M3 X x E4M3 W, X cast here in both orders: the row order
  *                                   for this GEMM, the transposed kept for the backward's;
  *                                   fc's GEMM writes its pre-GELU values (bf16, kept for

@@ -2,17 +2,17 @@
  * @file layernorm_fp8.cu
  * @brief layernorm_forward_fp8 and residual_layernorm_forward_fp8; see layernorm_fp8.cuh.
  *
- * Both orders wanted (the model's case): the row codes first, a warp a row and 8 rows a block
- * as the bf16 LayerNorm runs (layernorm_fp8_rows_kernel: no shared tile, so as many blocks an
- * SM as the registers allow and no tail of 32-row blocks), each row's output packs (8 bf16,
- * rounded as the bf16 LayerNorm rounds them) becoming 8 codes in one 8-byte store; then
- * fp8_transpose (fp8_cast.cuh) writes the other order from them. The fused form
- * (layernorm_fp8_kernel, the transposed order alone): block = 32 rows, 8 warps of 4 rows each,
- * the codes also to the block's (32, C) shared tile; after one barrier a thread per column
- * gathers its 32 codes (a warp reads 32 neighbouring bytes of a row at a time: no bank
- * conflicts) and stores them as two 16-byte runs of `transposed`. (Measured against the fused
- * form for both orders: bench/NOTES_fp8.md.) The amax goes through raise_block_amax once per
- * block.
+ * With `rows` wanted (the model wants both orders): the row codes, a warp a row and 8 rows a
+ * block as the bf16 LayerNorm runs (layernorm_fp8_rows_kernel: no shared tile, so as many
+ * blocks an SM as the registers allow and no tail of 32-row blocks), each row's output packs (8
+ * bf16, rounded as the bf16 LayerNorm rounds them) becoming 8 codes in one 8-byte store; then,
+ * with `transposed` wanted too, fp8_transpose (fp8_cast.cuh) writes the other order from them.
+ * The transposed order alone (layernorm_fp8_kernel): block = 32 rows, 8 warps of 4 rows each,
+ * the codes to the block's (32, C) shared tile; after one barrier a thread per column gathers
+ * its 32 codes (a warp reads 32 neighbouring bytes of a row at a time: no bank conflicts) and
+ * stores them as two 16-byte runs of `transposed`. (That kernel wrote both orders before;
+ * measured against the split: bench/NOTES_fp8.md item 16.) The amax goes through
+ * raise_block_amax once per block.
  */
 #include "kernels/gpu/layernorm_fp8.cuh"
 
@@ -73,10 +73,7 @@ __global__ void __launch_bounds__(kThreads)
         inp + row * C, residual ? addend + row * C : nullptr,
         residual ? residual_out + row * C : nullptr, weight, bias, C,
         [&](int p, const Pack16<bf16>& y) {
-          const uint2 packed = pack_codes(y, scale, largest);
-          if (out.rows != nullptr)
-            *reinterpret_cast<uint2*>(out.rows + row * C + p * kPack) = packed;
-          *reinterpret_cast<uint2*>(tile + r * C + p * kPack) = packed;
+          *reinterpret_cast<uint2*>(tile + r * C + p * kPack) = pack_codes(y, scale, largest);
         });
     if (threadIdx.x % 32 == 0) {
       if (mean) mean[row] = stats.mean;
@@ -150,10 +147,9 @@ void launch(const Fp8Destination& out, float* mean, float* rstd, const bf16* inp
   const int shared_bytes = kRowsPerBlock * C;
   // The row's packs per lane as a template argument: registers for the width at hand.
   const int packs_per_lane = static_cast<int>(ceil_div(C / kPack, 32));
-  const bool split = out.rows != nullptr && out.transposed != nullptr;
   auto run = [&](auto packs) {
     constexpr int kPacksPerLane = decltype(packs)::value;
-    if (split) {
+    if (out.rows != nullptr) {
       layernorm_fp8_rows_kernel<kPacksPerLane><<<grid_size(rows, kWarps), kThreads, 0, stream>>>(
           out, mean, rstd, inp, weight, bias, rows, C, addend, residual_out);
       return;
@@ -182,7 +178,8 @@ void launch(const Fp8Destination& out, float* mean, float* rstd, const bf16* inp
     default: run(std::integral_constant<int, kLayerNormMaxPacksPerLane>{}); break;
   }
   GPT2_CUDA_CHECK_LAUNCH();
-  if (split) fp8_transpose(out.rows, rows, C, out.transposed, stream);
+  if (out.rows != nullptr && out.transposed != nullptr)
+    fp8_transpose(out.rows, rows, C, out.transposed, stream);
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
  * Needs the packed form (bf16, C a multiple of 8 and at
  * most 2048, 16-byte aligned inputs): layernorm_fp8_supported(C) says whether C allows it.
  * Parallel scheme: a warp per row (layernorm_row.cuh), each row's codes to `rows` from
- * registers; with both orders wanted, `transposed` then by fp8_transpose from `rows`; with
+ * registers, and with both orders wanted `transposed` then by fp8_transpose from `rows`; with
  * `transposed` alone, through a block's shared tile of 32 rows (layernorm_fp8.cu).
  */
 #pragma once
