@@ -13,10 +13,15 @@
  *                                     over the rows), so it never saturates, even on the first
  *                                     micro-batch (a delayed scale has no history there, and a
  *                                     fixed initial one saturates small batches)
- *  - wgrad    dwte += dlogits^T lnf   bf16, as without FP8: its operands would be the
- *                                     transposed dlogits, (Vp, rows), which no kernel writes
- * fp32 accumulation, bf16 logits and dlnf. One buffer (bytes()): the three scale states, wte's
- * codes in both orders, lnf's codes and one chunk's dlogits codes.
+ *  - wgrad    dwte += dlogits^T lnf   the same E5M2 dlogits, transposed to (Vp, rows) by
+ *                                     fp8_transpose into the logits' buffer (the cross-entropy
+ *                                     then writes the codes alone: no bf16 dlogits), x E4M3
+ *                                     lnf^T (its chunk's (C, rows) block, cast beside the rows),
+ *                                     accumulated into the bf16 gradient per chunk as in bf16.
+ *                                     A chunk whose rows are not a multiple of 16 (cuBLASLt's
+ *                                     FP8 leading dimension) runs it in bf16 from bf16 dlogits.
+ * fp32 accumulation, bf16 logits, dlnf and dwte. One buffer (bytes()): the three scale states,
+ * wte's codes in both orders, lnf's codes in both orders and one chunk's dlogits codes.
  */
 #pragma once
 
@@ -60,7 +65,8 @@ class Fp8Classifier {
   std::vector<uint8_t> save_state() const;
   void load_state(const std::vector<uint8_t>& bytes);
 
-  /// lnf (rows, C), every row of the micro-batch, to E4M3 codes.
+  /// lnf (rows, C), every row of the micro-batch, to E4M3 codes: rows, and each chunk's
+  /// (C, chunk rows) block of the transposed order.
   void cast_input(const bf16* lnf, int rows);
   /// logits (rows, Vp) = lnf rows [first, first + rows) times wte^T.
   void forward(bf16* logits, int64_t first, int rows);
@@ -68,6 +74,13 @@ class Fp8Classifier {
   gpu::Fp8Destination gradient_destination() const;
   /// dlnf (rows, C) = the chunk's dlogits (their codes) times wte.
   void input_gradient(bf16* dlnf, int rows);
+  /// Whether weight_gradient takes a chunk of `rows` (else dwte stays bf16 for it, from bf16
+  /// dlogits): cuBLASLt's FP8 GEMMs want K = rows a multiple of 16.
+  static bool fp8_weight_gradient(int rows) { return rows % 16 == 0; }
+  /// dwte (Vp, C) += the chunk's dlogits^T (their codes, transposed into `scratch`, at least
+  /// rows * Vp bytes on a 16-byte boundary: the logits' buffer, done with by then) times lnf
+  /// rows [first, first + rows).
+  void weight_gradient(bf16* dwte, uint8_t* scratch, int64_t first, int rows);
 
  private:
   enum Role : int { kWeight, kInput, kGrad, kNumRoles };
@@ -84,6 +97,7 @@ class Fp8Classifier {
   uint8_t* weight_codes_;             // wte (Vp, C)
   uint8_t* weight_codes_transposed_;  // wte^T (C, Vp)
   uint8_t* input_codes_;              // lnf (rows, C)
+  uint8_t* input_codes_transposed_;   // lnf^T by chunks: chunk k's (C, its rows) at k's first C
   uint8_t* grad_codes_;               // a chunk's dlogits (chunk_rows, Vp)
   int64_t updates_ = 0;               // delayed-scale updates so far
 };

@@ -176,8 +176,8 @@ void set_fp8_buffers(std::vector<GpuBufferSpec>& s, const ModelOptions& options)
   set(kFp8Operands, "workspace", "FP8 GEMM operands: input, gradient in both orders (2 x B,T,4C)",
       fp8 ? Fp8Linears::operand_bytes(cfg, BT) : 0);
   const size_t chunk_rows = static_cast<size_t>(classifier_chunk_rows(options));
-  set(kFp8Classifier, "workspace", "FP8 classifier: wte both orders (2 x Vp,C), lnf (B,T,C), a "
-      "chunk's dlogits (R,Vp) codes", fp8 && options.fp8_classifier
+  set(kFp8Classifier, "workspace", "FP8 classifier: wte and lnf both orders (2 x Vp,C; 2 x "
+      "B,T,C), a chunk's dlogits (R,Vp) codes", fp8 && options.fp8_classifier
                                           ? Fp8Classifier::bytes(cfg, BT, chunk_rows) : 0);
 }
 
