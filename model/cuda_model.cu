@@ -104,8 +104,9 @@ void CudaModel<T_>::classifier_forward_backward(float loss_scale) {
   const float dloss =
       static_cast<float>(static_cast<double>(loss_scale) / double(loss_count(cur_B_, cur_T_)));
   T_* logits = act(kLogits);  // (rows, Vp): the logits, then their gradient in place
-  // --fp8-classifier: the forward, dlnf and dwte in FP8 from lnf's codes and dlogits' (which
-  // the cross-entropy writes, then alone: dwte's transposed codes go into the logits' buffer).
+  // --fp8-classifier: the forward and dlnf in FP8 from lnf's codes and dlogits' (which the
+  // cross-entropy writes); dwte in bf16, or with `all` in FP8 as well (the cross-entropy then
+  // writes the codes alone, and dlogits' transposed codes go into the logits' buffer).
   Fp8Classifier* fp8 = fp8_pass_ ? fp8_classifier_.get() : nullptr;
   if constexpr (std::is_same_v<T_, bf16>) {
     if (fp8) {
@@ -119,7 +120,7 @@ void CudaModel<T_>::classifier_forward_backward(float loss_scale) {
     T_* dlnf = act(kDLnf) + first * C;
     if constexpr (std::is_same_v<T_, bf16>) {
       if (fp8) {
-        const bool fp8_dwte = Fp8Classifier::fp8_weight_gradient(rows);
+        const bool fp8_dwte = fp8->weight_gradient_in_fp8(rows);
         fp8->forward(logits, first, rows);
         gpu::crossentropy_forward_backward(buf<float>(kLosses) + first, logits,
                                            buf<int>(kTargets) + first, dloss, 1, rows, V, Vp,
