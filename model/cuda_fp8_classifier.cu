@@ -4,6 +4,7 @@
  */
 #include "model/cuda_fp8_classifier.cuh"
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/error.h"
@@ -30,41 +31,45 @@ constexpr uint64_t kSavedTag = 0x314c4353534c4338ull;  // "8CLSSCL1"
 
 /// Offsets into the buffer, each on a 256-byte boundary.
 struct Fp8Classifier::Layout {
-  size_t weights, weights_transposed, input, grad, total;
+  size_t weights, weights_transposed, input, input_transposed, grad, total;
 };
 
 Fp8Classifier::Layout Fp8Classifier::layout(const ModelConfig& config, size_t rows,
-                                            size_t chunk_rows) {
+                                            size_t chunk_rows, bool weight_gradient) {
   const size_t C = static_cast<size_t>(config.channels);
   const size_t Vp = static_cast<size_t>(config.padded_vocab_size);
   Layout at{};
   at.weights = round_up_256(kNumRoles * sizeof(gpu::Fp8ScaleState));
   at.weights_transposed = at.weights + round_up_256(Vp * C);
   at.input = at.weights_transposed + round_up_256(Vp * C);
-  at.grad = at.input + round_up_256(rows * C);
+  at.input_transposed = at.input + round_up_256(rows * C);
+  at.grad = at.input_transposed + (weight_gradient ? round_up_256(rows * C) : 0);
   at.total = at.grad + round_up_256(chunk_rows * Vp);
   return at;
 }
 
-size_t Fp8Classifier::bytes(const ModelConfig& config, size_t rows, size_t chunk_rows) {
-  return layout(config, rows, chunk_rows).total;
+size_t Fp8Classifier::bytes(const ModelConfig& config, size_t rows, size_t chunk_rows,
+                            bool weight_gradient) {
+  return layout(config, rows, chunk_rows, weight_gradient).total;
 }
 
 Fp8Classifier::Fp8Classifier(const ModelConfig& config, uint8_t* buffer, size_t rows,
                              size_t chunk_rows, const gpu::Context& ctx,
-                             bool fast_forward_accumulation,
+                             bool fast_forward_accumulation, bool weight_gradient,
                              const gpu::Fp8DelayedScaling& delayed)
     : config_(config), ctx_(ctx), rows_(rows), chunk_rows_(chunk_rows),
-      fast_forward_accumulation_(fast_forward_accumulation), delayed_(delayed),
+      fast_forward_accumulation_(fast_forward_accumulation), weight_gradient_(weight_gradient),
+      delayed_(delayed),
       scales_(reinterpret_cast<gpu::Fp8ScaleState*>(buffer)) {
   GPT2_CHECK(buffer != nullptr, "Fp8Classifier without its buffer");
   GPT2_CHECK(config.channels % 16 == 0 && config.padded_vocab_size % 16 == 0,
              "FP8 classifier GEMMs need C and Vp multiples of 16 (C=", config.channels,
              ", Vp=", config.padded_vocab_size, ")");
-  const Layout at = layout(config, rows, chunk_rows);
+  const Layout at = layout(config, rows, chunk_rows, weight_gradient);
   weight_codes_ = buffer + at.weights;
   weight_codes_transposed_ = buffer + at.weights_transposed;
   input_codes_ = buffer + at.input;
+  input_codes_transposed_ = weight_gradient ? buffer + at.input_transposed : nullptr;
   grad_codes_ = buffer + at.grad;
   const gpu::Fp8ScaleState initial[kNumRoles] = {gpu::fp8_initial_state(kE4M3, 1.0f),
                                                  gpu::fp8_initial_state(kE4M3, 1.0f),
@@ -124,8 +129,20 @@ void Fp8Classifier::cast_input(const bf16* lnf, int rows) {
   GPT2_CHECK(static_cast<size_t>(rows) == rows_, "an FP8 classifier over ", rows,
              " rows, planned ", rows_);
   gpu::Fp8ScaleState* x = state(kInput);
-  gpu::fp8_cast_transpose(lnf, rows, config_.channels, &x->scale, kE4M3, input_codes_, nullptr,
-                          &x->amax, ctx_.stream());
+  const int64_t C = config_.channels;
+  if (!weight_gradient_) {
+    gpu::fp8_cast_transpose(lnf, rows, C, &x->scale, kE4M3, input_codes_, nullptr, &x->amax,
+                            ctx_.stream());
+    return;
+  }
+  // A cast per chunk: each chunk's transposed codes a (C, chunk rows) matrix of their own, the
+  // wgrad's operand; the amax raised by each.
+  for (int64_t first = 0; first < rows; first += static_cast<int64_t>(chunk_rows_)) {
+    const int64_t chunk = std::min<int64_t>(static_cast<int64_t>(chunk_rows_), rows - first);
+    gpu::fp8_cast_transpose(lnf + first * C, chunk, C, &x->scale, kE4M3,
+                            input_codes_ + first * C, input_codes_transposed_ + first * C,
+                            &x->amax, ctx_.stream());
+  }
 }
 
 void Fp8Classifier::forward(bf16* logits, int64_t first, int rows) {
@@ -154,6 +171,17 @@ void Fp8Classifier::input_gradient(bf16* dlnf, int rows) {
   const gpu::Fp8Operand dy{grad_codes_, kE5M2, &state(kGrad)->inverse};
   const gpu::Fp8Operand w_t{weight_codes_transposed_, kE4M3, &state(kWeight)->inverse};
   gpu::matmul_fp8(dlnf, dy, w_t, nullptr, rows, C, Vp, ctx_);
+}
+
+void Fp8Classifier::weight_gradient(bf16* dwte, uint8_t* scratch, int64_t first, int rows) {
+  GPT2_CHECK(weight_gradient_in_fp8(rows) && static_cast<size_t>(rows) <= chunk_rows_ &&
+                 first >= 0 && static_cast<size_t>(first + rows) <= rows_,
+             "an FP8 classifier weight gradient over rows [", first, ", ", first + rows, ")");
+  const int C = config_.channels, Vp = config_.padded_vocab_size;
+  gpu::fp8_transpose(grad_codes_, rows, Vp, scratch, ctx_.stream());
+  const gpu::Fp8Operand dy_t{scratch, kE5M2, &state(kGrad)->inverse};
+  const gpu::Fp8Operand x_t{input_codes_transposed_ + first * C, kE4M3, &state(kInput)->inverse};
+  gpu::matmul_fp8(dwte, dy_t, x_t, nullptr, Vp, C, rows, ctx_, /*accumulate=*/true);
 }
 
 }  // namespace gpt2::cuda_model_detail

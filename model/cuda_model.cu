@@ -105,7 +105,8 @@ void CudaModel<T_>::classifier_forward_backward(float loss_scale) {
       static_cast<float>(static_cast<double>(loss_scale) / double(loss_count(cur_B_, cur_T_)));
   T_* logits = act(kLogits);  // (rows, Vp): the logits, then their gradient in place
   // --fp8-classifier: the forward and dlnf in FP8 from lnf's codes and dlogits' (which the
-  // cross-entropy writes), dwte in bf16.
+  // cross-entropy writes); dwte in bf16, or with `all` in FP8 as well (the cross-entropy then
+  // writes the codes alone, and dlogits' transposed codes go into the logits' buffer).
   Fp8Classifier* fp8 = fp8_pass_ ? fp8_classifier_.get() : nullptr;
   if constexpr (std::is_same_v<T_, bf16>) {
     if (fp8) {
@@ -119,14 +120,19 @@ void CudaModel<T_>::classifier_forward_backward(float loss_scale) {
     T_* dlnf = act(kDLnf) + first * C;
     if constexpr (std::is_same_v<T_, bf16>) {
       if (fp8) {
+        const bool fp8_dwte = fp8->weight_gradient_in_fp8(rows);
         fp8->forward(logits, first, rows);
         gpu::crossentropy_forward_backward(buf<float>(kLosses) + first, logits,
                                            buf<int>(kTargets) + first, dloss, 1, rows, V, Vp,
-                                           ctx_->stream(), fp8->gradient_destination());
+                                           ctx_->stream(), fp8->gradient_destination(),
+                                           /*codes_only=*/fp8_dwte);
         fp8->input_gradient(dlnf, rows);
-        gpu::matmul_backward(static_cast<T_*>(nullptr), grad(kWte), static_cast<T_*>(nullptr),
-                             logits, lnf, param(kWte), 1, rows, C, Vp,
-                             static_cast<float*>(nullptr), *ctx_);
+        if (fp8_dwte)
+          fp8->weight_gradient(grad(kWte), reinterpret_cast<uint8_t*>(logits), first, rows);
+        else
+          gpu::matmul_backward(static_cast<T_*>(nullptr), grad(kWte), static_cast<T_*>(nullptr),
+                               logits, lnf, param(kWte), 1, rows, C, Vp,
+                               static_cast<float*>(nullptr), *ctx_);
         continue;
       }
     }

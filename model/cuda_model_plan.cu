@@ -176,9 +176,11 @@ void set_fp8_buffers(std::vector<GpuBufferSpec>& s, const ModelOptions& options)
   set(kFp8Operands, "workspace", "FP8 GEMM operands: input, gradient in both orders (2 x B,T,4C)",
       fp8 ? Fp8Linears::operand_bytes(cfg, BT) : 0);
   const size_t chunk_rows = static_cast<size_t>(classifier_chunk_rows(options));
-  set(kFp8Classifier, "workspace", "FP8 classifier: wte both orders (2 x Vp,C), lnf (B,T,C), a "
-      "chunk's dlogits (R,Vp) codes", fp8 && options.fp8_classifier
-                                          ? Fp8Classifier::bytes(cfg, BT, chunk_rows) : 0);
+  const bool dwte = options.fp8_classifier_weight_gradient;
+  set(kFp8Classifier, "workspace",
+      str_cat("FP8 classifier: wte both orders (2 x Vp,C), lnf ", dwte ? "both orders (2 x " : "(",
+              "B,T,C), a chunk's dlogits (R,Vp) codes"),
+      fp8 && options.fp8_classifier ? Fp8Classifier::bytes(cfg, BT, chunk_rows, dwte) : 0);
 }
 
 }  // namespace
@@ -314,6 +316,9 @@ void validate_cuda_options(const ModelOptions& options) {
   const int context = options.context_size();
   if (options.fp8_classifier && options.precision != Precision::kFp8)
     GPT2_USAGE_FAIL("--fp8-classifier on needs --precision fp8");
+  if (options.fp8_classifier_weight_gradient && !options.fp8_classifier)
+    GPT2_USAGE_FAIL("the FP8 classifier weight gradient (--fp8-classifier all) needs the FP8 "
+                    "classifier");
   if (options.fp8_fast_accumulation && options.precision != Precision::kFp8)
     GPT2_USAGE_FAIL("--fp8-fast-accumulation on needs --precision fp8");
   if (options.fp8_amax_history < 1 || options.fp8_amax_history > gpu::kFp8History)

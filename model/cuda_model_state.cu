@@ -123,7 +123,8 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
     if (buffers_[kFp8Classifier] != nullptr)
       fp8_classifier_ = std::make_unique<Fp8Classifier>(
           config_, buf<uint8_t>(kFp8Classifier), BT, static_cast<size_t>(classifier_chunk_rows_),
-          *ctx_, options.fp8_fast_accumulation, fp8_delayed);
+          *ctx_, options.fp8_fast_accumulation, options.fp8_classifier_weight_gradient,
+          fp8_delayed);
   }
   for (GpuBuffer id : {kGrads, kAdamM, kAdamV})
     if (buffers_[id] != nullptr)  // absent in an inference-only model

@@ -81,6 +81,8 @@ struct ModelOptions {
   /// --precision fp8 (CUDA): the classifier's forward and input-gradient GEMMs in FP8 too
   /// (model/cuda_fp8_classifier.cuh); off: they stay bf16.
   bool fp8_classifier = false;
+  /// With fp8_classifier (--fp8-classifier all): its weight gradient (dwte) in FP8 as well.
+  bool fp8_classifier_weight_gradient = false;
   /// --precision fp8 (CUDA): the forward GEMMs (block linears and FP8 classifier) with
   /// Hopper's fast FP8 accumulation, as Transformer Engine's recipe runs them; the gradients'
   /// GEMMs keep the periodic fp32 accumulation either way (docs/fp8.md).

@@ -119,6 +119,7 @@ struct CommandLine {
   std::optional<int64_t> total_batch_size;
   std::optional<int> zero_stage;  // 0 | 1
   std::optional<bool> fp8_classifier;  // unset: on with --precision fp8
+  bool fp8_classifier_weight_gradient = false;  // --fp8-classifier all
   std::optional<bool> fp8_fast_accumulation;  // unset: kFp8FastAccumulationDefault with fp8
   std::optional<int> fp8_amax_history;        // unset: ModelOptions' default
   std::optional<int> fp8_margin;              // unset: ModelOptions' default

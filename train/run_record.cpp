@@ -48,6 +48,7 @@ Json train_config_json(const TrainConfig& c, const RunDataFiles& files) {
   config["classifier_chunk_rows"] = c.model.classifier_chunk_rows;
   config["recompute_fc"] = c.model.recompute_fc;
   config["fp8_classifier"] = c.model.fp8_classifier;
+  config["fp8_classifier_weight_gradient"] = c.model.fp8_classifier_weight_gradient;
   config["fp8_fast_accumulation"] = c.model.fp8_fast_accumulation;
   config["fp8_amax_history"] = c.model.fp8_amax_history;
   config["fp8_margin"] = c.model.fp8_margin;

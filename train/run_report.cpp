@@ -53,7 +53,9 @@ void print_configuration(const TrainConfig& c, const DataLoader& train, const Da
                 c.model.deterministic_attention ? "deterministic" : "non-deterministic");
   std::printf("\n");
   std::printf("  %-18s %s%s%s", "precision", to_string(c.model.precision),
-              c.model.fp8_classifier ? " (the classifier's GEMMs too)" : "",
+              !c.model.fp8_classifier                  ? ""
+              : c.model.fp8_classifier_weight_gradient ? " (the classifier's GEMMs too, dwte too)"
+                                                       : " (the classifier's GEMMs too)",
               c.model.fp8_fast_accumulation ? " (forward GEMMs: fast accumulation)" : "");
   if (c.model.precision == Precision::kFp8)
     std::printf(" (delayed scales: amax history %d, margin %d, gradients' margin %d)",

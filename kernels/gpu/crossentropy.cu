@@ -111,6 +111,7 @@ struct RowCodes {
   uint8_t* codes = nullptr;  // the row's Vp codes; null: none wanted
   float scale = 1.0f;
   float largest = 0.0f;
+  bool only = false;  // the codes alone: the dlogits themselves not written
 };
 
 /// Writes one row of dlogits = (softmax - onehot(target)) * dloss, 0 in the padding columns,
@@ -134,7 +135,7 @@ __device__ void write_dlogits_row(T_* dx, const T_* x, const RowSoftmax& stats, 
 #pragma unroll
       for (int j = 0; j < kPack; ++j)
         out.values[j] = from_float<T_>(gradient(p * kPack + j, to_float(in.values[j])));
-      store_pack16(dx + static_cast<int64_t>(p) * kPack, out);
+      if (!codes.only) store_pack16(dx + static_cast<int64_t>(p) * kPack, out);
       if (codes.codes != nullptr) {
         float values[kPack];
 #pragma unroll
@@ -152,9 +153,10 @@ __device__ void write_dlogits_row(T_* dx, const T_* x, const RowSoftmax& stats, 
     }
   } else {
     for (int v = threadIdx.x; v < Vp; v += blockDim.x) {
-      dx[v] = from_float<T_>(gradient(v, to_float(x[v])));
+      const T_ rounded = from_float<T_>(gradient(v, to_float(x[v])));
+      if (!codes.only) dx[v] = rounded;
       if (codes.codes != nullptr) {
-        const float value = to_float(dx[v]);
+        const float value = to_float(rounded);
         if (isfinite(value)) codes.largest = fmaxf(codes.largest, fabsf(value));
         codes.codes[v] = static_cast<uint8_t>(
             __nv_cvt_float_to_fp8(value * codes.scale, __NV_SATFINITE, __NV_E5M2));
@@ -183,12 +185,13 @@ __global__ void crossentropy_backward_kernel(T_* dlogits, const float* dlosses, 
 /// precedes every write. The loss is the same expression as crossentropy_forward_kernel's and
 /// the gradient the same as crossentropy_backward_kernel's: the same bits as the pair.
 /// With codes.rows set, also the gradient's E5M2 codes (row order) and, through the block's
-/// largest |dlogit|, codes.amax.
+/// largest |dlogit|, codes.amax; with codes_only as well, the logits stay unwritten.
 template <typename T_>
 __global__ void crossentropy_forward_backward_kernel(float* losses, T_* logits,
                                                      const int* targets, float dloss, int V,
                                                      int Vp, bool packed,
-                                                     const Fp8Destination codes) {
+                                                     const Fp8Destination codes,
+                                                     bool codes_only) {
   __shared__ RowSoftmax scratch[32];
   const int64_t row = blockIdx.x;
   T_* x = logits + row * Vp;
@@ -202,6 +205,7 @@ __global__ void crossentropy_forward_backward_kernel(float* losses, T_* logits,
   if (codes.rows != nullptr) {
     row_codes.codes = codes.rows + row * Vp;
     row_codes.scale = *codes.scale;
+    row_codes.only = codes_only;
   }
   write_dlogits_row(x, x, stats, target, valid ? dloss : NAN, V, Vp, packed, row_codes);
   // (scratch's last reader is row_softmax_stats, before a barrier the reduction repeats.)
@@ -244,9 +248,11 @@ void crossentropy_backward(T_* dlogits, const float* dlosses, const T_* logits,
 template <typename T_>
 void crossentropy_forward_backward(float* losses, T_* logits, const int* targets, float dloss,
                                    int B, int T, int V, int Vp, cudaStream_t stream,
-                                   const Fp8Destination& codes) {
+                                   const Fp8Destination& codes, bool codes_only) {
   check_shapes(B, T, V, Vp);
   GPT2_CHECK(losses != nullptr && logits != nullptr && targets != nullptr);
+  GPT2_CHECK(!codes_only || codes.rows != nullptr,
+             "the cross-entropy's codes alone, without a destination for them");
   if (codes.rows != nullptr) {
     GPT2_CHECK(codes.transposed == nullptr && codes.format == cpu::Fp8Format::kE5M2 &&
                    codes.scale != nullptr,
@@ -257,7 +263,8 @@ void crossentropy_forward_backward(float* losses, T_* logits, const int* targets
   }
   const int64_t rows = static_cast<int64_t>(B) * T;
   crossentropy_forward_backward_kernel<<<grid_size(rows, 1), kThreads, 0, stream>>>(
-      losses, logits, targets, dloss, V, Vp, packed_rows<T_>(Vp, logits, logits), codes);
+      losses, logits, targets, dloss, V, Vp, packed_rows<T_>(Vp, logits, logits), codes,
+      codes_only);
   GPT2_CUDA_CHECK_LAUNCH();
 }
 
@@ -272,9 +279,10 @@ template void crossentropy_backward<__nv_bfloat16>(__nv_bfloat16*, const float*,
                                                    int, int, cudaStream_t);
 template void crossentropy_forward_backward<float>(float*, float*, const int*, float, int, int,
                                                    int, int, cudaStream_t,
-                                                   const Fp8Destination&);
+                                                   const Fp8Destination&, bool);
 template void crossentropy_forward_backward<__nv_bfloat16>(float*, __nv_bfloat16*, const int*,
                                                            float, int, int, int, int,
-                                                           cudaStream_t, const Fp8Destination&);
+                                                           cudaStream_t, const Fp8Destination&,
+                                                           bool);
 
 }  // namespace gpt2::gpu

@@ -44,10 +44,12 @@ void crossentropy_backward(T_* dlogits, const float* dlosses, const T_* logits,
 /// With codes.rows set (--precision fp8's classifier): also dlogits' E5M2 codes, (B*T, Vp) rows
 /// only, of each dlogit as rounded to T_ times *codes.scale (saturating), and *codes.amax raised
 /// to the largest finite |dlogit|: the bits of fp8_cast_transpose of the dlogits written. Vp a
-/// multiple of the 16-byte pack, codes.rows 8-byte aligned.
+/// multiple of the 16-byte pack, codes.rows 8-byte aligned. codes_only (with codes.rows): the
+/// codes and the losses alone, the logits left as they were (no dlogits written; the codes are
+/// still those of the dlogits as rounded to T_).
 template <typename T_>
 void crossentropy_forward_backward(float* losses, T_* logits, const int* targets, float dloss,
                                    int B, int T, int V, int Vp, cudaStream_t stream,
-                                   const Fp8Destination& codes = {});
+                                   const Fp8Destination& codes = {}, bool codes_only = false);
 
 }  // namespace gpt2::gpu

@@ -264,8 +264,9 @@ TYPED_TEST(GpuCrossEntropy, OutOfRangeTargetGivesNaN) {
 
 // The fused op writing its gradient's E5M2 codes (--precision fp8's classifier): dlogits the
 // same bits as without codes, the codes and amax those of fp8_cast_transpose of those dlogits
-// (rows only), at a scale that puts the largest near E5M2's top. Shapes whose Vp is a multiple of
-// the pack (the codes need it).
+// (rows only), at a scale that puts the largest near E5M2's top; with codes_only, the same losses,
+// codes and amax, and the logits left as they were. Shapes whose Vp is a multiple of the pack
+// (the codes need it).
 TYPED_TEST(GpuCrossEntropy, FusedForwardBackwardWritesTheGradientCodes) {
   GPT2_REQUIRE_GPU();
   using T_ = TypeParam;
@@ -276,13 +277,13 @@ TYPED_TEST(GpuCrossEntropy, FusedForwardBackwardWritesTheGradientCodes) {
     const std::vector<float> logits = make_logits<T_>(s, 1101);
     const std::vector<int> targets = random_ints(BT, s.V, 1102);
     const float dloss = 0.7f / float(BT);
-    DeviceBuffer<T_> d_logits(n), d_plain(n);
+    DeviceBuffer<T_> d_logits(n), d_plain(n), d_kept(n);
     DeviceBuffer<int> d_targets(BT);
-    DeviceBuffer<float> d_losses(BT), d_scale(4), d_amax(2);
-    DeviceBuffer<uint8_t> d_codes(n), d_want(n);
+    DeviceBuffer<float> d_losses(BT), d_kept_losses(BT), d_scale(4), d_amax(3);
+    DeviceBuffer<uint8_t> d_codes(n), d_want(n), d_codes_only(n);
     d_targets.upload(targets);
     d_scale.upload({float(BT) * 65536.0f, 0.f, 0.f, 0.f});  // the largest |dlogit| ~ 1 / BT
-    d_amax.upload({0.0f, 0.0f});
+    d_amax.upload({0.0f, 0.0f, 0.0f});
     upload_floats(d_plain, logits);
     crossentropy_forward_backward(d_losses.get(), d_plain.get(), d_targets.get(), dloss, s.B,
                                   s.T, s.V, s.Vp, nullptr);
@@ -297,6 +298,13 @@ TYPED_TEST(GpuCrossEntropy, FusedForwardBackwardWritesTheGradientCodes) {
                                   s.T, s.V, s.Vp, nullptr, codes);
     fp8_cast_transpose(d_plain.get(), BT, s.Vp, d_scale.get(), cpu::Fp8Format::kE5M2,
                        d_want.get(), nullptr, d_amax.get() + 1, nullptr);
+    upload_floats(d_kept, logits);
+    d_codes_only.poison();
+    d_kept_losses.poison();
+    codes.rows = d_codes_only.get();
+    codes.amax = d_amax.get() + 2;
+    crossentropy_forward_backward(d_kept_losses.get(), d_kept.get(), d_targets.get(), dloss, s.B,
+                                  s.T, s.V, s.Vp, nullptr, codes, /*codes_only=*/true);
     const std::string tag = shape_tag("fused with codes", Storage<T_>::kName, s);
     EXPECT_TRUE(bitwise_equal(tag + " dlogits", d_logits.download_bytes(),
                               d_plain.download_bytes()));
@@ -304,6 +312,14 @@ TYPED_TEST(GpuCrossEntropy, FusedForwardBackwardWritesTheGradientCodes) {
     const std::vector<float> amax = d_amax.download();
     EXPECT_EQ(amax[0], amax[1]) << tag;
     EXPECT_GT(amax[0], 0.0f) << tag;
+    // codes_only: the same losses, codes and amax; the logits untouched.
+    EXPECT_TRUE(bitwise_equal(tag + " codes only: losses", d_kept_losses.download_bytes(),
+                              d_losses.download_bytes()));
+    EXPECT_EQ(d_codes_only.download(), d_want.download()) << tag << " codes only";
+    EXPECT_EQ(amax[2], amax[0]) << tag << " codes only";
+    upload_floats(d_plain, logits);
+    EXPECT_TRUE(bitwise_equal(tag + " codes only: logits kept", d_kept.download_bytes(),
+                              d_plain.download_bytes()));
   }
 }
 

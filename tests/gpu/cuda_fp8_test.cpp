@@ -31,22 +31,27 @@ namespace gpt2::gpu::test {
 namespace {
 
 // The precisions every comparison with bf16 runs: the block linears in FP8, with them the
-// classifier's forward and input-gradient GEMMs (--fp8-classifier), and both with the forward
-// GEMMs' fast accumulation (--fp8-fast-accumulation).
+// classifier's forward and input-gradient GEMMs (--fp8-classifier), both with the forward
+// GEMMs' fast accumulation (--fp8-fast-accumulation), and the classifier's weight gradient in
+// FP8 too (--fp8-classifier all).
 struct Fp8Variant {
   const char* name;
   bool fp8_classifier;
   bool fast_accumulation;
+  bool classifier_weight_gradient;
 };
-constexpr Fp8Variant kFp8Variants[] = {{"fp8", false, false},
-                                       {"fp8 + classifier", true, false},
-                                       {"fp8 + classifier, fast accumulation", true, true}};
+constexpr Fp8Variant kFp8Variants[] = {
+    {"fp8", false, false, false},
+    {"fp8 + classifier", true, false, false},
+    {"fp8 + classifier, fast accumulation", true, true, false},
+    {"fp8 + classifier with dwte, fast accumulation", true, true, true}};
 
 ModelOptions small_options(Precision precision, int B, int T,
                            const Fp8Variant& variant = kFp8Variants[0]) {
   ModelOptions options{small_model_config(), B, T, AttentionKind::kFlash, precision};
   options.fp8_classifier = variant.fp8_classifier;
   options.fp8_fast_accumulation = variant.fast_accumulation;
+  options.fp8_classifier_weight_gradient = variant.classifier_weight_gradient;
   return options;
 }
 

@@ -272,10 +272,16 @@ TEST(TrainOptions, ContextFreeRangeChecks) {
   EXPECT_EQ(c.val_every, 0);
 }
 
-// --fp8-classifier follows --precision unless given: on with fp8, off otherwise; on without
-// fp8 is a usage error.
+// --fp8-classifier follows --precision unless given: on with fp8, off otherwise; on (or all)
+// without fp8 is a usage error; all adds the weight gradient.
 TEST(TrainOptions, Fp8ClassifierFollowsThePrecision) {
   EXPECT_TRUE(resolve({"--precision", "fp8"}, with_gpu()).model.fp8_classifier);
+  EXPECT_FALSE(resolve({"--precision", "fp8"}, with_gpu()).model.fp8_classifier_weight_gradient);
+  const TrainConfig all = resolve({"--precision", "fp8", "--fp8-classifier", "all"}, with_gpu());
+  EXPECT_TRUE(all.model.fp8_classifier);
+  EXPECT_TRUE(all.model.fp8_classifier_weight_gradient);
+  EXPECT_NE(usage_message({"--fp8-classifier", "all"}, with_gpu()).find("all needs --precision"),
+            std::string::npos);
   EXPECT_FALSE(
       resolve({"--precision", "fp8", "--fp8-classifier", "off"}, with_gpu()).model.fp8_classifier);
   EXPECT_FALSE(resolve({}, with_gpu()).model.fp8_classifier);
@@ -283,7 +289,7 @@ TEST(TrainOptions, Fp8ClassifierFollowsThePrecision) {
   EXPECT_NE(usage_message({"--fp8-classifier", "on"}, with_gpu()).find("needs --precision fp8"),
             std::string::npos);
   EXPECT_NE(usage_message({"--precision", "fp8", "--fp8-classifier", "yes"}, with_gpu())
-                .find("on or off (got 'yes')"),
+                .find("on, off or all (got 'yes')"),
             std::string::npos);
   // A model whose padded vocabulary is not a multiple of 16 (the FP8 GEMMs' dimension) leaves
   // the classifier in bf16 by default; asked for explicitly, the model plan refuses it.
