@@ -135,14 +135,16 @@ void Fp8Classifier::cast_input(const bf16* lnf, int rows) {
                             ctx_.stream());
     return;
   }
-  // A cast per chunk: each chunk's transposed codes a (C, chunk rows) matrix of their own, the
-  // wgrad's operand; the amax raised by each.
+  // A job per chunk, in grouped launches: each chunk's transposed codes a (C, chunk rows) matrix
+  // of their own, the wgrad's operand; the amax raised by each.
+  std::vector<gpu::Fp8CastJob<bf16>> jobs;
   for (int64_t first = 0; first < rows; first += static_cast<int64_t>(chunk_rows_)) {
     const int64_t chunk = std::min<int64_t>(static_cast<int64_t>(chunk_rows_), rows - first);
-    gpu::fp8_cast_transpose(lnf + first * C, chunk, C, &x->scale, kE4M3,
-                            input_codes_ + first * C, input_codes_transposed_ + first * C,
-                            &x->amax, ctx_.stream());
+    jobs.push_back({lnf + first * C, chunk, C, &x->scale, input_codes_ + first * C,
+                    input_codes_transposed_ + first * C, &x->amax});
   }
+  gpu::fp8_cast_transpose_group(jobs.data(), static_cast<int>(jobs.size()), kE4M3,
+                                ctx_.stream());
 }
 
 void Fp8Classifier::forward(bf16* logits, int64_t first, int rows) {

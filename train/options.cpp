@@ -90,8 +90,8 @@ cxxopts::Options make_options() {
        "at once (0: automatic, a 256 MiB budget; at least B, at most B*T)", s()->default_value("0"))
       ("fp8-classifier", "--precision fp8: on | off | all (on: the classifier's forward and "
        "input-gradient GEMMs in FP8 too, E4M3 lnf and wte, E5M2 logit gradients written by the "
-       "cross-entropy; all: its weight gradient as well, 1-3% more tokens/s, about 0.7% more "
-       "loss at d12 in 2000 steps; docs/fp8.md) (default: on with --precision fp8)", s())
+       "cross-entropy; all: its weight gradient as well, on an H100 1-3% more tokens/s, about "
+       "0.7% more loss at d12 in 2000 steps; docs/fp8.md) (default: on with --precision fp8)", s())
       ("fp8-fast-accumulation", "--precision fp8: on | off (the forward GEMMs with Hopper's fast "
        "FP8 accumulation, as Transformer Engine's recipe: 2-3% more tokens/s; the gradients' "
        "GEMMs never; docs/fp8.md) (default: on with --precision fp8)", s())
