@@ -10,6 +10,7 @@
 #include "kernels/gpu/context.cuh"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "base/error.h"
 
@@ -17,6 +18,16 @@ namespace gpt2::gpu {
 namespace {
 
 __global__ void probe_kernel() {}
+
+/// GPT2_GEMM_TUNING's value: unset, on or 1 -> true; off or 0 -> false; anything else throws.
+bool gemm_tuning_from_environment() {
+  const char* value = std::getenv("GPT2_GEMM_TUNING");
+  if (value == nullptr) return true;
+  const std::string v = value;
+  if (v == "on" || v == "1") return true;
+  if (v == "off" || v == "0") return false;
+  GPT2_FAIL("GPT2_GEMM_TUNING must be on, off, 1 or 0 (got \"", v, "\")");
+}
 
 }  // namespace
 
@@ -52,6 +63,7 @@ std::string gpu_device_name(int device) {
 }
 
 Context::Context(size_t lt_workspace_bytes) : lt_workspace_bytes_(lt_workspace_bytes) {
+  gemm_tuning_ = gemm_tuning_from_environment();
   try {
     GPT2_CUDA_CHECK(cudaGetDevice(&device_));
     device_name_ = gpu_device_name(device_);

@@ -54,6 +54,13 @@ class Context {
   bool use_cublaslt() const { return use_cublaslt_; }
   void set_use_cublaslt(bool use) { use_cublaslt_ = use; }
 
+  /// cuBLASLt GEMMs choose each shape's algorithm by timing the heuristic's candidates whose
+  /// outputs are bitwise its first choice's (cublaslt_tuning.cuh) when true, the default; when
+  /// false they keep the first choice. The environment's GPT2_GEMM_TUNING=off (or 0) makes it
+  /// false at construction; any value but on, off, 1 or 0 is an error there.
+  bool gemm_tuning() const { return gemm_tuning_; }
+  void set_gemm_tuning(bool tune) { gemm_tuning_ = tune; }
+
   /// Blocks until all work queued on the stream is done (throws on an asynchronous error).
   void synchronize() const;
 
@@ -74,6 +81,7 @@ class Context {
   void* lt_workspace_ = nullptr;
   size_t lt_workspace_bytes_ = 0;
   bool use_cublaslt_ = true;
+  bool gemm_tuning_ = true;
   mutable std::shared_ptr<void> matmul_plans_;
   mutable std::shared_ptr<void> fp8_matmul_plans_;
 };

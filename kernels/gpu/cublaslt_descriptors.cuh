@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <vector>
 
 #include <cublasLt.h>
 
@@ -83,17 +84,20 @@ inline void make_preference(const Context& ctx, LtDescriptors& desc, uint32_t al
                  CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
 }
 
-/// The heuristic's first algorithm for desc's shape, D also as C, within desc's preference;
-/// false when cuBLASLt has none.
-inline bool first_algorithm(const Context& ctx, const LtDescriptors& desc,
-                            cublasLtMatmulAlgo_t* algo) {
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int num_results = 0;
-  const cublasStatus_t found = cublasLtMatmulAlgoGetHeuristic(
-      ctx.cublaslt(), desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference, 1, &heuristic,
-      &num_results);
-  *algo = heuristic.algo;
-  return found == CUBLAS_STATUS_SUCCESS && num_results > 0;
+/// The heuristic's candidate algorithms for desc's shape, D also as C, within desc's
+/// preference, best ranked first (at most kCandidateAlgorithms; none when cuBLASLt has none).
+constexpr int kCandidateAlgorithms = 8;
+inline std::vector<cublasLtMatmulAlgo_t> heuristic_candidates(const Context& ctx,
+                                                              const LtDescriptors& desc) {
+  cublasLtMatmulHeuristicResult_t results[kCandidateAlgorithms] = {};
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      ctx.cublaslt(), desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference,
+      kCandidateAlgorithms, results, &found);
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  if (status == CUBLAS_STATUS_SUCCESS)
+    for (int i = 0; i < found; ++i) candidates.push_back(results[i].algo);
+  return candidates;
 }
 
 }  // namespace gpt2::gpu

@@ -14,20 +14,24 @@
  * matmul_forward_gelu uses the GELU_AUX(_BIAS) epilogue: D gets gelu(result) and the aux
  * matrix (same layout and type as D) the result itself; matmul_backward_gelu the DGELU
  * epilogue on the dinp GEMM: D = gelu'(aux) * result, aux = the forward's pre-GELU values.
- * cuBLASLt: the algorithm comes from its heuristic (first result) for the shape, the pointers'
- * alignment and the Context's workspace; split-K is allowed only with fp32 partials. The
- * descriptors and the algorithm are made once per shape and kept in the Context:
- * the heuristic costs host time (tens of microseconds) that a training step paid ~150 times.
+ * cuBLASLt: the candidate algorithms come from its heuristic for the shape, the pointers'
+ * alignment and the Context's workspace (split-K only with fp32 partials), and the shape's
+ * first call picks one with choose_algorithm (cublaslt_tuning.cuh: the fastest of those whose
+ * outputs are bitwise the first runnable one's). The descriptors and the algorithm are made
+ * once per shape and kept in the Context: the heuristic costs host time (tens of
+ * microseconds) that a training step paid ~150 times.
  */
 #include "kernels/gpu/matmul.cuh"
 
 #include <climits>
 #include <memory>
 #include <unordered_map>
+#include <vector>
 
 #include "base/error.h"
 #include "kernels/gpu/common.cuh"
 #include "kernels/gpu/cublaslt_descriptors.cuh"
+#include "kernels/gpu/cublaslt_tuning.cuh"
 #include "kernels/gpu/gelu.cuh"
 
 namespace gpt2::gpu {
@@ -82,13 +86,14 @@ struct GemmKeyHash {
   }
 };
 
-/// One shape's descriptors and the heuristic's first algorithm (found false: none), kept for
-/// the Context's lifetime: the heuristic runs once per shape, and every call of a shape gets
-/// the same algorithm (the same bits) as before.
+/// One shape's descriptors, the heuristic's candidates (none: no cuBLASLt path) and the one
+/// chosen on the shape's first call (choose_algorithm), kept for the Context's lifetime: the
+/// heuristic runs once per shape, and every call of a shape gets the same algorithm.
 struct LtPlan {
   LtDescriptors desc;
-  bool found = false;
-  cublasLtMatmulAlgo_t algo{};
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  size_t chosen = 0;
+  bool settled = false;
 };
 
 struct LtPlanCache {
@@ -107,7 +112,7 @@ void set_call_pointers(cublasLtMatmulDesc_t op, const Gemm& g) {
 }
 
 /// The descriptors and algorithm for g's shape, made by the heuristic on first use.
-const LtPlan& lt_plan(const Context& ctx, const Gemm& g, cublasLtEpilogue_t epilogue) {
+LtPlan& lt_plan(const Context& ctx, const Gemm& g, cublasLtEpilogue_t epilogue) {
   std::shared_ptr<void>& slot = ctx.matmul_plans();
   if (!slot) slot = std::make_shared<LtPlanCache>();
   LtPlanCache& cache = *static_cast<LtPlanCache*>(slot.get());
@@ -135,21 +140,43 @@ const LtPlan& lt_plan(const Context& ctx, const Gemm& g, cublasLtEpilogue_t epil
                                                g.trans_b ? g.k : g.n, g.ldb));
   GPT2_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.d, g.type, g.m, g.n, g.ldd));
   make_preference(ctx, desc, key.align_a, key.align_b, key.align_d);
-  plan->found = first_algorithm(ctx, desc, &plan->algo);
+  plan->candidates = heuristic_candidates(ctx, desc);
   entry = std::move(plan);
   return *entry;
 }
 
+/// Bytes of a column-major (rows, cols) matrix with leading dimension ld, first to last element.
+size_t matrix_bytes(cudaDataType_t type, int rows, int cols, int ld) {
+  const size_t element = type == CUDA_R_16BF ? 2 : 4;
+  return (static_cast<size_t>(ld) * (cols - 1) + rows) * element;
+}
+
 /// Runs g through cuBLASLt; false (nothing launched) when cuBLASLt offers no algorithm.
 bool gemm_cublaslt(const Context& ctx, const Gemm& g) {
-  const LtPlan& plan = lt_plan(ctx, g, epilogue_of(g));
-  if (!plan.found) return false;
+  LtPlan& plan = lt_plan(ctx, g, epilogue_of(g));
+  if (plan.candidates.empty()) return false;
   set_call_pointers(plan.desc.op, g);  // the shape's descriptor takes this call's pointers
   const float alpha = 1.0f;
-  const cublasStatus_t status =
-      cublasLtMatmul(ctx.cublaslt(), plan.desc.op, &alpha, g.a, plan.desc.a, g.b, plan.desc.b,
-                     &g.beta, g.d, plan.desc.d, g.d, plan.desc.d, &plan.algo, ctx.lt_workspace(),
-                     ctx.lt_workspace_bytes(), ctx.stream());
+  auto launch = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(ctx.cublaslt(), plan.desc.op, &alpha, g.a, plan.desc.a, g.b,
+                          plan.desc.b, &g.beta, g.d, plan.desc.d, g.d, plan.desc.d, &algo,
+                          ctx.lt_workspace(), ctx.lt_workspace_bytes(), ctx.stream());
+  };
+  if (!plan.settled) {
+    const size_t d_bytes = matrix_bytes(g.type, g.m, g.n, g.ldd);
+    GemmTrial trial{launch, {{g.d, d_bytes}}};
+    if (g.gelu_aux) trial.outputs.push_back({g.gelu_aux, d_bytes});
+    trial.repeatable = g.dgelu_aux != g.d;
+    if (g.beta != 0.0f) {
+      trial.accumulated = g.d;
+      trial.accumulated_bytes = d_bytes;
+    }
+    plan.chosen = choose_algorithm(ctx, plan.candidates, trial);
+    plan.settled = plan.chosen < plan.candidates.size();
+    if (!plan.settled) plan.candidates.clear();  // none runs: cublasGemmEx from now on
+    return plan.settled;
+  }
+  const cublasStatus_t status = launch(plan.candidates[plan.chosen]);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
   GPT2_CUBLAS_CHECK(status);
   return true;

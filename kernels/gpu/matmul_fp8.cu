@@ -10,9 +10,10 @@
  * DGELU) and beta = 1 as matmul.cu uses them, the aux matrix bf16 with out's layout. Split-K
  * only with fp32 partials, as in matmul.cu. Descriptors and the heuristic's candidate
  * algorithms are made once per shape, epilogue and alignment and kept in the Context
- * (fp8_matmul_plans); the heuristic may rank first an algorithm that cublasLtMatmul then
- * refuses ("not supported"), so the first candidate that runs is kept (each refusal launches
- * nothing).
+ * (fp8_matmul_plans); the shape's first call picks one of them with choose_algorithm
+ * (cublaslt_tuning.cuh: the fastest of those bitwise equal to the first that runs; the
+ * heuristic may rank first an algorithm that cublasLtMatmul then refuses, "not supported",
+ * and each refusal launches nothing).
  */
 #include "kernels/gpu/matmul_fp8.cuh"
 
@@ -23,11 +24,10 @@
 #include "base/error.h"
 #include "kernels/gpu/context.cuh"
 #include "kernels/gpu/cublaslt_descriptors.cuh"
+#include "kernels/gpu/cublaslt_tuning.cuh"
 
 namespace gpt2::gpu {
 namespace {
-
-constexpr int kCandidateAlgorithms = 8;
 
 cudaDataType_t cuda_type(cpu::Fp8Format format) {
   return format == cpu::Fp8Format::kE4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
@@ -40,8 +40,8 @@ cublasLtEpilogue_t epilogue_of(const Fp8Epilogue& e) {
 struct Fp8Plan {
   LtDescriptors desc;
   std::vector<cublasLtMatmulAlgo_t> candidates;
-  size_t chosen = 0;  // index into candidates; settled once one has run
-  bool settled = false;
+  size_t chosen = 0;  // index into candidates, once settled
+  bool settled = false;  // chosen by choose_algorithm on the shape's first call that ran
 };
 
 struct Fp8PlanKey {
@@ -106,13 +106,7 @@ Fp8Plan& fp8_plan(const Context& ctx, const void* out, const Fp8Operand& a, cons
   GPT2_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.b, cuda_type(a.format), K, M, K));
   GPT2_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.d, CUDA_R_16BF, N, M, N));
   make_preference(ctx, desc, key.align_a, key.align_b, key.align_d);
-  cublasLtMatmulHeuristicResult_t results[kCandidateAlgorithms] = {};
-  int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      ctx.cublaslt(), desc.op, desc.a, desc.b, desc.d, desc.d, desc.preference,
-      kCandidateAlgorithms, results, &found);
-  if (status == CUBLAS_STATUS_SUCCESS)
-    for (int i = 0; i < found; ++i) plan->candidates.push_back(results[i].algo);
+  plan->candidates = heuristic_candidates(ctx, desc);
   entry = std::move(plan);
   return *entry;
 }
@@ -133,19 +127,30 @@ bool try_matmul_fp8(__nv_bfloat16* out, const Fp8Operand& a, const Fp8Operand& b
              "FP8 GEMM scales must sit on 16-byte boundaries");
   GPT2_CHECK(!(epilogue.gelu_aux && epilogue.dgelu_aux), "GELU and DGELU in one FP8 GEMM");
   Fp8Plan& plan = fp8_plan(ctx, out, a, b, epilogue, M, N, K);
+  if (plan.candidates.empty()) return false;
   set_call_pointers(plan.desc.op, a, b, epilogue);
   const float alpha = 1.0f, beta = epilogue.accumulate ? 1.0f : 0.0f;
-  for (; plan.chosen < plan.candidates.size(); ++plan.chosen) {
-    const cublasStatus_t status = cublasLtMatmul(
-        ctx.cublaslt(), plan.desc.op, &alpha, b.codes, plan.desc.a, a.codes, plan.desc.b, &beta,
-        out, plan.desc.d, out, plan.desc.d, &plan.candidates[plan.chosen], ctx.lt_workspace(),
-        ctx.lt_workspace_bytes(), ctx.stream());
-    if (status == CUBLAS_STATUS_NOT_SUPPORTED && !plan.settled) continue;
-    GPT2_CUBLAS_CHECK(status);
-    plan.settled = true;
-    return true;
+  auto launch = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(ctx.cublaslt(), plan.desc.op, &alpha, b.codes, plan.desc.a, a.codes,
+                          plan.desc.b, &beta, out, plan.desc.d, out, plan.desc.d, &algo,
+                          ctx.lt_workspace(), ctx.lt_workspace_bytes(), ctx.stream());
+  };
+  if (!plan.settled) {
+    const size_t out_bytes = size_t(M) * N * sizeof(__nv_bfloat16);
+    GemmTrial trial{launch, {{out, out_bytes}}};
+    if (epilogue.gelu_aux) trial.outputs.push_back({epilogue.gelu_aux, out_bytes});
+    trial.repeatable = epilogue.dgelu_aux != out;
+    if (epilogue.accumulate) {
+      trial.accumulated = out;
+      trial.accumulated_bytes = out_bytes;
+    }
+    plan.chosen = choose_algorithm(ctx, plan.candidates, trial);
+    plan.settled = plan.chosen < plan.candidates.size();
+    if (!plan.settled) plan.candidates.clear();  // none runs here: refused from now on
+    return plan.settled;
   }
-  return false;
+  GPT2_CUBLAS_CHECK(launch(plan.candidates[plan.chosen]));
+  return true;
 }
 
 void matmul_fp8(__nv_bfloat16* out, const Fp8Operand& a, const Fp8Operand& b,
