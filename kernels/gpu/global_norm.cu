@@ -17,15 +17,39 @@ constexpr int64_t kMinElementsPerBlock = 64 * kThreads;  // fewer blocks for sma
 constexpr int kFinalThreads = 1024;
 static_assert(kGlobalNormMaxBlocks <= kFinalThreads, "the final pass loads one partial a thread");
 
-template <typename T_>
+/// partials[block] = the block's sum of squares. kPacked (grads 16-byte aligned): each thread
+/// takes 16-byte packs in grid-stride order (several loads in flight), adding their elements
+/// in order, and the first threads of block 0 the last N % kSize elements; otherwise one
+/// element at a time. (One bf16 a load ran at 1.3 TB/s on an H100: gpt2-medium's 355M
+/// gradients took 0.55 ms.)
+template <typename T_, bool kPacked>
 __global__ void sum_squares_partials_kernel(float* partials, const T_* grads, int64_t N) {
   __shared__ float scratch[32];
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   float sum = 0.0f;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < N;
-       i += stride) {
-    const float g = to_float(grads[i]);
-    sum += g * g;
+  if constexpr (kPacked) {
+    constexpr int kSize = Pack16<T_>::kSize;
+    const int64_t packs = N / kSize;
+#pragma unroll 4
+    for (int64_t p = first; p < packs; p += stride) {
+      const Pack16<T_> pack = load_pack16(grads + p * kSize);
+#pragma unroll
+      for (int j = 0; j < kSize; ++j) {
+        const float g = to_float(pack.values[j]);
+        sum += g * g;
+      }
+    }
+    const int64_t tail = packs * kSize + first;
+    if (tail < N) {
+      const float g = to_float(grads[tail]);
+      sum += g * g;
+    }
+  } else {
+    for (int64_t i = first; i < N; i += stride) {
+      const float g = to_float(grads[i]);
+      sum += g * g;
+    }
   }
   sum = block_reduce_sum(sum, scratch);
   if (threadIdx.x == 0) partials[blockIdx.x] = sum;
@@ -52,7 +76,10 @@ void global_norm_squared(double* result, const T_* grads, int64_t N, float* part
                          cudaStream_t stream) {
   GPT2_CHECK(result != nullptr && grads != nullptr && partials != nullptr);
   const int blocks = global_norm_num_blocks(N);
-  sum_squares_partials_kernel<<<blocks, kThreads, 0, stream>>>(partials, grads, N);
+  if (is_aligned16(grads))
+    sum_squares_partials_kernel<T_, true><<<blocks, kThreads, 0, stream>>>(partials, grads, N);
+  else
+    sum_squares_partials_kernel<T_, false><<<blocks, kThreads, 0, stream>>>(partials, grads, N);
   GPT2_CUDA_CHECK_LAUNCH();
   sum_partials_kernel<<<1, kFinalThreads, 0, stream>>>(result, partials, blocks);
   GPT2_CUDA_CHECK_LAUNCH();

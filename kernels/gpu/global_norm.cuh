@@ -5,9 +5,10 @@
  *
  * result (one device double) = sum_i grads[i]^2, grads N elements of T_ = float or bf16.
  * Two passes, no atomics, bitwise deterministic on any GPU: the number of blocks depends only
- * on N (global_norm_num_blocks); each thread accumulates its grid-stride elements in fp32 and
- * each block reduces its threads in a fixed order into partials[block] (fp32); then one block
- * adds the partials in double in a fixed order and writes *result.
+ * on N (global_norm_num_blocks); each thread accumulates its grid-stride elements in fp32 (16
+ * bytes at a time when grads is 16-byte aligned, so the order depends on N and that alignment)
+ * and each block reduces its threads in a fixed order into partials[block] (fp32); then one
+ * block adds the partials in double in a fixed order and writes *result.
  * partials: global_norm_num_blocks(N) floats of scratch (at most kGlobalNormMaxBlocks).
  * global_norm_squared_to_host: the same, then waits for the stream and returns the value.
  */

@@ -1,5 +1,6 @@
 // Squared global norm on the GPU against the CPU reference, both storage types, sizes from one
-// element to past the grid-stride limit (1024 blocks x 16384 elements); an exactly
+// element to past the grid-stride limit (1024 blocks x 16384 elements), 16-byte aligned (the
+// packed loads, with a ragged tail) and one element off (one at a time); an exactly
 // representable case; the host wrapper; bitwise determinism.
 //
 // Tolerance: every term is positive, so the relative error of an fp32 sum of n terms is at most
@@ -25,12 +26,13 @@ TYPED_TEST_SUITE(GpuGlobalNorm, StorageTypes, StorageName);
 TYPED_TEST(GpuGlobalNorm, MatchesCpuAndIsDeterministic) {
   GPT2_REQUIRE_GPU();
   using T_ = TypeParam;
-  for (int64_t N : {int64_t(1), int64_t(1000), int64_t(1) << 20, int64_t(17000001)}) {
+  for (int64_t N : {int64_t(1), int64_t(1000), int64_t(1) << 20, int64_t(17000001)})
+  for (int64_t offset : {0, 1}) {  // 16-byte aligned (packed loads) and not (one at a time)
     const std::vector<float> grads = round_through<T_>(random_normal(N, 3000 + N, 0.01));
     const int blocks = global_norm_num_blocks(N);
     ASSERT_GE(blocks, 1);
     ASSERT_LE(blocks, kGlobalNormMaxBlocks);
-    DeviceBuffer<T_> d_grads(N);
+    DeviceBuffer<T_> d_grads(N, offset);
     DeviceBuffer<float> d_partials(blocks);
     DeviceBuffer<double> d_result(1);
     upload_floats(d_grads, grads);
@@ -48,10 +50,11 @@ TYPED_TEST(GpuGlobalNorm, MatchesCpuAndIsDeterministic) {
     const double expected = cpu::global_norm_squared(grads.data(), N);
     const double per_thread = double(N) / (double(blocks) * 256.0);
     const double allowed = (per_thread + 16.0) * kFp32Roundoff * expected;
-    std::printf("[ compare  ] global_norm %s N=%-9lld got %.12g expected %.12g rel %.3g\n",
-                Storage<T_>::kName, static_cast<long long>(N), device_value, expected,
+    std::printf("[ compare  ] global_norm %s N=%-9lld offset %lld got %.12g expected %.12g "
+                "rel %.3g\n", Storage<T_>::kName, static_cast<long long>(N),
+                static_cast<long long>(offset), device_value, expected,
                 std::fabs(device_value - expected) / expected);
-    EXPECT_NEAR(device_value, expected, allowed) << "N = " << N;
+    EXPECT_NEAR(device_value, expected, allowed) << "N = " << N << ", offset " << offset;
   }
 }
 
