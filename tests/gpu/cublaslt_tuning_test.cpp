@@ -200,10 +200,7 @@ TEST(GpuCublasLtTuning, FirstRunnableCandidateWhenNotTuning) {
 
 template <typename Elem>
 void upload_random(DeviceBuffer<Elem>& buffer, uint64_t seed, double scale) {
-  Rng rng(seed);
-  std::vector<float> values(static_cast<size_t>(buffer.size()));
-  for (float& v : values) v = static_cast<float>(scale * rng.normal());
-  upload_floats(buffer, values);
+  upload_floats(buffer, random_normal(buffer.size(), seed, scale));
 }
 
 /// FP8 codes of modest magnitude, finite in E4M3 and E5M2 (exponent field < 8).
