@@ -151,74 +151,120 @@ __global__ void layernorm_forward_packed_kernel(T_* out, float* mean, float* rst
   }
 }
 
+/// Hides a pack's value from the compiler, so that what is computed from it is recomputed after
+/// this point instead of being kept live in registers since before it. Emits no instruction.
+template <typename T_>
+__device__ __forceinline__ void opaque_to_compiler(Pack16<T_>& pack) {
+  int4& words = *reinterpret_cast<int4*>(&pack);
+  asm volatile("" : "+r"(words.x), "+r"(words.y), "+r"(words.z), "+r"(words.w));
+}
+
 /// The packed backward, dinp and the parameter-gradient partials in one pass over dout and inp:
 /// block = chunk of kBackwardRowsPerChunk rows (the partials' chunk), warp w takes the chunk's
-/// rows w, w + kWarpsPerBlock, ...; lane l holds packs l, l + 32, ... (kPacksPerLane of them)
-/// and sums dout * norm and dout over its rows for its channels; each warp stores its sums in
-/// shared memory (8 warps x 2 C floats, dynamic) and a thread per channel adds them in warp
-/// order into the chunk's partials.
-/// Without kSumsInPass (wide rows, whose sums would not fit in registers) only dinp.
-template <typename T_, int kPacksPerLane, bool kSumsInPass>
-__global__ void __launch_bounds__(kRowThreads)
+/// rows w, w + kWarpsPerBlock, ...; lane l holds packs l, l + 32, ... (kPacksPerLane of them).
+/// A row's x, dout and dinp are loaded together: one memory round trip a row. Each warp sums
+/// dout * norm and dout over its rows for its lanes' channels in its own slice of shared memory
+/// (8 warps x 2 C floats, dynamic; float4 slots laid out so that consecutive lanes touch
+/// consecutive slots), not in registers, which leaves registers for two blocks an SM; after one
+/// barrier a thread per channel adds the warps' sums in warp order into the chunk's partials.
+/// (Rows of 7 or 8 packs a lane do not fit 128 registers a thread: one block an SM.)
+template <typename T_, int kPacksPerLane>
+__global__ void __launch_bounds__(kRowThreads, kPacksPerLane <= 6 ? 2 : 1)
     layernorm_backward_packed_kernel(T_* dinp, float* partial_dweight, float* partial_dbias,
                                      const T_* dout, const T_* inp, const T_* weight,
                                      const float* mean, const float* rstd, int64_t rows, int C) {
   constexpr int kPack = Pack16<T_>::kSize;
-  extern __shared__ float warp_sums[];  // [warp][0, C): dweight, [warp][C, 2C): dbias
+  constexpr int kQuads = kPack / 4;  // float4 slots of sums a pack
+  extern __shared__ float4 warp_sums[];  // [warp]: [kQuads][packs] dweight, then the same dbias
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int packs = C / kPack;
   const int64_t chunk = blockIdx.x;
   const int64_t row_begin = chunk * kBackwardRowsPerChunk;
   const int64_t row_end = min(row_begin + kBackwardRowsPerChunk, rows);
-  Pack16<T_> ws[kPacksPerLane];
-  float sum_dweight[kPacksPerLane][kPack] = {};
-  float sum_dbias[kPacksPerLane][kPack] = {};
+  // Slot of (pack p, quad q) in a warp's dweight sums; its dbias sums are C / 4 slots later.
+  auto slot = [packs](int p, int q) { return q * packs + p; };
+  float4* dweight_sums = warp_sums + static_cast<size_t>(warp) * (C / 2);
+  float4* dbias_sums = dweight_sums + C / 4;
 #pragma unroll
-  for (int i = 0; i < kPacksPerLane; ++i)
-    if (lane + 32 * i < packs) ws[i] = load_pack16(weight + (lane + 32 * i) * kPack);
+  for (int i = 0; i < kPacksPerLane; ++i) {
+    const int p = lane + 32 * i;
+    if (p < packs) {
+#pragma unroll
+      for (int q = 0; q < kQuads; ++q) {
+        dweight_sums[slot(p, q)] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        dbias_sums[slot(p, q)] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+  }
 
   for (int64_t row = row_begin + warp; row < row_end; row += kWarpsPerBlock) {
     const T_* x = inp + row * C;
     const T_* g = dout + row * C;
+    T_* dx = dinp + row * C;
     const float row_mean = mean[row];
     const float row_rstd = rstd[row];
     Pack16<T_> xs[kPacksPerLane];
     Pack16<T_> gs[kPacksPerLane];
-    float sum_dnorm = 0.0f;
-    float sum_dnorm_norm = 0.0f;
+    Pack16<T_> ds[kPacksPerLane];
 #pragma unroll
     for (int i = 0; i < kPacksPerLane; ++i) {
       const int p = lane + 32 * i;
       if (p < packs) {
         xs[i] = load_pack16(x + p * kPack);
         gs[i] = load_pack16(g + p * kPack);
+        ds[i] = load_pack16(dx + p * kPack);
+      }
+    }
+    float sum_dnorm = 0.0f;
+    float sum_dnorm_norm = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPacksPerLane; ++i) {
+      const int p = lane + 32 * i;
+      if (p < packs) {
+        const Pack16<T_> w = load_pack16(weight + p * kPack);  // L1-resident after the first
+        float norms[kPack], grads[kPack];
 #pragma unroll
         for (int j = 0; j < kPack; ++j) {
-          const float norm = (to_float(xs[i].values[j]) - row_mean) * row_rstd;
-          const float gj = to_float(gs[i].values[j]);
-          const float dnorm = gj * to_float(ws[i].values[j]);
+          norms[j] = (to_float(xs[i].values[j]) - row_mean) * row_rstd;
+          grads[j] = to_float(gs[i].values[j]);
+          const float dnorm = grads[j] * to_float(w.values[j]);
           sum_dnorm += dnorm;
-          sum_dnorm_norm += dnorm * norm;
-          if constexpr (kSumsInPass) {
-            sum_dweight[i][j] += gj * norm;
-            sum_dbias[i][j] += gj;
-          }
+          sum_dnorm_norm += dnorm * norms[j];
+        }
+#pragma unroll
+        for (int q = 0; q < kQuads; ++q) {
+          float4 sw = dweight_sums[slot(p, q)];
+          float4 sb = dbias_sums[slot(p, q)];
+          sw.x += grads[4 * q] * norms[4 * q];
+          sw.y += grads[4 * q + 1] * norms[4 * q + 1];
+          sw.z += grads[4 * q + 2] * norms[4 * q + 2];
+          sw.w += grads[4 * q + 3] * norms[4 * q + 3];
+          sb.x += grads[4 * q];
+          sb.y += grads[4 * q + 1];
+          sb.z += grads[4 * q + 2];
+          sb.w += grads[4 * q + 3];
+          dweight_sums[slot(p, q)] = sw;
+          dbias_sums[slot(p, q)] = sb;
         }
       }
     }
     const float mean_dnorm = warp_reduce_sum(sum_dnorm) / C;
     const float mean_dnorm_norm = warp_reduce_sum(sum_dnorm_norm) / C;
-    T_* dx = dinp + row * C;
 #pragma unroll
     for (int i = 0; i < kPacksPerLane; ++i) {
       const int p = lane + 32 * i;
       if (p < packs) {
-        Pack16<T_> d = load_pack16(dx + p * kPack);
+        // The same arithmetic as above, recomputed from the packs rather than kept as floats
+        // across the reductions (which would double the registers the row takes).
+        opaque_to_compiler(xs[i]);
+        opaque_to_compiler(gs[i]);
+        const Pack16<T_> w = load_pack16(weight + p * kPack);
+        Pack16<T_> d = ds[i];
 #pragma unroll
         for (int j = 0; j < kPack; ++j) {
           const float norm = (to_float(xs[i].values[j]) - row_mean) * row_rstd;
-          const float dnorm = to_float(gs[i].values[j]) * to_float(ws[i].values[j]);
+          const float dnorm = to_float(gs[i].values[j]) * to_float(w.values[j]);
           const float grad = row_rstd * (dnorm - mean_dnorm - norm * mean_dnorm_norm);
           d.values[j] = from_float<T_>(to_float(d.values[j]) + grad);
         }
@@ -227,61 +273,36 @@ __global__ void __launch_bounds__(kRowThreads)
     }
   }
 
-  if constexpr (kSumsInPass) {
-    // Each warp stores its sums (a lane's 8 or 4 channels as 16-byte stores), one barrier,
-    // then a thread per channel adds the warps' in warp order: deterministic.
-    float* mine = warp_sums + static_cast<size_t>(warp) * 2 * C;
+  // One barrier, then a thread per channel adds the warps' sums in warp order: deterministic.
+  __syncthreads();
+  const float* sums = reinterpret_cast<const float*>(warp_sums);
+  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+    const bool is_bias = c >= C;
+    const int channel = is_bias ? c - C : c;
+    const int r = channel % kPack;
+    const size_t at =
+        (is_bias ? C : 0) + 4 * static_cast<size_t>(slot(channel / kPack, r / 4)) + r % 4;
+    float total = sums[at];
 #pragma unroll
-    for (int i = 0; i < kPacksPerLane; ++i) {
-      const int p = lane + 32 * i;
-      if (p < packs) {
-#pragma unroll
-        for (int j = 0; j < kPack; j += 4) {
-          *reinterpret_cast<float4*>(mine + p * kPack + j) = make_float4(
-              sum_dweight[i][j], sum_dweight[i][j + 1], sum_dweight[i][j + 2],
-              sum_dweight[i][j + 3]);
-          *reinterpret_cast<float4*>(mine + C + p * kPack + j) =
-              make_float4(sum_dbias[i][j], sum_dbias[i][j + 1], sum_dbias[i][j + 2],
-                          sum_dbias[i][j + 3]);
-        }
-      }
-    }
-    __syncthreads();
-    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
-      float total = warp_sums[c];
-#pragma unroll
-      for (int w = 1; w < kWarpsPerBlock; ++w)
-        total += warp_sums[static_cast<size_t>(w) * 2 * C + c];
-      if (c < C) partial_dweight[chunk * C + c] = total;
-      else partial_dbias[chunk * C + c - C] = total;
-    }
+    for (int w = 1; w < kWarpsPerBlock; ++w) total += sums[static_cast<size_t>(w) * 2 * C + at];
+    if (is_bias) partial_dbias[chunk * C + channel] = total;
+    else partial_dweight[chunk * C + channel] = total;
   }
 }
-
-/// Packs per lane up to which the packed backward sums the parameter gradients in its pass.
-constexpr int kMaxPacksPerLaneWithSums = 5;
 
 template <typename T_, int kPacksPerLane>
 void launch_layernorm_backward_packed(T_* dinp, float* partial_dweight, float* partial_dbias,
                                       const T_* dout, const T_* inp, const T_* weight,
                                       const float* mean, const float* rstd, int64_t rows, int C,
                                       int64_t chunks, cudaStream_t stream) {
-  constexpr bool kSumsInPass = kPacksPerLane <= kMaxPacksPerLaneWithSums;
-  const size_t shared_bytes =
-      kSumsInPass ? kWarpsPerBlock * 2 * static_cast<size_t>(C) * sizeof(float) : 0;
-  const auto kernel = layernorm_backward_packed_kernel<T_, kPacksPerLane, kSumsInPass>;
+  const size_t shared_bytes = kWarpsPerBlock * 2 * static_cast<size_t>(C) * sizeof(float);
+  const auto kernel = layernorm_backward_packed_kernel<T_, kPacksPerLane>;
   if (shared_bytes > 48 * 1024)  // 8 warps x 2C floats: above the default from C = 769
     GPT2_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(shared_bytes)));
   kernel<<<static_cast<unsigned int>(chunks), kRowThreads, shared_bytes, stream>>>(
           dinp, partial_dweight, partial_dbias, dout, inp, weight, mean, rstd, rows, C);
   GPT2_CUDA_CHECK_LAUNCH();
-  if constexpr (!kSumsInPass) {
-    const dim3 partials_grid(static_cast<unsigned int>(chunks), grid_size(C, kColumnSumThreads));
-    layernorm_backward_partials_kernel<<<partials_grid, kColumnSumThreads, 0, stream>>>(
-        partial_dweight, partial_dbias, dout, inp, mean, rstd, rows, C);
-    GPT2_CUDA_CHECK_LAUNCH();
-  }
 }
 
 }  // namespace

@@ -15,8 +15,8 @@
  *   every pointer is 16-byte aligned: lane l holds packs l, l+32, ... of the row in registers,
  *   so x and dout are read once and every access is 16 bytes; the backward's block takes a
  *   chunk of 64 rows (8 per warp) and also sums dout * norm and dout per channel over them
- *   (each lane its channels, then the 8 warps in order), so dweight/dbias cost no second pass
- *   (up to 5 packs per lane, C <= 1280 bf16 / 640 fp32; wider rows take the column kernel).
+ *   (each lane its channels, in shared memory, then the 8 warps in order), so dweight/dbias
+ *   cost no second pass.
  *   Scalar otherwise: lanes stride over C one element at a time, re-reading the row for each
  *   pass, and a thread per channel sums a chunk's rows for dweight/dbias. Either way the chunk
  *   sums land in scratch and one launch adds them to dweight and dbias in chunk order (a warp

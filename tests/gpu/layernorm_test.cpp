@@ -30,9 +30,9 @@ struct LayerNormShape {
 };
 // Packed backward (C a multiple of 8 bf16 / 4 fp32, at most 256 packs): 1 to 8 packs per lane
 // (C = 64 ... 2048), chunks of 64 rows with a partial last one; scalar otherwise.
-const LayerNormShape kShapes[] = {{1, 1, 1},   {1, 1, 3},      {2, 7, 77},     {2, 64, 5},
-                                  {3, 65, 64}, {1, 7, 768},    {2, 130, 1024}, {2, 33, 1600},
-                                  {1, 70, 2048}};
+const LayerNormShape kShapes[] = {{1, 1, 1},     {1, 1, 3},       {2, 7, 77},    {2, 64, 5},
+                                  {3, 65, 64},   {1, 7, 768},     {2, 130, 1024}, {2, 9, 1280},
+                                  {2, 33, 1600}, {1, 70, 2048}};
 
 template <typename T_>
 class GpuLayerNorm : public ::testing::Test {};
