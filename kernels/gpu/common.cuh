@@ -201,38 +201,41 @@ void launch_column_partial_sums(float* partials, const T_* matrix, int64_t rows,
   GPT2_CUDA_CHECK_LAUNCH();
 }
 
-/// target[c] += sum over chunks of partials[chunk, c]. One warp per column: lane l sums chunks
-/// l, l+32, l+64, ... in order, then the fixed xor butterfly combines the lanes, so the result
-/// is the same on every run (a thread per column left most of the GPU idle: cols is only C..4C).
-constexpr int kAddPartialsWarps = 8;
+/// target[c] += sum over chunks of partials[chunk, c]. Per column, lane l of 32 sums chunks l,
+/// l+32, l+64, ... in order, then the fixed xor butterfly combines the 32 lanes' sums, so the
+/// result is the same on every run. A block takes 32 columns: thread (x, y) sums column x's
+/// chunks y, y+32, ... (a row of 32 columns a load: 128 contiguous bytes, where a warp a column
+/// read 32 rows 4 bytes each), the sums meet in shared memory, and warp y adds up column y's.
+constexpr int kAddPartialsColumns = 32;
 
-/// Two targets in one launch (warps [0, cols) the first, [cols, 2 cols) the second) when
-/// target_b is set.
+/// Two targets in one launch (blockIdx.y 0 the first, 1 the second) when target_b is set.
 template <typename T_>
-__global__ void add_column_partials_kernel(T_* target_a, const float* partials_a, T_* target_b,
-                                           const float* partials_b, int64_t chunks, int cols) {
-  int c = blockIdx.x * kAddPartialsWarps + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  T_* target = target_a;
-  const float* partials = partials_a;
-  if (c >= cols) {  // the whole warp shares c
-    if (target_b == nullptr || c >= 2 * cols) return;
-    c -= cols;
-    target = target_b;
-    partials = partials_b;
-  }
+__global__ void __launch_bounds__(32 * kAddPartialsColumns)
+    add_column_partials_kernel(T_* target_a, const float* partials_a, T_* target_b,
+                               const float* partials_b, int64_t chunks, int cols) {
+  __shared__ float lane_sums[32][kAddPartialsColumns + 1];  // [lane][column]; +1: no conflicts
+  T_* target = blockIdx.y == 0 ? target_a : target_b;
+  const float* partials = blockIdx.y == 0 ? partials_a : partials_b;
+  const int x = threadIdx.x % kAddPartialsColumns;
+  const int y = threadIdx.x / kAddPartialsColumns;
+  const int c = blockIdx.x * kAddPartialsColumns + x;
   float sum = 0.0f;
-  for (int64_t k = lane; k < chunks; k += 32) sum += partials[k * cols + c];
-  sum = warp_reduce_sum(sum);
-  if (lane == 0) target[c] = from_float<T_>(to_float(target[c]) + sum);
+  if (c < cols)
+    for (int64_t k = y; k < chunks; k += 32) sum += partials[k * cols + c];
+  lane_sums[y][x] = sum;
+  __syncthreads();
+  const int column = blockIdx.x * kAddPartialsColumns + y;  // warp y's column
+  if (column >= cols) return;  // whole warps
+  const float total = warp_reduce_sum(lane_sums[x][y]);  // lane x: column y's lane-x sum
+  if (x == 0) target[column] = from_float<T_>(to_float(target[column]) + total);
 }
 
 template <typename T_>
 void launch_add_column_partials(T_* target, const float* partials, int64_t chunks, int cols,
                                 cudaStream_t stream) {
-  add_column_partials_kernel<<<grid_size(cols, kAddPartialsWarps), 32 * kAddPartialsWarps, 0,
-                               stream>>>(target, partials, static_cast<T_*>(nullptr), nullptr,
-                                         chunks, cols);
+  add_column_partials_kernel<<<grid_size(cols, kAddPartialsColumns), 32 * kAddPartialsColumns,
+                               0, stream>>>(target, partials, static_cast<T_*>(nullptr), nullptr,
+                                            chunks, cols);
   GPT2_CUDA_CHECK_LAUNCH();
 }
 
@@ -241,8 +244,8 @@ template <typename T_>
 void launch_add_column_partials_pair(T_* target_a, const float* partials_a, T_* target_b,
                                      const float* partials_b, int64_t chunks, int cols,
                                      cudaStream_t stream) {
-  add_column_partials_kernel<<<grid_size(2 * static_cast<int64_t>(cols), kAddPartialsWarps),
-                               32 * kAddPartialsWarps, 0, stream>>>(
+  const dim3 grid(grid_size(cols, kAddPartialsColumns), 2);
+  add_column_partials_kernel<<<grid, 32 * kAddPartialsColumns, 0, stream>>>(
       target_a, partials_a, target_b, partials_b, chunks, cols);
   GPT2_CUDA_CHECK_LAUNCH();
 }
