@@ -13,15 +13,17 @@
  * Forward + backward fused (training's classifier, one launch): losses as the forward, and the
  *   logits overwritten in place by dlogits as the backward with every dlosses[bt] = dloss (one
  *   scalar, e.g. loss_scale / (B*T)); the same bits as crossentropy_forward followed by
- *   crossentropy_backward, with one read of the logits fewer (two reads, one write per row).
- *   CPU twin: cpu::crossentropy_forward_backward. Takes (B, T) like the others; a chunk of rows
- *   is (1, rows).
+ *   crossentropy_backward. When a row fits a block's shared memory (GPT-2's bf16 rows: 100.6
+ *   KB) and rows are packed, each row is read from memory once: persistent blocks, two an SM,
+ *   copy a row into shared memory and compute it from there; otherwise one block a row reads it
+ *   three times. CPU twin: cpu::crossentropy_forward_backward. Takes
+ *   (B, T) like the others; a chunk of rows is (1, rows).
  * A target outside [0, V) yields a NaN loss / a NaN row of dlogits (visible, not a crash).
- * T_ = float or __nv_bfloat16; max and sum of exponentials in fp32 (expf) in one online pass
- * (forward reads the logits once; backward and the fused op read them twice and write once),
- * with 16-byte accesses when Vp and the pointers allow.
- * Parallel scheme: one block per (b,t) row, threads striding over the vocabulary, block
- *   reductions in a fixed order: deterministic. Row offsets are 64-bit (B*T*Vp).
+ * T_ = float or __nv_bfloat16; in fp32, as the CPU twin does in double: the row's max (NaN
+ * logits passed over), then the sum of exp(logit - max) (a NaN logit makes it NaN, so the loss
+ * too), then the gradient; with 16-byte accesses when Vp and the pointers allow.
+ * Parallel scheme: a block of 1024 threads per row, threads striding over the vocabulary,
+ *   block reductions in a fixed order: deterministic. Row offsets are 64-bit (B*T*Vp).
  */
 #pragma once
 

@@ -35,10 +35,12 @@ const CrossEntropyShape kShapes[] = {
     {1, 1, 3, 8}, {2, 7, 997, 1024}, {3, 5, 1000, 1000}, {2, 3, 37, 37},  // 37: scalar path
     {1, 7, 50257, 50304}};
 /// The fused op's shapes: the ones above, one row of GPT-2's vocabulary, and an odd number of
-/// rows (a model chunk) over an odd, padded vocabulary.
+/// rows (a model chunk) over an odd, padded vocabulary; and more rows than the staged kernel
+/// has blocks (two an SM; one for GPT-2's fp32 rows), so that its blocks take several rows.
 const CrossEntropyShape kFusedShapes[] = {
-    {1, 1, 3, 8},      {2, 7, 997, 1024}, {3, 5, 1000, 1000}, {2, 3, 37, 37},
-    {1, 1, 50257, 50304}, {1, 37, 50257, 50304}, {1, 37, 333, 344}};
+    {1, 1, 3, 8},         {2, 7, 997, 1024},     {3, 5, 1000, 1000}, {2, 3, 37, 37},
+    {1, 1, 50257, 50304}, {1, 37, 50257, 50304}, {1, 37, 333, 344},  {5, 301, 333, 344},
+    {2, 170, 50257, 50304}};
 
 template <typename T_>
 class GpuCrossEntropy : public ::testing::Test {};
@@ -270,8 +272,9 @@ TYPED_TEST(GpuCrossEntropy, OutOfRangeTargetGivesNaN) {
 TYPED_TEST(GpuCrossEntropy, FusedForwardBackwardWritesTheGradientCodes) {
   GPT2_REQUIRE_GPU();
   using T_ = TypeParam;
-  const CrossEntropyShape shapes[] = {{1, 1, 3, 8}, {2, 7, 997, 1024}, {1, 37, 333, 344},
-                                      {1, 5, 50257, 50304}};
+  const CrossEntropyShape shapes[] = {{1, 1, 3, 8},       {2, 7, 997, 1024},
+                                      {1, 37, 333, 344},  {1, 5, 50257, 50304},
+                                      {5, 301, 333, 344}, {2, 170, 50257, 50304}};
   for (const CrossEntropyShape& s : shapes) {
     const int64_t BT = int64_t(s.B) * s.T, n = BT * s.Vp;
     const std::vector<float> logits = make_logits<T_>(s, 1101);
