@@ -121,7 +121,8 @@ uint8_t* Fp8Linears::input_codes(int l, Linear linear) const {
   return inputs_ + (7 * static_cast<size_t>(l) + static_cast<size_t>(linear)) * C * rows_;
 }
 
-void Fp8Linears::refresh_weights(const bf16* params, const LayerMajorLayout& layout) {
+void Fp8Linears::refresh_weights(const bf16* params, const LayerMajorLayout& layout,
+                                 bool amaxes_recorded) {
   cudaStream_t stream = ctx_.stream();
   const int L = config_.num_layers;
   // One pass over every weight, all of them in a few launches: their amaxes alone (codes
@@ -145,10 +146,39 @@ void Fp8Linears::refresh_weights(const bf16* params, const LayerMajorLayout& lay
       }
     gpu::fp8_cast_transpose_group(jobs.data(), static_cast<int>(jobs.size()), kE4M3, stream);
   };
-  // Current scaling: the amaxes, the scales from them alone (a history of 1), the casts.
-  pass(false);
+  // Current scaling: the amaxes (AdamW's, or a pass of their own), the scales from them alone
+  // (a history of 1), the casts.
+  if (!amaxes_recorded) {
+    zero_weight_amaxes();
+    pass(false);
+  }
   gpu::fp8_update_scales(state(0, kQkv, kWeight), kNumLinears * L, 0, 1, 0, stream);
   pass(true);
+}
+
+int Fp8Linears::attach_weight_amaxes(std::vector<gpu::AdamWSegment>& segments,
+                                     const LayerMajorLayout& layout) const {
+  int attached = 0;
+  for (int l = 0; l < config_.num_layers; ++l)
+    for (int k = 0; k < kNumLinears; ++k) {
+      const auto linear = static_cast<Linear>(k);
+      const auto offset = static_cast<int64_t>(layout.offset(kWeightTensors[k], l));
+      const int64_t count = static_cast<int64_t>(out_features(linear)) * in_features(linear);
+      for (gpu::AdamWSegment& segment : segments)
+        if (segment.param_offset == offset && segment.count == count) {
+          segment.amax = &state(l, linear, kWeight)->amax;
+          ++attached;
+        }
+    }
+  return attached;
+}
+
+void Fp8Linears::zero_weight_amaxes() {
+  // The weights' states are contiguous (role-major); their amax fields a state apart.
+  gpu::Fp8ScaleState* first = state(0, kQkv, kWeight);
+  GPT2_CUDA_CHECK(cudaMemset2DAsync(&first->amax, sizeof(gpu::Fp8ScaleState), 0, sizeof(float),
+                                    static_cast<size_t>(kNumLinears) * config_.num_layers,
+                                    ctx_.stream()));
 }
 
 void Fp8Linears::update_scales(uint32_t* saturated) {

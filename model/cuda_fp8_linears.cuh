@@ -7,7 +7,9 @@
  * The recipe (bench/NOTES_fp8.md), Transformer Engine's with per-tensor scales:
  *  - E4M3 for a linear's input X and weight W, E5M2 for its output gradient dY.
  *  - Weights: current scaling (amax, then scale, then cast), in both orders, once per optimizer
- *    step (refresh_weights), not per micro-batch.
+ *    step (refresh_weights), not per micro-batch. The amaxes come from AdamW when its update
+ *    recorded them (attach_weight_amaxes: every weight updated on this rank), else from a pass
+ *    over the weights: the same values either way.
  *  - Inputs and gradients: delayed scaling (kernels/gpu/fp8_scale.cuh: an amax history of 16,
  *    power-of-two scales, margins given apart for inputs and gradients), updated once per
  *    optimizer step (update_scales); before their first update inputs are cast with scale 1,
@@ -41,6 +43,7 @@
 
 #include <cuda_bf16.h>
 
+#include "kernels/gpu/adamw.cuh"
 #include "kernels/gpu/context.cuh"
 #include "kernels/gpu/fp8_scale.cuh"
 #include "kernels/gpu/layernorm_fp8.cuh"
@@ -74,8 +77,16 @@ class Fp8Linears {
              const gpu::Context& ctx, bool fast_forward_accumulation,
              const gpu::Fp8DelayedScaling& delayed = {});
 
-  /// Every layer's weights cast again (current scaling), from the bf16 parameters.
-  void refresh_weights(const bf16* params, const LayerMajorLayout& layout);
+  /// Every layer's weights cast again (current scaling), from the bf16 parameters; their amaxes
+  /// from a pass over them, or, with amaxes_recorded, as AdamW left them (below).
+  void refresh_weights(const bf16* params, const LayerMajorLayout& layout,
+                       bool amaxes_recorded = false);
+  /// The weights' amaxes for AdamW to raise (gpu::AdamWSegment::amax): set on the segments that
+  /// hold a whole FP8 weight; returns how many (4 a layer when every weight is updated here).
+  int attach_weight_amaxes(std::vector<gpu::AdamWSegment>& segments,
+                           const LayerMajorLayout& layout) const;
+  /// The weights' amaxes zeroed (before an update raises them).
+  void zero_weight_amaxes();
   /// The inputs' and gradients' delayed scales from the amaxes since the last update; with
   /// `saturated` (device memory), the count of those whose casts saturated added to it.
   void update_scales(uint32_t* saturated = nullptr);

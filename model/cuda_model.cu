@@ -301,10 +301,11 @@ template <typename T_>
 void CudaModel<T_>::refresh_fp8_weights() {
   if (!fp8_ || !fp8_weights_stale_) return;
   if constexpr (std::is_same_v<T_, bf16>) {
-    fp8_->refresh_weights(buf<bf16>(kParams), device_layout_);
+    fp8_->refresh_weights(buf<bf16>(kParams), device_layout_, fp8_amaxes_recorded_);
     if (fp8_classifier_) fp8_classifier_->refresh_weights(param(kWte));
   }
   fp8_weights_stale_ = false;
+  fp8_amaxes_recorded_ = false;
 }
 
 template <typename T_>
@@ -492,6 +493,7 @@ void CudaModel<T_>::adamw_step(const AdamWHyper& hyper, int step, float grad_sca
   check_training("adamw_step");
   GPT2_CHECK(step >= 1, "AdamW steps are 1-based (got ", step, ")");
   if (dp_) check_reduced("adamw_step");
+  if (adamw_table_.has_amax) fp8_->zero_weight_amaxes();
   with_update_gradients([&](const auto* grads, int64_t) {
     gpu::adamw_update_segments(buf<T_>(kParams), buf<float>(kMaster), grads, buf<float>(kAdamM),
                                buf<float>(kAdamV), adamw_table_, hyper, step, grad_scale,
@@ -509,6 +511,7 @@ void CudaModel<T_>::update_fp8_scales(uint32_t* saturated) {
   fp8_->update_scales(saturated);
   if (fp8_classifier_) fp8_classifier_->update_scales(saturated);
   fp8_weights_stale_ = true;
+  fp8_amaxes_recorded_ = adamw_table_.has_amax;  // this update raised them
 }
 
 template <typename T_>
@@ -529,6 +532,7 @@ Model::StepOutcome CudaModel<T_>::finish_step(const AdamWHyper& hyper, int step,
   });
   if (dp_) dp_->sum_step_scalars(scalars);
   gpu::clip_decision(scalars, micro_batches, grad_clip, stream);
+  if (adamw_table_.has_amax) fp8_->zero_weight_amaxes();
   with_update_gradients([&](const auto* grads, int64_t) {
     gpu::adamw_update_segments(buf<T_>(kParams), buf<float>(kMaster), grads, buf<float>(kAdamM),
                                buf<float>(kAdamV), adamw_table_, hyper, step, 1.0f, stream,

@@ -372,6 +372,9 @@ class CudaModel final : public CudaModelBase {
   std::unique_ptr<Fp8Linears> fp8_;
   std::unique_ptr<Fp8Classifier> fp8_classifier_;  // --fp8-classifier, else nullptr
   bool fp8_weights_stale_ = true;
+  // The last AdamW update recorded the FP8 weights' amaxes (adamw_table_.has_amax), and the
+  // parameters have not been set since: the refresh takes them instead of a pass of its own.
+  bool fp8_amaxes_recorded_ = false;
   bool fp8_pass_ = false;
 };
 

@@ -68,10 +68,9 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
 #ifndef GPT2_SYNC_LAUNCHES  // a synchronize after every launch cannot be captured
   use_graphs_ = options.training && options.cuda_graphs;
 #endif
-  if (options.training)
-    adamw_table_ = gpu::upload_adamw_segments(buffers_[kAdamWSegments],
-                                              adamw_segments(shape, device_layout_),
-                                              ctx_->stream());
+  // This rank's AdamW segments, uploaded once the FP8 weights (if any) can attach their amaxes.
+  std::vector<gpu::AdamWSegment> adamw;
+  if (options.training) adamw = adamw_segments(shape, device_layout_);
   if (shape.active) {
     typename CudaDataParallel<T_>::Settings settings;
     settings.zero_stage = options.zero_stage;
@@ -125,6 +124,15 @@ CudaModel<T_>::CudaModel(const ModelOptions& options)
           config_, buf<uint8_t>(kFp8Classifier), BT, static_cast<size_t>(classifier_chunk_rows_),
           *ctx_, options.fp8_fast_accumulation, options.fp8_classifier_weight_gradient,
           fp8_delayed);
+  }
+  if (options.training) {
+    // AdamW records the FP8 weights' amaxes when it updates every weight here (not ZeRO-1's
+    // shards, whose maxima would be partial): the refresh then skips its pass over them.
+    if (fp8_ && !shape.sharded)
+      GPT2_CHECK(fp8_->attach_weight_amaxes(adamw, device_layout_) ==
+                     4 * config_.num_layers,
+                 "the FP8 weights are not whole AdamW segments");
+    adamw_table_ = gpu::upload_adamw_segments(buffers_[kAdamWSegments], adamw, ctx_->stream());
   }
   for (GpuBuffer id : {kGrads, kAdamM, kAdamV})
     if (buffers_[id] != nullptr)  // absent in an inference-only model
@@ -228,6 +236,7 @@ void CudaModel<T_>::set_parameters(const float* llmc_params) {
   if constexpr (std::is_same_v<T_, bf16>)
     convert(buf<bf16>(kParams), buf<float>(kMaster), static_cast<int64_t>(n), stream);
   fp8_weights_stale_ = true;
+  fp8_amaxes_recorded_ = false;
   ctx_->synchronize();
 }
 

@@ -6,6 +6,7 @@
 #include "kernels/gpu/adamw.cuh"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <type_traits>
 
@@ -34,7 +35,21 @@ struct SegmentEntry {
   int64_t begin;  // sum of the counts of the segments before it
   int64_t count;
   int64_t decays;  // 0 or 1 (int64 keeps the entry 8-byte aligned without padding)
+  float* amax;     // null: none (AdamWSegment::amax)
 };
+
+/// |x| when finite, else 0: what an amax counts.
+template <typename T_>
+__device__ __forceinline__ float finite_magnitude(T_ x) {
+  const float magnitude = fabsf(to_float(x));
+  return magnitude <= FLT_MAX ? magnitude : 0.0f;  // false for inf and NaN
+}
+
+/// *amax = max(*amax, largest), largest >= 0; skipped when the stored value is as large.
+__device__ __forceinline__ void raise_amax(float* amax, float largest) {
+  if (amax != nullptr && largest > *reinterpret_cast<volatile float*>(amax))
+    atomicMax(reinterpret_cast<unsigned int*>(amax), __float_as_uint(largest));
+}
 
 /// One element's update: g, m, v and the fp32 weight p in, the new m, v and p out. Every
 /// rounding is spelled out (no contraction left to the compiler), so that each path that calls
@@ -52,17 +67,20 @@ __device__ __forceinline__ void adamw_math(float g, float& m, float& v, float& p
 }
 
 /// Element i of the state (state_index) and of the parameters (param_index): the one update.
+/// Returns the finite magnitude of the parameter it stores.
 template <typename T_, typename G_>
-__device__ __forceinline__ void adamw_element(T_* params, float* master, const G_* grads, float* m,
-                                              float* v, int64_t param_index, int64_t state_index,
-                                              float weight_decay, const AdamWStep& s) {
+__device__ __forceinline__ float adamw_element(T_* params, float* master, const G_* grads, float* m,
+                                               float* v, int64_t param_index, int64_t state_index,
+                                               float weight_decay, const AdamWStep& s) {
   float m_new = m[state_index], v_new = v[state_index];
   float p = master ? master[state_index] : to_float(params[param_index]);
   adamw_math(to_float(grads[state_index]), m_new, v_new, p, weight_decay, s);
   m[state_index] = m_new;
   v[state_index] = v_new;
   if (master) master[state_index] = p;
-  params[param_index] = from_float<T_>(p);
+  const T_ rounded = from_float<T_>(p);
+  params[param_index] = rounded;
+  return finite_magnitude(rounded);
 }
 
 /// kPack elements of a type in one access (their first one's address a multiple of its size).
@@ -72,9 +90,10 @@ struct alignas(sizeof(V_) * kPack) Pack {
 };
 
 /// The kPack elements from param_index and state_index on (both multiples of kPack): the update of
-/// adamw_element on each, every array read and written kPack elements an access.
+/// adamw_element on each, every array read and written kPack elements an access. Returns the
+/// largest finite magnitude of the parameters it stores.
 template <typename T_, typename G_>
-__device__ __forceinline__ void adamw_pack(T_* params, float* master, const G_* grads, float* m,
+__device__ __forceinline__ float adamw_pack(T_* params, float* master, const G_* grads, float* m,
                                            float* v, int64_t param_index, int64_t state_index,
                                            float weight_decay, const AdamWStep& s) {
   constexpr int kPack = kAdamWPack;
@@ -90,6 +109,7 @@ __device__ __forceinline__ void adamw_pack(T_* params, float* master, const G_* 
     for (int j = 0; j < kPack; ++j) p.values[j] = to_float(stored.values[j]);
   }
   Pack<T_, kPack> rounded;
+  float largest = 0.0f;
 #pragma unroll
   for (int j = 0; j < kPack; ++j) {
     adamw_math(to_float(g.values[j]), m_new.values[j], v_new.values[j], p.values[j],
@@ -100,6 +120,19 @@ __device__ __forceinline__ void adamw_pack(T_* params, float* master, const G_* 
   *reinterpret_cast<Pack<float, kPack>*>(v + state_index) = v_new;
   if (master) *reinterpret_cast<Pack<float, kPack>*>(master + state_index) = p;
   *reinterpret_cast<Pack<T_, kPack>*>(params + param_index) = rounded;
+#pragma unroll
+  for (int j = 0; j < kPack; ++j) largest = fmaxf(largest, finite_magnitude(rounded.values[j]));
+  return largest;
+}
+
+/// The largest finite magnitude of the kUnit parameters from param_index on, as they are.
+template <int kUnit, typename T_>
+__device__ __forceinline__ float params_largest(const T_* params, int64_t param_index) {
+  float largest = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kUnit; ++j)
+    largest = fmaxf(largest, finite_magnitude(params[param_index + j]));
+  return largest;
 }
 
 template <typename T_, typename G_>
@@ -121,11 +154,10 @@ template <typename T_, typename G_, bool kPacked>
 __global__ void __launch_bounds__(kThreads)
     adamw_segments_kernel(T_* params, float* master, const G_* grads, float* m, float* v,
                           const SegmentEntry* segments, int num_segments, int64_t total,
-                          AdamWStep s, const AdamWDeviceControl* control) {
-  if (control != nullptr) {
-    if (control->skip) return;
-    s.grad_scale = control->grad_scale;
-  }
+                          AdamWStep s, const AdamWDeviceControl* control, bool has_amax) {
+  const bool skip = control != nullptr && control->skip;
+  if (skip && !has_amax) return;  // nothing to update, no amax to raise
+  if (control != nullptr) s.grad_scale = control->grad_scale;
   constexpr int64_t kUnit = kPacked ? kAdamWPack : 1;  // elements per unit
   const int64_t units = total / kUnit;
   int64_t j = static_cast<int64_t>(blockIdx.x) * kThreads * kUnitsPerThread + threadIdx.x;
@@ -137,20 +169,38 @@ __global__ void __launch_bounds__(kThreads)
     if (segments[mid].begin <= j * kUnit) lo = mid; else hi = mid - 1;
   }
   int k = lo;
+  float* amax = segments[k].amax;  // the current segment's, and its largest so far
+  float largest = 0.0f;
   for (int step = 0; step < kUnitsPerThread && j < units; ++step, j += kThreads) {
     const int64_t element = j * kUnit;
     while (element >= segments[k].begin + segments[k].count) ++k;  // j only grows
     const SegmentEntry& e = segments[k];
+    if (e.amax != amax) {  // a segment boundary: rare, one atomic at most
+      raise_amax(amax, largest);
+      amax = e.amax;
+      largest = 0.0f;
+    }
     const int64_t within = element - e.begin;
     const float decay = e.decays ? s.weight_decay : 0.0f;
-    if constexpr (kPacked) {
-      adamw_pack(params, master, grads, m, v, e.param_offset + within, e.state_offset + within,
-                 decay, s);
+    float stored;
+    if (skip) {
+      stored = amax != nullptr ? params_largest<kUnit>(params, e.param_offset + within) : 0.0f;
+    } else if constexpr (kPacked) {
+      stored = adamw_pack(params, master, grads, m, v, e.param_offset + within,
+                          e.state_offset + within, decay, s);
     } else {
-      adamw_element(params, master, grads, m, v, e.param_offset + within,
-                    e.state_offset + within, decay, s);
+      stored = adamw_element(params, master, grads, m, v, e.param_offset + within,
+                             e.state_offset + within, decay, s);
     }
+    largest = fmaxf(largest, stored);
   }
+  if (!has_amax) return;
+  // The warp's threads of one segment together: their largest, one atomic.
+  const unsigned int active = __activemask();
+  const unsigned int group = __match_any_sync(active, k);  // amax is segments[k].amax
+  const unsigned int group_largest = __reduce_max_sync(group, __float_as_uint(largest));
+  if (static_cast<int>(threadIdx.x % 32) == __ffs(group) - 1)
+    raise_amax(amax, __uint_as_float(group_largest));
 }
 
 template <typename T_>
@@ -198,7 +248,7 @@ AdamWSegmentTable upload_adamw_segments(void* device, const std::vector<AdamWSeg
                segment.count, " elements");
     if (segment.count == 0) continue;  // the walk never lands in an empty segment
     entries.push_back({segment.param_offset, segment.state_offset, total, segment.count,
-                       segment.decays ? 1 : 0});
+                       segment.decays ? 1 : 0, segment.amax});
     total += segment.count;
   }
   AdamWSegmentTable table;
@@ -209,6 +259,8 @@ AdamWSegmentTable upload_adamw_segments(void* device, const std::vector<AdamWSeg
     return e.param_offset % kAdamWPack == 0 && e.state_offset % kAdamWPack == 0 &&
            e.count % kAdamWPack == 0;
   });
+  table.has_amax = std::any_of(entries.begin(), entries.end(),
+                               [](const SegmentEntry& e) { return e.amax != nullptr; });
   if (entries.empty()) return table;
   GPT2_CHECK(device != nullptr, "no device memory for the AdamW segment table");
   GPT2_CUDA_CHECK(cudaMemcpyAsync(device, entries.data(), entries.size() * sizeof(SegmentEntry),
@@ -239,10 +291,12 @@ void adamw_update_segments(T_* params, float* master, const G_* grads, float* m,
   GPT2_CHECK(blocks < (int64_t{1} << 31), "an AdamW update of ", table.total, " elements");
   if (packed) {
     adamw_segments_kernel<T_, G_, true><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        params, master, grads, m, v, entries, table.num_segments, table.total, step, control);
+        params, master, grads, m, v, entries, table.num_segments, table.total, step, control,
+        table.has_amax);
   } else {
     adamw_segments_kernel<T_, G_, false><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        params, master, grads, m, v, entries, table.num_segments, table.total, step, control);
+        params, master, grads, m, v, entries, table.num_segments, table.total, step, control,
+        table.has_amax);
   }
   GPT2_CUDA_CHECK_LAUNCH();
 }

@@ -27,6 +27,14 @@
  * the same stream), adamw_update_segments takes the gradient scale from it instead of
  * grad_scale, and control->skip != 0 leaves params, master, m and v untouched: the decision
  * needs no host round trip.
+ *
+ * A segment with an amax (a device float the caller zeroed) gets *amax raised to the largest
+ * finite |params| of the segment as the update leaves them (bf16: the rounded values), or, on
+ * a skipped step, as they are: the amax an FP8 cast of those weights would gather, without a
+ * pass of its own over them (--precision fp8's weights, model/cuda_fp8_linears.cuh). Per
+ * thread while its segment lasts, then a warp's threads of one segment together, one atomicMax
+ * on the float's bits (non-negative floats order as their bits do): the max is the same in any
+ * order.
  */
 #pragma once
 
@@ -46,6 +54,7 @@ struct AdamWSegment {
   int64_t state_offset = 0;  // first element in grads, master, m and v
   int64_t count = 0;
   bool decays = true;  // false: weight_decay is 0 for this segment
+  float* amax = nullptr;  // device; set: raised to the segment's largest finite |params| (below)
 };
 
 /// An update's gradient scale and go-ahead, decided on the device (see the file comment).
@@ -60,6 +69,7 @@ struct AdamWSegmentTable {
   int num_segments = 0;
   int64_t total = 0;  // elements over every segment
   bool packable = false;  // every offset and count a multiple of 4: the packed path (below)
+  bool has_amax = false;  // some segment has an amax
 };
 
 size_t adamw_segment_table_bytes(size_t num_segments);

@@ -11,6 +11,7 @@
 // m = beta1 m + (1 - beta1) g can cancel to ~0 while its terms are not small, and the GPU
 // contracts it into an FMA (the CPU does not), so m is held to 32 t u32 times the same
 // recursion run on |g| (m_size below), which bounds the terms' magnitudes at every step.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -126,6 +127,9 @@ TEST(GpuAdamW, Bf16MasterWeightsTrackCpuAndRoundToNearestEven) {
 // packed: every offset and size a multiple of 4 instead, so the table's launch takes its packed
 // path (4 elements a thread) while adamw_update goes element by element: the same bits (bf16
 // parameters here with bf16 gradients, as one GPU trains).
+// Two segments carry an amax (--precision fp8's weights): each is raised to the largest finite
+// |parameter| of its segment as the update stored it, and, on a step the device control skips,
+// to that of the parameters as they are, which stay untouched.
 template <typename T_, typename G_ = float>
 void check_segments_match_per_segment_updates(bool packed) {
   const AdamWHyper hyper = test_hyper();
@@ -154,12 +158,35 @@ void check_segments_match_per_segment_updates(bool packed) {
   const AdamWSegmentTable table = upload_adamw_segments(table_memory.get(), segments, nullptr);
   EXPECT_EQ(table.total, packed ? 70004 + 4 + 1004 + 65536 + 16 : 70001 + 1 + 1003 + 65536 + 17);
   EXPECT_EQ(table.packable, packed);
+  DeviceBuffer<float> amax(2);
+  segments[0].amax = amax.get();
+  segments[3].amax = amax.get() + 1;
+  DeviceBuffer<char> amax_table_memory(adamw_segment_table_bytes(segments.size()));
+  const AdamWSegmentTable with_amax =
+      upload_adamw_segments(amax_table_memory.get(), segments, nullptr);
+  EXPECT_TRUE(with_amax.has_amax);
+  EXPECT_FALSE(table.has_amax);
+  // The largest finite |parameter| of segments 0 and 3, on the host.
+  const auto largest = [&](const std::vector<float>& params) {
+    std::vector<float> result;
+    for (int i : {0, 3}) {
+      float m = 0.0f;
+      for (int64_t k = 0; k < segments[i].count; ++k) {
+        const float x = std::fabs(params[segments[i].param_offset + k]);
+        if (std::isfinite(x)) m = std::max(m, x);
+      }
+      result.push_back(m);
+    }
+    return result;
+  };
   float* master = kBf16 ? master_one.get() : nullptr;
   float* master_per_segment = kBf16 ? master_each.get() : nullptr;
   for (int t = 1; t <= 3; ++t) {
     upload_floats(grads, random_normal(num_state, 3100 + t, 0.5));
+    amax.upload({0.0f, 0.0f});
     adamw_update_segments<T_, G_>(p_one.get(), master, grads.get(), m_one.get(), v_one.get(),
-                                     table, hyper, t, grad_scale, nullptr);
+                                     with_amax, hyper, t, grad_scale, nullptr);
+    EXPECT_EQ(amax.download(), largest(download_floats(p_one))) << "step " << t;
     for (const AdamWSegment& segment : segments) {
       AdamWHyper segment_hyper = hyper;
       if (!segment.decays) segment_hyper.weight_decay = 0.0f;
@@ -183,6 +210,18 @@ void check_segments_match_per_segment_updates(bool packed) {
   const std::vector<float> params = download_floats(p_one);
   EXPECT_EQ(params[5], round_through<T_>({init[5]})[0]);
   EXPECT_EQ(m_one.download()[0], 0.0f);
+
+  // A skipped step: nothing updated, the amaxes those of the parameters as they are.
+  DeviceBuffer<AdamWDeviceControl> control(1);
+  AdamWDeviceControl skip;
+  skip.skip = 1;
+  control.upload({skip});
+  amax.upload({0.0f, 0.0f});
+  const std::vector<unsigned char> before = p_one.download_bytes();
+  adamw_update_segments<T_, G_>(p_one.get(), master, grads.get(), m_one.get(), v_one.get(),
+                                with_amax, hyper, 4, grad_scale, nullptr, control.get());
+  EXPECT_EQ(p_one.download_bytes(), before) << "a skipped step changed the parameters";
+  EXPECT_EQ(amax.download(), largest(params));
 }
 
 TEST(GpuAdamW, SegmentTableMatchesOneUpdatePerSegmentBf16) {
