@@ -15,8 +15,12 @@
  *  - the other warpgroups are consumers, 64 query rows each: S = Q K^T by wgmma from shared
  *    memory into fp32 registers, the online softmax in registers (log2 domain, exp2 with the
  *    scale folded into one FMA), P packed to bf16 in registers as the A operand of O += P V.
- *    The S of tile j+1 is issued before the softmax of tile j runs, so the tensor cores and
- *    the exponentials overlap (intra-warpgroup pipelining).
+ *    S of tile j is issued with P V of tile j - 1, and tile j's softmax follows S(j)'s wait.
+ *    ptxas places P V's wait before the exponentials (the SASS of every shape), so inside a
+ *    warpgroup only the row maxima overlap P V; the exponentials overlap the other consumer's
+ *    GEMMs (the SM's other block, or the turns below). Keeping them under P V, and issuing
+ *    S(j + 1) before the softmax of tile j, both measured slower (bench/NOTES.md: the
+ *    forward's softmax against its GEMMs).
  * Three shapes of block: 128 query rows (two consumers, one block per SM: every K/V tile serves
  * 128 rows), 64 (one consumer, two blocks per SM, so one block's prologue, first tile and
  * epilogue overlap the other's main loop), or 64 rows without the producer, thread 0 of the
