@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Compares the sm_90a machine code of a CUDA file's kernels between two revisions, no GPU needed:
+a refactor whose kernels compile to the same bytes behaves and runs exactly as before (ptxas is
+deterministic), which no benchmark can show as firmly. Each revision's file is compiled to a
+cubin with the project's CUDA flags (CMakeLists.txt), next to the headers of the working tree;
+the kernels' .text sections are matched by name (the anonymous namespace's hash aside) and
+compared byte for byte. Exits 0 when every kernel is identical, 1 otherwise (listing them).
+
+  tools/same_machine_code.py FILE.cu [BASE_REVISION]   (default HEAD: the working tree vs HEAD)
+
+Headers come from the working tree for both sides: a change to a header is compared by giving
+the .cu files that include it. Example: tools/same_machine_code.py
+kernels/gpu/attention_hopper_forward.cu main
+"""
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NVCC = os.environ.get("NVCC", "/usr/local/cuda/bin/nvcc")
+# CMakeLists.txt's flags for the kernels (Release, sm_90a only).
+FLAGS = ["-DGPT2_HAVE_CUBLAS", "-DGPT2_HAVE_CUDA", "-DGPT2_HOPPER_ATTENTION", "-O3", "-DNDEBUG",
+         "--generate-code=arch=compute_90a,code=sm_90a", "-Xptxas=--warn-on-spills", "-lineinfo",
+         "--expt-relaxed-constexpr", "-std=c++17"]
+
+
+def elf_sections(data):
+    """{name: bytes} of a 64-bit little-endian ELF file's sections."""
+    if data[:4] != b"\x7fELF" or data[4] != 2:
+        raise ValueError("not a 64-bit ELF file")
+    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
+               for i in range(shnum)]
+    names_offset = headers[shstrndx][4]
+
+    def name(offset):
+        start = names_offset + offset
+        return data[start:data.index(b"\0", start)].decode()
+
+    return {name(h[0]): data[h[4]:h[4] + h[5]] for h in headers}
+
+
+def kernel_code(cubin_path):
+    """{kernel key: machine code}; the key drops the anonymous namespace's per-file hash."""
+    with open(cubin_path, "rb") as f:
+        sections = elf_sections(f.read())
+    return {re.sub(r"_GLOBAL__N__[0-9a-f]+_", "_GLOBAL__N_", name[len(".text."):]): code
+            for name, code in sections.items() if name.startswith(".text.")}
+
+
+def compile_cubin(source_text, relative_path, work_dir, tag):
+    """Compiles source_text as ROOT/relative_path would be (same include paths) to a cubin."""
+    # The same base name on both sides: it is part of the kernels' mangled names.
+    os.makedirs(os.path.join(work_dir, tag))
+    path = os.path.join(work_dir, tag, os.path.basename(relative_path))
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(source_text)
+    out = os.path.join(work_dir, tag + ".cubin")
+    include_dir = os.path.dirname(os.path.join(ROOT, relative_path))
+    command = [NVCC, *FLAGS, "-I" + ROOT, "-I" + include_dir, "-cubin", path, "-o", out]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"same_machine_code: compiling {tag} failed:\n{result.stderr}")
+    return out
+
+
+def main():
+    if len(sys.argv) not in (2, 3) or sys.argv[1] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 2
+    relative = os.path.relpath(os.path.abspath(sys.argv[1]), ROOT)
+    base = sys.argv[2] if len(sys.argv) == 3 else "HEAD"
+    if not os.path.isfile(os.path.join(ROOT, relative)):
+        print(f"same_machine_code: no file {relative}", file=sys.stderr)
+        return 2
+    shown = subprocess.run(["git", "-C", ROOT, "show", f"{base}:{relative}"],
+                           capture_output=True, text=True)
+    if shown.returncode != 0:
+        print(f"same_machine_code: {base}:{relative}: {shown.stderr.strip()}", file=sys.stderr)
+        return 2
+    with open(os.path.join(ROOT, relative), encoding="utf-8") as f:
+        current = f.read()
+    work_dir = tempfile.mkdtemp(prefix="same_machine_code_")
+    try:
+        before = kernel_code(compile_cubin(shown.stdout, relative, work_dir, "base"))
+        after = kernel_code(compile_cubin(current, relative, work_dir, "tree"))
+    finally:
+        shutil.rmtree(work_dir)
+    differing = []
+    for key in sorted(set(before) | set(after)):
+        if key not in before or key not in after:
+            state = "only in " + ("the working tree" if key in after else base)
+        elif before[key] == after[key]:
+            state = f"identical ({len(after[key])} bytes)"
+        else:
+            state = f"DIFFERENT ({len(before[key])} -> {len(after[key])} bytes)"
+        if not state.startswith("identical"):
+            differing.append(key)
+        print(f"{state}: {key}")
+    print(f"{len(before | after) - len(differing)} of {len(before | after)} kernels identical "
+          f"to {base}")
+    return 1 if differing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
