@@ -26,6 +26,9 @@
  * epilogue overlap the other's main loop), or 64 rows without the producer, thread 0 of the
  * one warpgroup issuing the copies, so three blocks share an SM at head size 64 (two at 128).
  * The launcher picks by T and head size unless told (attention_hopper_forward_shape).
+ * The roles are members of HopperForwardBlock (below): item_of (a block's query block),
+ * produce (the producer's thread), prefill (thread 0 without a producer), consume (a consumer
+ * warpgroup).
  * Only the first (diagonal) key tile needs masking (keys after the query or at/after T).
  * With QueryRows (attention.cuh) the blocks cover the ranges' rows only.
  * Nothing of size T x T exists; the only global writes are out and lse.
@@ -107,242 +110,311 @@ struct HopperForwardTraits {
   static_assert(kSmemBytes * kBlocksPerSm <= 227 * 1024, "shared memory per SM");
 };
 
+// Scores of keys after their row, or at or after T, to -inf: the diagonal key tile's, key0 the
+// thread's first key and row0 its first row (hopper::AccumulatorLayout).
+template <int kSRegs>
+__device__ __forceinline__ void mask_diagonal(float (&s_acc)[kSRegs], int key0, int row0, int T) {
+#pragma unroll
+  for (int i = 0; i < kSRegs; ++i) {
+    const int key = key0 + hopper::AccumulatorLayout::column_offset(i);
+    const int row = row0 + hopper::AccumulatorLayout::row_offset(i);
+    if (key > row || key >= T) s_acc[i] = -INFINITY;
+  }
+}
+
+// The query block a block works on: rows m0 .. m0 + kBlockM - 1 of head bh = b * NH + h, whose
+// columns of q, k and v start at head_col = h * head size, over key tiles n_blocks - 1 (the
+// diagonal) down to 0.
+struct ForwardItem {
+  int m0, n_blocks, b, bh;
+  int head_col;  // set_head_col
+};
+
+// One block's state and roles: where its tiles and barriers sit in shared memory, the copies
+// (load_q, load_k, load_v, produce: one thread), and a consumer warpgroup's work on an item
+// (consume). Device code; every member inlined into the kernel.
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
-    hopper_forward_kernel(const __grid_constant__ CUtensorMap q_map,
-                          const __grid_constant__ CUtensorMap kv_map,
-                          const HopperForwardParams p) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kHeadDim = Traits::kHeadDim;
-  constexpr int kBlockN = Traits::kBlockN;
-  constexpr int kStages = Traits::kStages;
+struct HopperForwardBlock {
+  static constexpr int kHeadDim = Traits::kHeadDim;
+  static constexpr int kBlockN = Traits::kBlockN;
+  static constexpr int kStages = Traits::kStages;
   using QTile = typename Traits::QTile;
   using KVTile = typename Traits::KVTile;
 
-  extern __shared__ unsigned char smem_raw[];
-  const uint32_t smem = (hopper::smem_addr(smem_raw) + 1023u) & ~1023u;
-  const QTile q_tile{smem + Traits::kQRegion.offset};
-  const uint32_t bars = smem + Traits::kBarrierRegion.offset;
-  const uint32_t q_full = bars;
+  const CUtensorMap* q_map;
+  const CUtensorMap* kv_map;
+  const HopperForwardParams& p;
+  const uint32_t smem;  // 1024-byte aligned base
+  const QTile q_tile;
+  const uint32_t q_full;
   // The K and V rings: full barriers after q_full, then the empty ones.
-  const hopper::StageRing<kStages> k_ring{bars + 8, bars + 8 * (1 + 2 * kStages)};
-  const hopper::StageRing<kStages> v_ring{bars + 8 * (1 + kStages), bars + 8 * (1 + 3 * kStages)};
-  auto k_tile = [&](int s) { return KVTile{smem + Traits::kKRegion.offset + s * KVTile::kBytes}; };
-  auto v_tile = [&](int s) { return KVTile{smem + Traits::kVRegion.offset + s * KVTile::kBytes}; };
+  const hopper::StageRing<kStages> k_ring, v_ring;
 
-  // Query blocks longest (last) first within each head group.
-  const HeadGroupItem item =
-      head_group_item(static_cast<int>(blockIdx.x), p.num_m_blocks, p.group_heads, p.BH);
-  const int m_block = p.num_m_blocks - 1 - item.index;
-  const int bh = item.bh;
-  const int b = bh / p.NH;
-  const int h = bh % p.NH;
-  const int m0 = m_block < p.first_blocks
-                     ? p.begin0 + m_block * Traits::kBlockM
-                     : p.begin1 + (m_block - p.first_blocks) * Traits::kBlockM;
-  const int n_blocks = (min(p.T, m0 + Traits::kBlockM) + kBlockN - 1) / kBlockN;
+  __device__ __forceinline__ HopperForwardBlock(const CUtensorMap* q_map_,
+                                                const CUtensorMap* kv_map_,
+                                                const HopperForwardParams& p_, uint32_t smem_)
+      : q_map(q_map_),
+        kv_map(kv_map_),
+        p(p_),
+        smem(smem_),
+        q_tile{smem_ + Traits::kQRegion.offset},
+        q_full(smem_ + Traits::kBarrierRegion.offset),
+        k_ring{q_full + 8, q_full + 8 * (1 + 2 * kStages)},
+        v_ring{q_full + 8 * (1 + kStages), q_full + 8 * (1 + 3 * kStages)} {}
 
-  if (threadIdx.x == 0) {
+  __device__ __forceinline__ KVTile k_tile(int s) const {
+    return KVTile{smem + Traits::kKRegion.offset + s * KVTile::kBytes};
+  }
+  __device__ __forceinline__ KVTile v_tile(int s) const {
+    return KVTile{smem + Traits::kVRegion.offset + s * KVTile::kBytes};
+  }
+
+  /// Unit `unit` of the schedule: query blocks longest (last) first within each head group.
+  /// Every field but head_col, which set_head_col fills: the kernel sets it after the barriers'
+  /// set-up, where the remainder bh % NH stays apart from the quotient's division (computed
+  /// with it, the two share one division and ptxas schedules the whole kernel differently: 3%
+  /// slower at head size 128, 16K, on an H100; bench/NOTES.md).
+  __device__ __forceinline__ ForwardItem item_of(int unit) const {
+    const HeadGroupItem group_item =
+        head_group_item(unit, p.num_m_blocks, p.group_heads, p.BH);
+    const int m_block = p.num_m_blocks - 1 - group_item.index;
+    ForwardItem item;
+    item.bh = group_item.bh;
+    item.b = item.bh / p.NH;
+    item.head_col = 0;
+    item.m0 = m_block < p.first_blocks
+                  ? p.begin0 + m_block * Traits::kBlockM
+                  : p.begin1 + (m_block - p.first_blocks) * Traits::kBlockM;
+    item.n_blocks = (min(p.T, item.m0 + Traits::kBlockM) + kBlockN - 1) / kBlockN;
+    return item;
+  }
+
+  __device__ __forceinline__ void set_head_col(ForwardItem& item) const {
+    item.head_col = item.bh % p.NH * kHeadDim;
+  }
+
+  /// One thread, before the block's __syncthreads.
+  __device__ __forceinline__ void init_barriers() const {
     hopper::mbarrier_init(q_full, 1);
     k_ring.init(1, Traits::kConsumers * 128);
     v_ring.init(1, Traits::kConsumers * 128);
     hopper::fence_barrier_init();
   }
-  __syncthreads();
 
   // The copies, issued by one thread: Q and the maps first, then the K and V of key tile `it`
   // (from the diagonal down) into ring stage it % kStages, each once the tile before it there
   // is consumed. K and V are released apart: K(it) once S(it) is done, V(it) only once P V(it)
   // is, an iteration later; so K(it + 2) is copied an iteration before it is needed, where one
   // release for both left the copy of K(it + 1) issued just before S(it + 1) waits for it.
-  const int head_col = h * kHeadDim;
-  auto load_q = [&] {
-    hopper::prefetch_tensor_map(&q_map);
-    hopper::prefetch_tensor_map(&kv_map);
+  __device__ __forceinline__ void load_q(const ForwardItem& item) const {
+    hopper::prefetch_tensor_map(q_map);
+    hopper::prefetch_tensor_map(kv_map);
     hopper::mbarrier_arrive_expect_tx(q_full, QTile::kBytes);
-    q_tile.load(&q_map, q_full, head_col, m0, b);
-  };
-  auto load_k = [&](int it) {
+    q_tile.load(q_map, q_full, item.head_col, item.m0, item.b);
+  }
+  __device__ __forceinline__ void load_k(const ForwardItem& item, int it) const {
     k_ring.wait_empty(it);
     hopper::mbarrier_arrive_expect_tx(k_ring.full(it), KVTile::kBytes);
     k_tile(k_ring.stage(it))
-        .load(&kv_map, k_ring.full(it), p.C + head_col, (n_blocks - 1 - it) * kBlockN, b);
-  };
-  auto load_v = [&](int it) {
+        .load(kv_map, k_ring.full(it), p.C + item.head_col,
+              (item.n_blocks - 1 - it) * kBlockN, item.b);
+  }
+  __device__ __forceinline__ void load_v(const ForwardItem& item, int it) const {
     v_ring.wait_empty(it);
     hopper::mbarrier_arrive_expect_tx(v_ring.full(it), KVTile::kBytes);
     v_tile(v_ring.stage(it))
-        .load(&kv_map, v_ring.full(it), 2 * p.C + head_col, (n_blocks - 1 - it) * kBlockN, b);
-  };
+        .load(kv_map, v_ring.full(it), 2 * p.C + item.head_col,
+              (item.n_blocks - 1 - it) * kBlockN, item.b);
+  }
+
+  /// The producer's thread: every copy of the item, in the order the consumers release stages:
+  /// K(0), K(1), V(0), K(2), V(1), ...
+  __device__ __forceinline__ void produce(const ForwardItem& item) const {
+    load_q(item);
+    load_k(item, 0);
+    for (int it = 0; it < item.n_blocks; ++it) {
+      if (it + 1 < item.n_blocks) load_k(item, it + 1);
+      load_v(item, it);
+    }
+  }
+
+  /// Without a producer, thread 0: Q and the first kStages tiles (the rest as stages free up).
+  __device__ __forceinline__ void prefill(const ForwardItem& item) const {
+    load_q(item);
+    for (int it = 0; it < min(kStages, item.n_blocks); ++it) {
+      load_k(item, it);
+      load_v(item, it);
+    }
+  }
+
+  /// Consumer warpgroup c: query rows item.m0 + 64c .. + 63; this thread rows row0, row0 + 8.
+  __device__ __forceinline__ void consume(const ForwardItem& item, int c) const {
+    const int lane = threadIdx.x % 32;
+    const int warp = (threadIdx.x % 128) / 32;
+    const hopper::AccumulatorLayout fragment(lane);
+    const int row0 = item.m0 + 64 * c + 16 * warp + fragment.row;
+    const int col_pair = fragment.col;
+    constexpr int kSRegs = kBlockN / 2;   // S accumulators (64 x kBlockN per warpgroup)
+    constexpr int kORegs = kHeadDim / 2;  // O accumulators (64 x kHeadDim)
+    constexpr int kPSlabs = kBlockN / 16;
+
+    float s_acc[kSRegs];
+    float o_acc[kORegs];
+#pragma unroll
+    for (int i = 0; i < kORegs; ++i) o_acc[i] = 0.f;
+    uint32_t p_frag[kPSlabs][4];
+    hopper::OnlineSoftmax<kSRegs> softmax(p.scale_log2);
+
+    // The GEMMs' turns (Traits::kPingPong): consumer 0 goes first; each takes n_blocks + 1 turns.
+    auto wait_turn = [&] {
+      if constexpr (Traits::kPingPong) hopper::named_barrier_sync(kTurnBarrier + c, 256);
+    };
+    auto pass_turn = [&] {
+      if constexpr (Traits::kPingPong)
+        hopper::named_barrier_arrive(kTurnBarrier + (1 - c), 256);
+    };
+    if (Traits::kPingPong && c == 1) pass_turn();
+
+    auto issue_scores = [&](int s) {
+#pragma unroll
+      for (int kk = 0; kk < kHeadDim / 16; ++kk)
+        hopper::wgmma_ss<kBlockN, 0, 0>(s_acc, q_tile.k_major(64 * c, kk), k_tile(s).k_major(0, kk),
+                                        kk > 0);
+    };
+    auto issue_pv = [&](int s) {
+#pragma unroll
+      for (int kk = 0; kk < kPSlabs; ++kk)
+        hopper::wgmma_rs<kHeadDim, 1>(o_acc, p_frag[kk], v_tile(s).mn_major(16 * kk), true);
+    };
+    auto pack_p = [&] {
+#pragma unroll
+      for (int kk = 0; kk < kPSlabs; ++kk)
+        hopper::accumulators_to_a_fragment(p_frag[kk], s_acc, kk);
+    };
+
+    // A consumed stage goes back to the producer. Without one, thread 0 refills both rings at one
+    // point per tile, the end of the iteration (refill_after), where it waits for the other
+    // threads once: K(it + kStages), released at this iteration's start, and V(it - 1 + kStages).
+    // (Refilling K at its release stalled warp 0 before the softmax: 7-30% slower.)
+    auto refill_after = [&](int it) {
+      if constexpr (!Traits::kProducer) {
+        if (threadIdx.x == 0) {
+          if (it + kStages < item.n_blocks) load_k(item, it + kStages);
+          if (it >= 1 && it - 1 + kStages < item.n_blocks) load_v(item, it - 1 + kStages);
+        }
+      }
+    };
+
+    hopper::mbarrier_wait(q_full, 0);
+
+    // First key tile (the diagonal one, possibly ragged at T): masked.
+    {
+      k_ring.wait_full(0);
+      wait_turn();
+      hopper::wgmma_fence();
+      issue_scores(0);
+      hopper::wgmma_commit_group();
+      pass_turn();
+      hopper::wgmma_wait_group<0>();
+      hopper::fence_operands(s_acc);
+      k_ring.release(0);
+      mask_diagonal(s_acc, (item.n_blocks - 1) * kBlockN + col_pair, row0, p.T);
+      // Every row keeps key n0 <= row unmasked, so the maxima are finite.
+      softmax.first(s_acc);
+      pack_p();
+      refill_after(0);
+    }
+
+    for (int it = 1; it < item.n_blocks; ++it) {
+      k_ring.wait_full(it);
+      v_ring.wait_full(it - 1);
+      wait_turn();
+      hopper::wgmma_fence();
+      issue_scores(k_ring.stage(it));
+      hopper::wgmma_commit_group();
+      issue_pv(v_ring.stage(it - 1));
+      hopper::wgmma_commit_group();
+      pass_turn();
+      hopper::wgmma_wait_group<1>();  // S of this tile is ready; P V of the last still runs
+      hopper::fence_operands(s_acc);
+      k_ring.release(it);
+
+      float correction[2];
+      softmax.next(s_acc, correction);
+
+      hopper::wgmma_wait_group<0>();
+      hopper::fence_operands(o_acc);
+      v_ring.release(it - 1);
+      refill_after(it);
+#pragma unroll
+      for (int i = 0; i < kORegs; i += 4) {
+        o_acc[i + 0] *= correction[0];
+        o_acc[i + 1] *= correction[0];
+        o_acc[i + 2] *= correction[1];
+        o_acc[i + 3] *= correction[1];
+      }
+      pack_p();
+    }
+
+    {
+      v_ring.wait_full(item.n_blocks - 1);
+      wait_turn();
+      hopper::wgmma_fence();
+      issue_pv(v_ring.stage(item.n_blocks - 1));
+      hopper::wgmma_commit_group();
+      pass_turn();
+      hopper::wgmma_wait_group<0>();
+      hopper::fence_operands(o_acc);
+    }
+
+    // Epilogue: normalize, write O (bf16) and lse (fp32, natural log).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float sum = softmax.total(r);
+      const int row = row0 + 8 * r;
+      if (row < p.T) {
+        const float inv_sum = 1.f / sum;
+        bf16* out_row =
+            p.out + (static_cast<int64_t>(item.b) * p.T + row) * p.C + item.head_col;
+#pragma unroll
+        for (int i = 0; i < kORegs; i += 4) {
+          *reinterpret_cast<__nv_bfloat162*>(out_row + 2 * i + col_pair) =
+              __floats2bfloat162_rn(o_acc[i + 2 * r] * inv_sum, o_acc[i + 2 * r + 1] * inv_sum);
+        }
+        if (lane % 4 == 0)
+          p.lse[static_cast<int64_t>(item.bh) * p.T + row] = softmax.lse(r, sum);
+      }
+    }
+  }
+};
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
+    hopper_forward_kernel(const __grid_constant__ CUtensorMap q_map,
+                          const __grid_constant__ CUtensorMap kv_map,
+                          const HopperForwardParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ unsigned char smem_raw[];
+  const HopperForwardBlock<Traits> block(&q_map, &kv_map, p,
+                                         (hopper::smem_addr(smem_raw) + 1023u) & ~1023u);
+  ForwardItem item = block.item_of(static_cast<int>(blockIdx.x));
+
+  if (threadIdx.x == 0) block.init_barriers();
+  __syncthreads();
+  block.set_head_col(item);
 
   const int warpgroup = threadIdx.x / 128;
   if constexpr (Traits::kProducer) {
     if (warpgroup == 0) {
-      // Producer: one thread issues every copy, in the order the consumers release stages:
-      // K(0), K(1), V(0), K(2), V(1), ...
       hopper::setmaxnreg_dec<Traits::kProducerRegisters>();
-      if (threadIdx.x == 0) {
-        load_q();
-        load_k(0);
-        for (int it = 0; it < n_blocks; ++it) {
-          if (it + 1 < n_blocks) load_k(it + 1);
-          load_v(it);
-        }
-      }
+      if (threadIdx.x == 0) block.produce(item);
       return;
     }
     hopper::setmaxnreg_inc<Traits::kConsumerRegisters>();
   } else if (threadIdx.x == 0) {
-    // No producer: thread 0 fills the ring now and refills each stage as it is released.
-    load_q();
-    for (int it = 0; it < min(kStages, n_blocks); ++it) {
-      load_k(it);
-      load_v(it);
-    }
+    block.prefill(item);
   }
-
-  // Consumers: warpgroup c owns query rows m0 + 64c .. + 63; this thread rows row0, row0 + 8.
-  const int c = Traits::kProducer ? warpgroup - 1 : 0;
-  const int lane = threadIdx.x % 32;
-  const int warp = (threadIdx.x % 128) / 32;
-  const hopper::AccumulatorLayout fragment(lane);
-  const int row0 = m0 + 64 * c + 16 * warp + fragment.row;
-  const int col_pair = fragment.col;
-  constexpr int kSRegs = kBlockN / 2;   // S accumulators (64 x kBlockN per warpgroup)
-  constexpr int kORegs = kHeadDim / 2;  // O accumulators (64 x kHeadDim)
-  constexpr int kPSlabs = kBlockN / 16;
-
-  float s_acc[kSRegs];
-  float o_acc[kORegs];
-#pragma unroll
-  for (int i = 0; i < kORegs; ++i) o_acc[i] = 0.f;
-  uint32_t p_frag[kPSlabs][4];
-  hopper::OnlineSoftmax<kSRegs> softmax(p.scale_log2);
-
-  // The GEMMs' turns (Traits::kPingPong): consumer 0 goes first; each takes n_blocks + 1 turns.
-  auto wait_turn = [&] {
-    if constexpr (Traits::kPingPong) hopper::named_barrier_sync(kTurnBarrier + c, 256);
-  };
-  auto pass_turn = [&] {
-    if constexpr (Traits::kPingPong)
-      hopper::named_barrier_arrive(kTurnBarrier + (1 - c), 256);
-  };
-  if (Traits::kPingPong && c == 1) pass_turn();
-
-  auto issue_scores = [&](int s) {
-#pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk)
-      hopper::wgmma_ss<kBlockN, 0, 0>(s_acc, q_tile.k_major(64 * c, kk), k_tile(s).k_major(0, kk),
-                                      kk > 0);
-  };
-  auto issue_pv = [&](int s) {
-#pragma unroll
-    for (int kk = 0; kk < kPSlabs; ++kk)
-      hopper::wgmma_rs<kHeadDim, 1>(o_acc, p_frag[kk], v_tile(s).mn_major(16 * kk), true);
-  };
-  auto pack_p = [&] {
-#pragma unroll
-    for (int kk = 0; kk < kPSlabs; ++kk) hopper::accumulators_to_a_fragment(p_frag[kk], s_acc, kk);
-  };
-
-  // A consumed stage goes back to the producer. Without one, thread 0 refills both rings at one
-  // point per tile, the end of the iteration (refill_after), where it waits for the other
-  // threads once: K(it + kStages), released at this iteration's start, and V(it - 1 + kStages).
-  // (Refilling K at its release stalled warp 0 before the softmax: 7-30% slower.)
-  auto refill_after = [&](int it) {
-    if constexpr (!Traits::kProducer) {
-      if (threadIdx.x == 0) {
-        if (it + kStages < n_blocks) load_k(it + kStages);
-        if (it >= 1 && it - 1 + kStages < n_blocks) load_v(it - 1 + kStages);
-      }
-    }
-  };
-
-  hopper::mbarrier_wait(q_full, 0);
-
-  // First key tile (the diagonal one, possibly ragged at T): masked.
-  {
-    k_ring.wait_full(0);
-    wait_turn();
-    hopper::wgmma_fence();
-    issue_scores(0);
-    hopper::wgmma_commit_group();
-    pass_turn();
-    hopper::wgmma_wait_group<0>();
-    hopper::fence_operands(s_acc);
-    k_ring.release(0);
-    const int n0 = (n_blocks - 1) * kBlockN;
-#pragma unroll
-    for (int i = 0; i < kSRegs; ++i) {
-      const int key = n0 + col_pair + hopper::AccumulatorLayout::column_offset(i);
-      const int row = row0 + hopper::AccumulatorLayout::row_offset(i);
-      if (key > row || key >= p.T) s_acc[i] = -INFINITY;
-    }
-    // Every row keeps key n0 <= row unmasked, so the maxima are finite.
-    softmax.first(s_acc);
-    pack_p();
-    refill_after(0);
-  }
-
-  for (int it = 1; it < n_blocks; ++it) {
-    k_ring.wait_full(it);
-    v_ring.wait_full(it - 1);
-    wait_turn();
-    hopper::wgmma_fence();
-    issue_scores(k_ring.stage(it));
-    hopper::wgmma_commit_group();
-    issue_pv(v_ring.stage(it - 1));
-    hopper::wgmma_commit_group();
-    pass_turn();
-    hopper::wgmma_wait_group<1>();  // S of this tile is ready; P V of the last still runs
-    hopper::fence_operands(s_acc);
-    k_ring.release(it);
-
-    float correction[2];
-    softmax.next(s_acc, correction);
-
-    hopper::wgmma_wait_group<0>();
-    hopper::fence_operands(o_acc);
-    v_ring.release(it - 1);
-    refill_after(it);
-#pragma unroll
-    for (int i = 0; i < kORegs; i += 4) {
-      o_acc[i + 0] *= correction[0];
-      o_acc[i + 1] *= correction[0];
-      o_acc[i + 2] *= correction[1];
-      o_acc[i + 3] *= correction[1];
-    }
-    pack_p();
-  }
-
-  {
-    v_ring.wait_full(n_blocks - 1);
-    wait_turn();
-    hopper::wgmma_fence();
-    issue_pv(v_ring.stage(n_blocks - 1));
-    hopper::wgmma_commit_group();
-    pass_turn();
-    hopper::wgmma_wait_group<0>();
-    hopper::fence_operands(o_acc);
-  }
-
-  // Epilogue: normalize, write O (bf16) and lse (fp32, natural log).
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float sum = softmax.total(r);
-    const int row = row0 + 8 * r;
-    if (row < p.T) {
-      const float inv_sum = 1.f / sum;
-      bf16* out_row = p.out + (static_cast<int64_t>(b) * p.T + row) * p.C + h * kHeadDim;
-#pragma unroll
-      for (int i = 0; i < kORegs; i += 4) {
-        *reinterpret_cast<__nv_bfloat162*>(out_row + 2 * i + col_pair) =
-            __floats2bfloat162_rn(o_acc[i + 2 * r] * inv_sum, o_acc[i + 2 * r + 1] * inv_sum);
-      }
-      if (lane % 4 == 0)
-        p.lse[static_cast<int64_t>(bh) * p.T + row] = softmax.lse(r, sum);
-    }
-  }
+  block.consume(item, Traits::kProducer ? warpgroup - 1 : 0);
 #else
   __trap();  // built without sm_90a code: the dispatch never launches this
 #endif
