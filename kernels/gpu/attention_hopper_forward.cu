@@ -36,6 +36,7 @@
 #include "kernels/gpu/attention_hopper.cuh"
 
 #include <cmath>
+#include <type_traits>
 
 #include "base/error.h"
 #include "kernels/gpu/attention_flash_common.cuh"
@@ -60,19 +61,28 @@ struct HopperForwardParams {
   int first_blocks, begin0, begin1;
   int group_heads;   // heads scheduled together (see the file comment)
   float scale_log2;  // softmax scale * log2(e)
+  // Persistent (HopperForwardTraits::kPersistent): the items, num_m_blocks * BH, and the next
+  // unit of the schedule (WorkQueue), zeroed before the launch; null otherwise. (After the
+  // fields above, which keep their offsets: the block-an-item kernels' code is unchanged.)
+  int num_items;
+  int* work_counter;
 };
 
 // The named barriers of the consumers' turns (HopperForwardTraits::kPingPong): 1 and 2 (0 is
 // __syncthreads).
 constexpr int kTurnBarrier = 1;
 
-template <int kHeadDim_, int kConsumers_, bool kProducer_ = true>
+template <int kHeadDim_, int kConsumers_, bool kProducer_ = true, bool kPersistent_ = false>
 struct HopperForwardTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumers = kConsumers_;   // consumer warpgroups, 64 query rows each
   // With a producer warpgroup (setmaxnreg moves its registers to the consumers); without one,
   // thread 0 of the single consumer issues the copies and three blocks share an SM.
   static constexpr bool kProducer = kProducer_;
+  // Persistent (with a producer only): each block takes items from the work queue until none is
+  // left, the producer handing each to the consumers (item slots, q_empty); otherwise one item
+  // a block, unit blockIdx.x.
+  static constexpr bool kPersistent = kPersistent_;
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per block
   // Without a producer, blocks as many as the shared memory holds: three at head size 64, two
   // at 128.
@@ -90,14 +100,17 @@ struct HopperForwardTraits {
   static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 232;
   using QTile = SmemTile<kBlockM, kHeadDim>;
   using KVTile = SmemTile<kBlockN, kHeadDim>;
-  // q_full, k_full[], v_full[], k_empty[], v_empty[]
-  static constexpr int kNumBarriers = 1 + 4 * kStages;
+  // q_full, k_full[], v_full[], k_empty[], v_empty[], and persistent q_empty.
+  static constexpr int kNumBarriers = 1 + 4 * kStages + (kPersistent ? 1 : 0);
+  // Persistent: the slots that hand each item's unit from the producer to the consumers.
+  static constexpr int kItemSlots = kPersistent ? 2 : 0;
   // Shared memory: the query tile, the K ring, the V ring, the barriers.
   static constexpr hopper::SmemRegion kQRegion{0, QTile::kBytes};
   static constexpr hopper::SmemRegion kKRegion = kQRegion.next(kStages * KVTile::kBytes, 1024);
   static constexpr hopper::SmemRegion kVRegion = kKRegion.next(kStages * KVTile::kBytes, 1024);
   static constexpr hopper::SmemRegion kBarrierRegion = kVRegion.next(8 * kNumBarriers, 8);
-  static constexpr int kSmemBytes = kBarrierRegion.end() + 1024;  // + the base's alignment
+  static constexpr hopper::SmemRegion kSlotRegion = kBarrierRegion.next(4 * kItemSlots, 4);
+  static constexpr int kSmemBytes = kSlotRegion.end() + 1024;  // + the base's alignment
   static_assert(kConsumers == 1 || kConsumers == 2, "one or two consumer warpgroups");
   // Key tiles aligned to kBlockN hold whole query blocks: only the block's last (diagonal) key
   // tile needs the causal mask, and it has a key <= every row.
@@ -107,6 +120,7 @@ struct HopperForwardTraits {
                         65536,
                 "setmaxnreg budgets exceed the register file");
   static_assert(kProducer || kConsumers == 1, "without a producer: one consumer warpgroup");
+  static_assert(kProducer || !kPersistent, "persistent: the shapes with a producer only");
   static_assert(kSmemBytes * kBlocksPerSm <= 227 * 1024, "shared memory per SM");
 };
 
@@ -149,10 +163,19 @@ struct HopperForwardBlock {
   const uint32_t q_full;
   // The K and V rings: full barriers after q_full, then the empty ones.
   const hopper::StageRing<kStages> k_ring, v_ring;
+  // Persistent: the barrier on which the consumers give the Q tile back, and the slots that
+  // hand the j-th item's unit to them (item_slot[j % 2]; -1: none left).
+  const uint32_t q_empty;
+  volatile int* const item_slot;
+  // The rings' uses before the item when a block takes one item.
+  static constexpr std::integral_constant<int, 0> kNoUses{};
 
+  // smem_ and smem_generic_: the same 1024-byte aligned base as a shared-window address and as
+  // a generic pointer.
   __device__ __forceinline__ HopperForwardBlock(const CUtensorMap* q_map_,
                                                 const CUtensorMap* kv_map_,
-                                                const HopperForwardParams& p_, uint32_t smem_)
+                                                const HopperForwardParams& p_, uint32_t smem_,
+                                                unsigned char* smem_generic_)
       : q_map(q_map_),
         kv_map(kv_map_),
         p(p_),
@@ -160,7 +183,9 @@ struct HopperForwardBlock {
         q_tile{smem_ + Traits::kQRegion.offset},
         q_full(smem_ + Traits::kBarrierRegion.offset),
         k_ring{q_full + 8, q_full + 8 * (1 + 2 * kStages)},
-        v_ring{q_full + 8 * (1 + kStages), q_full + 8 * (1 + 3 * kStages)} {}
+        v_ring{q_full + 8 * (1 + kStages), q_full + 8 * (1 + 3 * kStages)},
+        q_empty(q_full + 8 * (1 + 4 * kStages)),
+        item_slot(reinterpret_cast<volatile int*>(smem_generic_ + Traits::kSlotRegion.offset)) {}
 
   __device__ __forceinline__ KVTile k_tile(int s) const {
     return KVTile{smem + Traits::kKRegion.offset + s * KVTile::kBytes};
@@ -196,6 +221,7 @@ struct HopperForwardBlock {
   /// One thread, before the block's __syncthreads.
   __device__ __forceinline__ void init_barriers() const {
     hopper::mbarrier_init(q_full, 1);
+    if constexpr (Traits::kPersistent) hopper::mbarrier_init(q_empty, Traits::kConsumers * 128);
     k_ring.init(1, Traits::kConsumers * 128);
     v_ring.init(1, Traits::kConsumers * 128);
     hopper::fence_barrier_init();
@@ -212,29 +238,36 @@ struct HopperForwardBlock {
     hopper::mbarrier_arrive_expect_tx(q_full, QTile::kBytes);
     q_tile.load(q_map, q_full, item.head_col, item.m0, item.b);
   }
-  __device__ __forceinline__ void load_k(const ForwardItem& item, int it) const {
-    k_ring.wait_empty(it);
-    hopper::mbarrier_arrive_expect_tx(k_ring.full(it), KVTile::kBytes);
-    k_tile(k_ring.stage(it))
-        .load(kv_map, k_ring.full(it), p.C + item.head_col,
+  // Key tile `it` of the item is the rings' use first_use + it: first_use counts the uses of
+  // the items before it (persistent), a compile-time 0 (kNoUses) for one item a block.
+  template <typename Use>
+  __device__ __forceinline__ void load_k(const ForwardItem& item, Use first_use, int it) const {
+    const int use = first_use + it;
+    k_ring.wait_empty(use);
+    hopper::mbarrier_arrive_expect_tx(k_ring.full(use), KVTile::kBytes);
+    k_tile(k_ring.stage(use))
+        .load(kv_map, k_ring.full(use), p.C + item.head_col,
               (item.n_blocks - 1 - it) * kBlockN, item.b);
   }
-  __device__ __forceinline__ void load_v(const ForwardItem& item, int it) const {
-    v_ring.wait_empty(it);
-    hopper::mbarrier_arrive_expect_tx(v_ring.full(it), KVTile::kBytes);
-    v_tile(v_ring.stage(it))
-        .load(kv_map, v_ring.full(it), 2 * p.C + item.head_col,
+  template <typename Use>
+  __device__ __forceinline__ void load_v(const ForwardItem& item, Use first_use, int it) const {
+    const int use = first_use + it;
+    v_ring.wait_empty(use);
+    hopper::mbarrier_arrive_expect_tx(v_ring.full(use), KVTile::kBytes);
+    v_tile(v_ring.stage(use))
+        .load(kv_map, v_ring.full(use), 2 * p.C + item.head_col,
               (item.n_blocks - 1 - it) * kBlockN, item.b);
   }
 
   /// The producer's thread: every copy of the item, in the order the consumers release stages:
   /// K(0), K(1), V(0), K(2), V(1), ...
-  __device__ __forceinline__ void produce(const ForwardItem& item) const {
+  template <typename Use>
+  __device__ __forceinline__ void produce(const ForwardItem& item, Use first_use) const {
     load_q(item);
-    load_k(item, 0);
+    load_k(item, first_use, 0);
     for (int it = 0; it < item.n_blocks; ++it) {
-      if (it + 1 < item.n_blocks) load_k(item, it + 1);
-      load_v(item, it);
+      if (it + 1 < item.n_blocks) load_k(item, first_use, it + 1);
+      load_v(item, first_use, it);
     }
   }
 
@@ -242,13 +275,15 @@ struct HopperForwardBlock {
   __device__ __forceinline__ void prefill(const ForwardItem& item) const {
     load_q(item);
     for (int it = 0; it < min(kStages, item.n_blocks); ++it) {
-      load_k(item, it);
-      load_v(item, it);
+      load_k(item, kNoUses, it);
+      load_v(item, kNoUses, it);
     }
   }
 
   /// Consumer warpgroup c: query rows item.m0 + 64c .. + 63; this thread rows row0, row0 + 8.
-  __device__ __forceinline__ void consume(const ForwardItem& item, int c) const {
+  template <typename Use, typename Parity>
+  __device__ __forceinline__ void consume(const ForwardItem& item, int c, Use first_use,
+                                          Parity q_parity) const {
     const int lane = threadIdx.x % 32;
     const int warp = (threadIdx.x % 128) / 32;
     const hopper::AccumulatorLayout fragment(lane);
@@ -299,25 +334,32 @@ struct HopperForwardBlock {
     auto refill_after = [&](int it) {
       if constexpr (!Traits::kProducer) {
         if (threadIdx.x == 0) {
-          if (it + kStages < item.n_blocks) load_k(item, it + kStages);
-          if (it >= 1 && it - 1 + kStages < item.n_blocks) load_v(item, it - 1 + kStages);
+          if (it + kStages < item.n_blocks) load_k(item, kNoUses, it + kStages);
+          if (it >= 1 && it - 1 + kStages < item.n_blocks) load_v(item, kNoUses, it - 1 + kStages);
         }
       }
     };
 
-    hopper::mbarrier_wait(q_full, 0);
+    hopper::mbarrier_wait(q_full, q_parity);
+    // Persistent: Q goes back to the producer once the item's last S is done.
+    auto release_q_after = [&](int it) {
+      if constexpr (Traits::kPersistent) {
+        if (it == item.n_blocks - 1) hopper::mbarrier_arrive(q_empty);
+      }
+    };
 
     // First key tile (the diagonal one, possibly ragged at T): masked.
     {
-      k_ring.wait_full(0);
+      k_ring.wait_full(first_use + 0);
       wait_turn();
       hopper::wgmma_fence();
-      issue_scores(0);
+      issue_scores(k_ring.stage(first_use + 0));
       hopper::wgmma_commit_group();
       pass_turn();
       hopper::wgmma_wait_group<0>();
       hopper::fence_operands(s_acc);
-      k_ring.release(0);
+      k_ring.release(first_use + 0);
+      release_q_after(0);
       mask_diagonal(s_acc, (item.n_blocks - 1) * kBlockN + col_pair, row0, p.T);
       // Every row keeps key n0 <= row unmasked, so the maxima are finite.
       softmax.first(s_acc);
@@ -326,25 +368,27 @@ struct HopperForwardBlock {
     }
 
     for (int it = 1; it < item.n_blocks; ++it) {
-      k_ring.wait_full(it);
-      v_ring.wait_full(it - 1);
+      const int use = first_use + it;
+      k_ring.wait_full(use);
+      v_ring.wait_full(use - 1);
       wait_turn();
       hopper::wgmma_fence();
-      issue_scores(k_ring.stage(it));
+      issue_scores(k_ring.stage(use));
       hopper::wgmma_commit_group();
-      issue_pv(v_ring.stage(it - 1));
+      issue_pv(v_ring.stage(use - 1));
       hopper::wgmma_commit_group();
       pass_turn();
       hopper::wgmma_wait_group<1>();  // S of this tile is ready; P V of the last still runs
       hopper::fence_operands(s_acc);
-      k_ring.release(it);
+      k_ring.release(use);
+      release_q_after(it);
 
       float correction[2];
       softmax.next(s_acc, correction);
 
       hopper::wgmma_wait_group<0>();
       hopper::fence_operands(o_acc);
-      v_ring.release(it - 1);
+      v_ring.release(use - 1);
       refill_after(it);
 #pragma unroll
       for (int i = 0; i < kORegs; i += 4) {
@@ -357,14 +401,16 @@ struct HopperForwardBlock {
     }
 
     {
-      v_ring.wait_full(item.n_blocks - 1);
+      v_ring.wait_full(first_use + item.n_blocks - 1);
       wait_turn();
       hopper::wgmma_fence();
-      issue_pv(v_ring.stage(item.n_blocks - 1));
+      issue_pv(v_ring.stage(first_use + item.n_blocks - 1));
       hopper::wgmma_commit_group();
       pass_turn();
       hopper::wgmma_wait_group<0>();
       hopper::fence_operands(o_acc);
+      // Persistent: the next item's copies wait on this stage; one item a block, none do.
+      if constexpr (Traits::kPersistent) v_ring.release(first_use + item.n_blocks - 1);
     }
 
     // Epilogue: normalize, write O (bf16) and lse (fp32, natural log).
@@ -395,26 +441,74 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
                           const HopperForwardParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
-  const HopperForwardBlock<Traits> block(&q_map, &kv_map, p,
-                                         (hopper::smem_addr(smem_raw) + 1023u) & ~1023u);
-  ForwardItem item = block.item_of(static_cast<int>(blockIdx.x));
-
-  if (threadIdx.x == 0) block.init_barriers();
-  __syncthreads();
-  block.set_head_col(item);
-
-  const int warpgroup = threadIdx.x / 128;
-  if constexpr (Traits::kProducer) {
+  const uint32_t smem = (hopper::smem_addr(smem_raw) + 1023u) & ~1023u;
+  const HopperForwardBlock<Traits> block(&q_map, &kv_map, p, smem,
+                                         smem_raw + (smem - hopper::smem_addr(smem_raw)));
+  if constexpr (Traits::kPersistent) {
+    if (threadIdx.x == 0) block.init_barriers();
+    __syncthreads();
+    const int warpgroup = threadIdx.x / 128;
     if (warpgroup == 0) {
+      // Producer: item j's unit goes to the consumers in slot j % 2, written before the
+      // producer's arrival for phase j of q_full: mbarrier.arrive is a release and the
+      // consumers' wait that sees the phase complete an acquire, both at CTA scope (PTX's
+      // defaults), so they read the slot after that wait with no other fence. Before the write
+      // the producer waits on q_empty for item j - 1, on which every consumer thread arrives
+      // after its last S of item j - 1, so after it saw phase j - 1 complete and read slot
+      // (j - 1) % 2 (and, an item before, j % 2). With no unit left: -1 and an arrival without
+      // copies complete phase j, and all consumers leave at item j.
       hopper::setmaxnreg_dec<Traits::kProducerRegisters>();
-      if (threadIdx.x == 0) block.produce(item);
+      if (threadIdx.x == 0) {
+        const WorkQueue queue{p.work_counter};
+        int first_use = 0;  // the rings' uses of the items before this one
+        for (int j = 0;; ++j) {
+          const int unit = queue.take();  // before the wait, so its round trip overlaps it
+          if (j > 0) hopper::mbarrier_wait(block.q_empty, (j - 1) & 1);
+          if (unit >= p.num_items) {
+            block.item_slot[j % 2] = -1;
+            hopper::mbarrier_arrive(block.q_full);
+            break;
+          }
+          block.item_slot[j % 2] = unit;
+          ForwardItem item = block.item_of(unit);
+          block.set_head_col(item);
+          block.produce(item, first_use);
+          first_use += item.n_blocks;
+        }
+      }
       return;
     }
     hopper::setmaxnreg_inc<Traits::kConsumerRegisters>();
-  } else if (threadIdx.x == 0) {
-    block.prefill(item);
+    int first_use = 0;
+    for (int j = 0;; ++j) {
+      // The item's unit, from the producer's slot once its Q tile has landed.
+      hopper::mbarrier_wait(block.q_full, j & 1);
+      const int unit = block.item_slot[j % 2];
+      if (unit < 0) break;
+      ForwardItem item = block.item_of(unit);
+      block.set_head_col(item);
+      // The Q barrier's phase j is already complete: consume's wait returns at once.
+      block.consume(item, warpgroup - 1, first_use, j & 1);
+      first_use += item.n_blocks;
+    }
+  } else {
+    ForwardItem item = block.item_of(static_cast<int>(blockIdx.x));
+    if (threadIdx.x == 0) block.init_barriers();
+    __syncthreads();
+    block.set_head_col(item);
+    const int warpgroup = threadIdx.x / 128;
+    if constexpr (Traits::kProducer) {
+      if (warpgroup == 0) {
+        hopper::setmaxnreg_dec<Traits::kProducerRegisters>();
+        if (threadIdx.x == 0) block.produce(item, block.kNoUses);
+        return;
+      }
+      hopper::setmaxnreg_inc<Traits::kConsumerRegisters>();
+    } else if (threadIdx.x == 0) {
+      block.prefill(item);
+    }
+    block.consume(item, Traits::kProducer ? warpgroup - 1 : 0, block.kNoUses, block.kNoUses);
   }
-  block.consume(item, Traits::kProducer ? warpgroup - 1 : 0);
 #else
   __trap();  // built without sm_90a code: the dispatch never launches this
 #endif
