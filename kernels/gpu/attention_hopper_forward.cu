@@ -5,13 +5,28 @@
  * out (B,T,C) bf16 and lse (B,NH,T) fp32 (natural log) from qkv (B,T,3C) bf16; causal; head
  * size 64 or 128; any T. Same contract and CPU twin as the portable kernel
  * (cpu::attention_flash_forward). Parallel scheme (FlashAttention-3's):
- *  - one block per (64 or 128 query rows, b, h, see below); heads in groups (group_heads,
- *    about two waves of blocks), a group's blocks longest row first and heads interleaved, so
- *    the K and V tiles that a group's blocks re-read stay in L2 (ordered by row alone, a wave at
+ *  - work items of (64 or 128 query rows, b, h, see below); heads in groups (group_heads,
+ *    about two waves of items), a group's items longest row first and heads interleaved, so
+ *    the K and V tiles that a group's items re-read stay in L2 (ordered by row alone, a wave at
  *    short T spans every head, and the re-reads came from DRAM: 1K was 20% slower);
- *  - warpgroup 0 is the producer: one thread issues TMA copies of the Q tile and of a ring of
- *    kStages K and V tiles (kBlockN keys each, key tiles from the diagonal down), gives its
- *    registers away (setmaxnreg) and waits on the ring's empty barriers;
+ *  - the shapes with a producer at T <= 1024 (persistent_max_t), or at any T when the caller
+ *    caps the grid (max_blocks > 0), run persistent (HopperForwardTraits::kPersistent): as many
+ *    blocks as the SMs hold, each taking its next item from a work queue (WorkQueue: a counter
+ *    in the workspace, zeroed on the stream before the launch) until none is left, its rings
+ *    and barriers running on from item to item, so the next item's Q and first K and V tiles
+ *    load while the consumers finish the last one and write its output. A queue, not a fixed
+ *    order of items per block: items differ in length and head groups do not align with waves
+ *    of blocks (a fixed order gave some blocks two long items in a row, bench/NOTES.md);
+ *  - otherwise (longer T, and the shape without a producer at any T) one block an item, unit
+ *    blockIdx.x, its rings from use 0, no queue and no workspace: the persistent kernel
+ *    measured slower from T = 2K up; this kernel's machine code is the one from before the
+ *    persistent kernel existed (tools/same_machine_code.py);
+ *  - warpgroup 0 is the producer: one thread issues TMA copies of the item's Q tile and of a
+ *    ring of kStages K and V tiles (kBlockN keys each, key tiles from the diagonal down), gives
+ *    its registers away (setmaxnreg) and waits on the ring's empty barriers; persistent, it
+ *    takes each item from the queue, hands it to the consumers through shared memory with the
+ *    Q tile's barrier, and copies its Q tile once the consumers are done with the last one's
+ *    (q_empty);
  *  - the other warpgroups are consumers, 64 query rows each: S = Q K^T by wgmma from shared
  *    memory into fp32 registers, the online softmax in registers (log2 domain, exp2 with the
  *    scale folded into one FMA), P packed to bf16 in registers as the A operand of O += P V.
@@ -31,11 +46,14 @@
  * warpgroup).
  * Only the first (diagonal) key tile needs masking (keys after the query or at/after T).
  * With QueryRows (attention.cuh) the blocks cover the ranges' rows only.
- * Nothing of size T x T exists; the only global writes are out and lse.
+ * Nothing of size T x T exists; the only global writes are out, lse and (persistent) the work
+ * counter.
  */
 #include "kernels/gpu/attention_hopper.cuh"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <type_traits>
 
 #include "base/error.h"
@@ -136,6 +154,9 @@ __device__ __forceinline__ void mask_diagonal(float (&s_acc)[kSRegs], int key0, 
   }
 }
 
+// The rings' uses before the item when a block takes one item: a compile-time 0.
+constexpr std::integral_constant<int, 0> kNoUses{};
+
 // The query block a block works on: rows m0 .. m0 + kBlockM - 1 of head bh = b * NH + h, whose
 // columns of q, k and v start at head_col = h * head size, over key tiles n_blocks - 1 (the
 // diagonal) down to 0.
@@ -167,8 +188,6 @@ struct HopperForwardBlock {
   // hand the j-th item's unit to them (item_slot[j % 2]; -1: none left).
   const uint32_t q_empty;
   volatile int* const item_slot;
-  // The rings' uses before the item when a block takes one item.
-  static constexpr std::integral_constant<int, 0> kNoUses{};
 
   // smem_ and smem_generic_: the same 1024-byte aligned base as a shared-window address and as
   // a generic pointer.
@@ -500,23 +519,42 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     if constexpr (Traits::kProducer) {
       if (warpgroup == 0) {
         hopper::setmaxnreg_dec<Traits::kProducerRegisters>();
-        if (threadIdx.x == 0) block.produce(item, block.kNoUses);
+        if (threadIdx.x == 0) block.produce(item, kNoUses);
         return;
       }
       hopper::setmaxnreg_inc<Traits::kConsumerRegisters>();
     } else if (threadIdx.x == 0) {
       block.prefill(item);
     }
-    block.consume(item, Traits::kProducer ? warpgroup - 1 : 0, block.kNoUses, block.kNoUses);
+    block.consume(item, Traits::kProducer ? warpgroup - 1 : 0, kNoUses, kNoUses);
   }
 #else
   __trap();  // built without sm_90a code: the dispatch never launches this
 #endif
 }
 
+// The longest T whose forward runs persistent (the shapes with a producer): 1024 (+10-18%
+// there on an H100, a block an item as fast or faster from 2K up, bench/NOTES.md), or
+// GPT2_HOPPER_FORWARD_PERSISTENT_MAX_T for the benchmark's A/B of the two kernels on one build
+// (read once; a value that is not a whole number is an error).
+int persistent_max_t() {
+  static const int max_t = [] {
+    const char* text = std::getenv("GPT2_HOPPER_FORWARD_PERSISTENT_MAX_T");
+    if (text == nullptr) return 1024;
+    char* end = nullptr;
+    const long value = std::strtol(text, &end, 10);
+    GPT2_CHECK(end != text && *end == '\0' && value >= 0 && value <= (1L << 30),
+               "GPT2_HOPPER_FORWARD_PERSISTENT_MAX_T takes a whole number >= 0 (got '", text,
+               "')");
+    return static_cast<int>(value);
+  }();
+  return max_t;
+}
+
 template <typename Traits>
 void launch_hopper_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
-                           const QueryRows& rows, cudaStream_t stream) {
+                           void* workspace, const QueryRows& rows, int max_blocks,
+                           cudaStream_t stream) {
   // qkv as (dim0 = 3C columns, dim1 = T rows, dim2 = B); boxes of 64 columns x the tile's rows.
   const uint64_t dims[3] = {3ull * C, static_cast<uint64_t>(T), static_cast<uint64_t>(B)};
   const CUtensorMap q_map =
@@ -534,19 +572,35 @@ void launch_hopper_forward(bf16* out, float* lse, const bf16* qkv, int B, int T,
   const int first_blocks = blocks_of(r.begin[0], r.end[0]);
   const int num_m_blocks = first_blocks + (r.count == 2 ? blocks_of(r.begin[1], r.end[1]) : 0);
   const int BH = B * NH;
+  const int64_t items = static_cast<int64_t>(num_m_blocks) * BH;
+  GPT2_CHECK(items < (int64_t{1} << 30), "too many attention work items: ", items);
+  const int sms = hopper::current_device_sms();
   // Head groups of about two waves of blocks (bench/NOTES.md: forward head groups).
   HopperForwardParams params{out, lse, T, C, NH, BH, num_m_blocks, first_blocks, r.begin[0],
                              r.begin[1],
-                             schedule_group_heads(
-                                 num_m_blocks, BH,
-                                 2 * Traits::kBlocksPerSm * hopper::current_device_sms()),
+                             schedule_group_heads(num_m_blocks, BH,
+                                                  2 * Traits::kBlocksPerSm * sms),
                              static_cast<float>(1.0 / std::sqrt(double(Traits::kHeadDim))) *
-                                 flash::kLog2e};
+                                 flash::kLog2e,
+                             static_cast<int>(items), nullptr};
+  if constexpr (Traits::kPersistent) {
+    // The work queue's counter, zeroed on the launch's stream just before it (a memset node
+    // when captured in a graph). One block an item touches no workspace.
+    GPT2_CHECK(workspace != nullptr, "the persistent Hopper forward (", Traits::kBlockM,
+               "-row blocks) takes its items from a counter in the attention workspace");
+    params.work_counter = attention_hopper_work_counter(workspace, B, T, C, NH);
+    GPT2_CUDA_CHECK(cudaMemsetAsync(params.work_counter, 0, sizeof(int), stream));
+  }
   auto kernel = hopper_forward_kernel<Traits>;
   GPT2_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        Traits::kSmemBytes));
-  const int64_t blocks = static_cast<int64_t>(params.num_m_blocks) * params.BH;
-  GPT2_CHECK(blocks < (int64_t{1} << 31), "too many attention blocks: ", blocks);
+  // Persistent: as many blocks as the SMs hold (max_blocks > 0: at most that many), each
+  // taking items from the work queue until none is left. Otherwise a block an item.
+  const int64_t resident = int64_t{Traits::kBlocksPerSm} * sms;
+  const int64_t blocks =
+      Traits::kPersistent
+          ? std::min<int64_t>({items, resident, max_blocks > 0 ? max_blocks : resident})
+          : items;
   kernel<<<static_cast<unsigned>(blocks), Traits::kThreads, Traits::kSmemBytes, stream>>>(
       q_map, kv_map, params);
   GPT2_CUDA_CHECK_LAUNCH();
@@ -570,12 +624,26 @@ HopperForwardShape attention_hopper_forward_shape(int T, int head_size) {
 }
 
 void attention_hopper_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
-                              HopperForwardShape shape, cudaStream_t stream,
-                              const QueryRows& rows) {
+                              void* workspace, HopperForwardShape shape, cudaStream_t stream,
+                              const QueryRows& rows, int max_blocks) {
   const int head_size = flash::checked_head_size(B, T, C, NH);
+  GPT2_CHECK(max_blocks >= 0, "the Hopper forward's max_blocks must be >= 0 (got ", max_blocks,
+             ")");
   if (shape == HopperForwardShape::kAuto) shape = attention_hopper_forward_shape(T, head_size);
+  auto launch_traits = [&](auto traits) {
+    launch_hopper_forward<decltype(traits)>(out, lse, qkv, B, T, C, NH, workspace, rows,
+                                            max_blocks, stream);
+  };
+  // The shapes with a producer run persistent at T <= persistent_max_t() or when the caller
+  // caps the grid; otherwise, and without a producer, a block an item.
   auto launch = [&](auto traits) {
-    launch_hopper_forward<decltype(traits)>(out, lse, qkv, B, T, C, NH, rows, stream);
+    using Traits = decltype(traits);
+    if constexpr (Traits::kProducer) {
+      if (max_blocks > 0 || T <= persistent_max_t())
+        return launch_traits(
+            HopperForwardTraits<Traits::kHeadDim, Traits::kConsumers, true, true>{});
+    }
+    launch_traits(traits);
   };
   switch (shape) {
     case HopperForwardShape::kRows128:
