@@ -300,9 +300,12 @@ struct HopperForwardBlock {
   }
 
   /// Consumer warpgroup c: query rows item.m0 + 64c .. + 63; this thread rows row0, row0 + 8.
-  template <typename Use, typename Parity>
+  /// first_use: the rings' uses of the block's items before this one; q_parity: the parity of
+  /// the Q barrier's phase that brings this item's Q tile; first_item: whether it is the
+  /// block's first item. For one item a block, compile-time 0, 0 and true.
+  template <typename Use, typename Parity, typename First>
   __device__ __forceinline__ void consume(const ForwardItem& item, int c, Use first_use,
-                                          Parity q_parity) const {
+                                          Parity q_parity, First first_item) const {
     const int lane = threadIdx.x % 32;
     const int warp = (threadIdx.x % 128) / 32;
     const hopper::AccumulatorLayout fragment(lane);
@@ -327,8 +330,9 @@ struct HopperForwardBlock {
       if constexpr (Traits::kPingPong)
         hopper::named_barrier_arrive(kTurnBarrier + (1 - c), 256);
     };
-    if (Traits::kPingPong && c == 1) pass_turn();
-
+    // Consumer 0's turn comes first: once a block, in its first item (each consumer takes
+    // n_blocks + 1 turns an item and both take the same items, so the turns stay in step).
+    if (first_item && Traits::kPingPong && c == 1) pass_turn();
     auto issue_scores = [&](int s) {
 #pragma unroll
       for (int kk = 0; kk < kHeadDim / 16; ++kk)
@@ -507,7 +511,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
       ForwardItem item = block.item_of(unit);
       block.set_head_col(item);
       // The Q barrier's phase j is already complete: consume's wait returns at once.
-      block.consume(item, warpgroup - 1, first_use, j & 1);
+      block.consume(item, warpgroup - 1, first_use, j & 1, j == 0);
       first_use += item.n_blocks;
     }
   } else {
@@ -526,7 +530,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     } else if (threadIdx.x == 0) {
       block.prefill(item);
     }
-    block.consume(item, Traits::kProducer ? warpgroup - 1 : 0, kNoUses, kNoUses);
+    block.consume(item, Traits::kProducer ? warpgroup - 1 : 0, kNoUses, kNoUses, std::true_type{});
   }
 #else
   __trap();  // built without sm_90a code: the dispatch never launches this
