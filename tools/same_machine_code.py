@@ -6,7 +6,10 @@ cubin with the project's CUDA flags (CMakeLists.txt), next to the headers of the
 the kernels' .text sections are matched by name (the anonymous namespace's hash aside) and
 compared byte for byte. Exits 0 when every kernel is identical, 1 otherwise (listing them).
 
-  tools/same_machine_code.py FILE.cu [BASE_REVISION]   (default HEAD: the working tree vs HEAD)
+  tools/same_machine_code.py [--map REGEX=REPLACEMENT] FILE.cu [BASE_REVISION]
+      (default HEAD: the working tree against HEAD; --map renames the working tree's kernels
+      before matching, e.g. a template parameter added with its default:
+      --map 'ELb1ELb0E=ELb1E')
 
 Headers come from the working tree for both sides: a change to a header is compared by giving
 the .cu files that include it. Example: tools/same_machine_code.py
@@ -70,11 +73,20 @@ def compile_cubin(source_text, relative_path, work_dir, tag):
 
 
 def main():
-    if len(sys.argv) not in (2, 3) or sys.argv[1] in ("-h", "--help"):
+    args = sys.argv[1:]
+    renames = []
+    while len(args) >= 2 and args[0] == "--map":
+        pattern, sep, replacement = args[1].partition("=")
+        if not sep:
+            print("same_machine_code: --map takes REGEX=REPLACEMENT", file=sys.stderr)
+            return 2
+        renames.append((re.compile(pattern), replacement))
+        args = args[2:]
+    if len(args) not in (1, 2) or args[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 2
-    relative = os.path.relpath(os.path.abspath(sys.argv[1]), ROOT)
-    base = sys.argv[2] if len(sys.argv) == 3 else "HEAD"
+    relative = os.path.relpath(os.path.abspath(args[0]), ROOT)
+    base = args[1] if len(args) == 2 else "HEAD"
     if not os.path.isfile(os.path.join(ROOT, relative)):
         print(f"same_machine_code: no file {relative}", file=sys.stderr)
         return 2
@@ -89,6 +101,8 @@ def main():
     try:
         before = kernel_code(compile_cubin(shown.stdout, relative, work_dir, "base"))
         after = kernel_code(compile_cubin(current, relative, work_dir, "tree"))
+        for pattern, replacement in renames:
+            after = {pattern.sub(replacement, key): code for key, code in after.items()}
     finally:
         shutil.rmtree(work_dir)
     differing = []
