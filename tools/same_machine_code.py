@@ -2,7 +2,8 @@
 """Compares the sm_90a machine code of a CUDA file's kernels between two revisions, no GPU needed:
 a refactor whose kernels compile to the same bytes behaves and runs exactly as before (ptxas is
 deterministic), which no benchmark can show as firmly. Each revision's file is compiled to a
-cubin with the project's CUDA flags (CMakeLists.txt), next to the headers of the working tree;
+cubin with the project's CUDA flags (CMakeLists.txt), next to the headers of the working tree
+of the git repository holding the file;
 the kernels' .text sections are matched by name (the anonymous namespace's hash aside) and
 compared byte for byte. Exits 0 when every kernel is identical, 1 otherwise (listing them).
 
@@ -23,7 +24,6 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NVCC = os.environ.get("NVCC", "/usr/local/cuda/bin/nvcc")
 # CMakeLists.txt's flags for the kernels (Release, sm_90a only).
 FLAGS = ["-DGPT2_HAVE_CUBLAS", "-DGPT2_HAVE_CUDA", "-DGPT2_HOPPER_ATTENTION", "-O3", "-DNDEBUG",
@@ -56,16 +56,16 @@ def kernel_code(cubin_path):
             for name, code in sections.items() if name.startswith(".text.")}
 
 
-def compile_cubin(source_text, relative_path, work_dir, tag):
-    """Compiles source_text as ROOT/relative_path would be (same include paths) to a cubin."""
+def compile_cubin(source_text, root, relative_path, work_dir, tag):
+    """Compiles source_text as root/relative_path would be (same include paths) to a cubin."""
     # The same base name on both sides: it is part of the kernels' mangled names.
     os.makedirs(os.path.join(work_dir, tag))
     path = os.path.join(work_dir, tag, os.path.basename(relative_path))
     with open(path, "w", encoding="utf-8") as f:
         f.write(source_text)
     out = os.path.join(work_dir, tag + ".cubin")
-    include_dir = os.path.dirname(os.path.join(ROOT, relative_path))
-    command = [NVCC, *FLAGS, "-I" + ROOT, "-I" + include_dir, "-cubin", path, "-o", out]
+    include_dir = os.path.dirname(os.path.join(root, relative_path))
+    command = [NVCC, *FLAGS, "-I" + root, "-I" + include_dir, "-cubin", path, "-o", out]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"same_machine_code: compiling {tag} failed:\n{result.stderr}")
@@ -85,22 +85,29 @@ def main():
     if len(args) not in (1, 2) or args[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 2
-    relative = os.path.relpath(os.path.abspath(args[0]), ROOT)
+    source = os.path.abspath(args[0])
     base = args[1] if len(args) == 2 else "HEAD"
-    if not os.path.isfile(os.path.join(ROOT, relative)):
-        print(f"same_machine_code: no file {relative}", file=sys.stderr)
+    if not os.path.isfile(source):
+        print(f"same_machine_code: no file {args[0]}", file=sys.stderr)
         return 2
-    shown = subprocess.run(["git", "-C", ROOT, "show", f"{base}:{relative}"],
+    toplevel = subprocess.run(["git", "-C", os.path.dirname(source), "rev-parse",
+                               "--show-toplevel"], capture_output=True, text=True)
+    if toplevel.returncode != 0:
+        print(f"same_machine_code: {args[0]} is not in a git repository", file=sys.stderr)
+        return 2
+    root = toplevel.stdout.strip()
+    relative = os.path.relpath(os.path.realpath(source), os.path.realpath(root))
+    shown = subprocess.run(["git", "-C", root, "show", f"{base}:{relative}"],
                            capture_output=True, text=True)
     if shown.returncode != 0:
         print(f"same_machine_code: {base}:{relative}: {shown.stderr.strip()}", file=sys.stderr)
         return 2
-    with open(os.path.join(ROOT, relative), encoding="utf-8") as f:
+    with open(source, encoding="utf-8") as f:
         current = f.read()
     work_dir = tempfile.mkdtemp(prefix="same_machine_code_")
     try:
-        before = kernel_code(compile_cubin(shown.stdout, relative, work_dir, "base"))
-        after = kernel_code(compile_cubin(current, relative, work_dir, "tree"))
+        before = kernel_code(compile_cubin(shown.stdout, root, relative, work_dir, "base"))
+        after = kernel_code(compile_cubin(current, root, relative, work_dir, "tree"))
         for pattern, replacement in renames:
             after = {pattern.sub(replacement, key): code for key, code in after.items()}
     finally:
