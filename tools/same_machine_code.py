@@ -3,9 +3,10 @@
 a refactor whose kernels compile to the same bytes behaves and runs exactly as before (ptxas is
 deterministic), which no benchmark can show as firmly. Each revision's file is compiled to a
 cubin with the project's CUDA flags (CMakeLists.txt), next to the headers of the working tree
-of the git repository holding the file;
-the kernels' .text sections are matched by name (the anonymous namespace's hash aside) and
-compared byte for byte. Exits 0 when every kernel is identical, 1 otherwise (listing them).
+of the git repository holding the file; the kernels are matched by name (the anonymous
+namespace's hash aside) and their code (.text), attributes (.nv.info), parameter bank
+(.nv.constant0) and static shared memory (.nv.shared) compared byte for byte. Exits 0 when
+every kernel is identical, 1 otherwise (listing them).
 
   tools/same_machine_code.py [--map REGEX=REPLACEMENT] FILE.cu [BASE_REVISION]
       (default HEAD: the working tree against HEAD; --map renames the working tree's kernels
@@ -48,12 +49,25 @@ def elf_sections(data):
     return {name(h[0]): data[h[4]:h[4] + h[5]] for h in headers}
 
 
+# A kernel's sections besides its code: its attributes (launch bounds, parameters, barriers),
+# its parameter bank's size and its static shared memory. Debug sections are left out: they
+# hold line numbers, which any edit above a kernel moves.
+KERNEL_SECTIONS = (".text.", ".nv.info.", ".nv.constant0.", ".nv.shared.")
+
+
 def kernel_code(cubin_path):
-    """{kernel key: machine code}; the key drops the anonymous namespace's per-file hash."""
+    """{kernel key: (machine code, the rest of its sections)}; the key drops the anonymous
+    namespace's per-file hash."""
     with open(cubin_path, "rb") as f:
         sections = elf_sections(f.read())
-    return {re.sub(r"_GLOBAL__N__[0-9a-f]+_", "_GLOBAL__N_", name[len(".text."):]): code
-            for name, code in sections.items() if name.startswith(".text.")}
+    kernels = {}
+    for name in sections:
+        if name.startswith(".text."):
+            symbol = name[len(".text."):]
+            rest = tuple(sections.get(prefix + symbol) for prefix in KERNEL_SECTIONS[1:])
+            kernels[re.sub(r"_GLOBAL__N__[0-9a-f]+_", "_GLOBAL__N_", symbol)] = (
+                sections[name], rest)
+    return kernels
 
 
 def compile_cubin(source_text, root, relative_path, work_dir, tag):
@@ -117,9 +131,9 @@ def main():
         if key not in before or key not in after:
             state = "only in " + ("the working tree" if key in after else base)
         elif before[key] == after[key]:
-            state = f"identical ({len(after[key])} bytes)"
+            state = f"identical ({len(after[key][0])} bytes)"
         else:
-            state = f"DIFFERENT ({len(before[key])} -> {len(after[key])} bytes)"
+            state = f"DIFFERENT ({len(before[key][0])} -> {len(after[key][0])} bytes of code)"
         if not state.startswith("identical"):
             differing.append(key)
         print(f"{state}: {key}")

@@ -52,36 +52,28 @@ def main():
         git(repo, "add", "scale.cu")
         git(repo, "commit", "-q", "-m", "scale")
 
-        with open(path, "w") as f:
-            f.write("// a new comment\n" + KERNEL % "0.f")
-        same = run(["scale.cu"], repo)
-        check(same.returncode == 0 and "1 of 1 kernels identical" in same.stdout,
-              f"a comment keeps the code: rc {same.returncode}, {same.stdout}{same.stderr}")
+        def expect(source, args, returncode, needle, what):
+            """Writes source (None: leaves the file) and runs the tool: rc and needle expected."""
+            if source is not None:
+                with open(path, "w") as f:
+                    f.write(source)
+            result = run(args, repo)
+            output = result.stdout + result.stderr
+            check(result.returncode == returncode and needle in output,
+                  f"{what}: rc {result.returncode}, {output}")
 
-        with open(path, "w") as f:
-            f.write(KERNEL % "1.f")
-        changed = run(["scale.cu", "HEAD"], repo)
-        check(changed.returncode == 1 and "DIFFERENT" in changed.stdout,
-              f"a constant changes it: rc {changed.returncode}, {changed.stdout}")
-
-        with open(path, "w") as f:
-            f.write(RENAMED % "0.f")
-        renamed = run(["scale.cu"], repo)
-        check(renamed.returncode == 1 and "only in" in renamed.stdout,
-              f"a renamed kernel is unmatched: rc {renamed.returncode}, {renamed.stdout}")
-        mapped = run(["--map", "ILi1ELb0EE=ILi1EE", "scale.cu"], repo)
-        check(mapped.returncode == 0 and "1 of 1 kernels identical" in mapped.stdout,
-              f"--map matches it: rc {mapped.returncode}, {mapped.stdout}{mapped.stderr}")
-
-        missing = run(["nope.cu"], repo)
-        check(missing.returncode == 2 and "no file" in missing.stderr,
-              f"a missing file: rc {missing.returncode}, {missing.stderr}")
-        bad_map = run(["--map", "nothing", "scale.cu"], repo)
-        check(bad_map.returncode == 2 and "REGEX=REPLACEMENT" in bad_map.stderr,
-              f"a --map without '=': rc {bad_map.returncode}, {bad_map.stderr}")
-        bad_rev = run(["scale.cu", "no-such-revision"], repo)
-        check(bad_rev.returncode == 2 and "no-such-revision" in bad_rev.stderr,
-              f"an unknown revision: rc {bad_rev.returncode}, {bad_rev.stderr}")
+        identical = "1 of 1 kernels identical"
+        expect("// a new comment\n" + KERNEL % "0.f", ["scale.cu"], 0, identical,
+               "a comment keeps the code")
+        expect(KERNEL % "1.f", ["scale.cu", "HEAD"], 1, "DIFFERENT", "a constant changes it")
+        expect(RENAMED % "0.f", ["scale.cu"], 1, "only in", "a renamed kernel is unmatched")
+        expect(None, ["--map", "ILi1ELb0EE=ILi1EE", "scale.cu"], 0, identical,
+               "--map matches it")
+        expect(None, ["nope.cu"], 2, "no file", "a missing file")
+        expect(None, ["--map", "nothing", "scale.cu"], 2, "REGEX=REPLACEMENT",
+               "a --map without '='")
+        expect(None, ["scale.cu", "no-such-revision"], 2, "no-such-revision",
+               "an unknown revision")
     print("same_machine_code_test:", "FAILED" if failures else "all checks passed")
     return 1 if failures else 0
 
