@@ -55,6 +55,33 @@ def elf_sections(data):
 KERNEL_SECTIONS = (".text.", ".nv.info.", ".nv.constant0.", ".nv.shared.")
 
 
+EIATTR_PARAM_CBANK = 0x0A  # .nv.info record: the parameter bank's section symbol, offset, size
+
+
+def without_symbol_indices(info):
+    """A kernel's .nv.info records with the parameter bank's symbol index zeroed: the index
+    counts the file's symbols, so it moves when kernels are added to or removed from the file.
+    Records: format byte, attribute byte, then for format 4 a 16-bit size and that many bytes,
+    for format 3 a 16-bit value, for formats 1 and 2 two bytes. Unparsed data is kept as is."""
+    if info is None:
+        return None
+    out, i = bytearray(info), 0
+    while i + 2 <= len(out):
+        fmt, attr = out[i], out[i + 1]
+        if fmt == 4:
+            if i + 4 > len(out):
+                break
+            size = struct.unpack_from("<H", out, i + 2)[0]
+            if attr == EIATTR_PARAM_CBANK and size >= 4:
+                out[i + 4:i + 8] = b"\0\0\0\0"
+            i += 4 + size
+        elif fmt in (1, 2, 3):
+            i += 4
+        else:
+            break
+    return bytes(out)
+
+
 def kernel_code(cubin_path):
     """{kernel key: (machine code, the rest of its sections)}; the key drops the anonymous
     namespace's per-file hash."""
@@ -64,7 +91,8 @@ def kernel_code(cubin_path):
     for name in sections:
         if name.startswith(".text."):
             symbol = name[len(".text."):]
-            rest = tuple(sections.get(prefix + symbol) for prefix in KERNEL_SECTIONS[1:])
+            info = without_symbol_indices(sections.get(".nv.info." + symbol))
+            rest = (info,) + tuple(sections.get(prefix + symbol) for prefix in KERNEL_SECTIONS[2:])
             kernels[re.sub(r"_GLOBAL__N__[0-9a-f]+_", "_GLOBAL__N_", symbol)] = (
                 sections[name], rest)
     return kernels
