@@ -79,9 +79,13 @@ struct HopperForwardParams {
   int first_blocks, begin0, begin1;
   int group_heads;   // heads scheduled together (see the file comment)
   float scale_log2;  // softmax scale * log2(e)
-  // Persistent (HopperForwardTraits::kPersistent): the items, num_m_blocks * BH, and the next
-  // unit of the schedule (WorkQueue), zeroed before the launch; null otherwise. (After the
-  // fields above, which keep their offsets: the block-an-item kernels' code is unchanged.)
+};
+
+// The persistent kernels' parameters (HopperForwardTraits::kPersistent): the items,
+// num_m_blocks * BH, and the next unit of the schedule (WorkQueue), zeroed before the launch.
+// A kernel of one item a block takes HopperForwardParams alone, so its parameters are those it
+// had before the persistent kernel existed.
+struct HopperForwardQueueParams : HopperForwardParams {
   int num_items;
   int* work_counter;
 };
@@ -116,6 +120,7 @@ struct HopperForwardTraits {
   static constexpr int kProducerRegisters = 24;
   // The register file (64K) shared by kBlocksPerSm blocks: 240 + 240 + 24 or 232 + 24 (x 2).
   static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 232;
+  using Params = std::conditional_t<kPersistent, HopperForwardQueueParams, HopperForwardParams>;
   using QTile = SmemTile<kBlockM, kHeadDim>;
   using KVTile = SmemTile<kBlockN, kHeadDim>;
   // q_full, k_full[], v_full[], k_empty[], v_empty[], and persistent q_empty.
@@ -461,7 +466,7 @@ template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     hopper_forward_kernel(const __grid_constant__ CUtensorMap q_map,
                           const __grid_constant__ CUtensorMap kv_map,
-                          const HopperForwardParams p) {
+                          const typename Traits::Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
   const uint32_t smem = (hopper::smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -580,14 +585,13 @@ void launch_hopper_forward(bf16* out, float* lse, const bf16* qkv, int B, int T,
   GPT2_CHECK(items < (int64_t{1} << 30), "too many attention work items: ", items);
   const int sms = hopper::current_device_sms();
   // Head groups of about two waves of blocks (bench/NOTES.md: forward head groups).
-  HopperForwardParams params{out, lse, T, C, NH, BH, num_m_blocks, first_blocks, r.begin[0],
-                             r.begin[1],
-                             schedule_group_heads(num_m_blocks, BH,
-                                                  2 * Traits::kBlocksPerSm * sms),
-                             static_cast<float>(1.0 / std::sqrt(double(Traits::kHeadDim))) *
-                                 flash::kLog2e,
-                             static_cast<int>(items), nullptr};
+  typename Traits::Params params{};
+  static_cast<HopperForwardParams&>(params) = HopperForwardParams{
+      out, lse, T, C, NH, BH, num_m_blocks, first_blocks, r.begin[0], r.begin[1],
+      schedule_group_heads(num_m_blocks, BH, 2 * Traits::kBlocksPerSm * sms),
+      static_cast<float>(1.0 / std::sqrt(double(Traits::kHeadDim))) * flash::kLog2e};
   if constexpr (Traits::kPersistent) {
+    params.num_items = static_cast<int>(items);
     // The work queue's counter, zeroed on the launch's stream just before it (a memset node
     // when captured in a graph). One block an item touches no workspace.
     GPT2_CHECK(workspace != nullptr, "the persistent Hopper forward (", Traits::kBlockM,
