@@ -39,7 +39,8 @@ void forward_typed(const AttentionConfig& c, const AttentionTensors& t, const Co
     case AttentionKernel::kFlashHopper:
       if constexpr (std::is_same_v<T_, bf16>) {
         attention_hopper_forward(out, static_cast<float*>(t.saved), qkv, c.B, c.T, c.C, c.NH,
-                                 c.forward_shape, ctx.stream(), c.rows);
+                                 t.workspace, c.forward_shape, ctx.stream(), c.rows,
+                                 c.forward_max_blocks);
         return;
       }
       break;
@@ -158,7 +159,8 @@ size_t attention_workspace_bytes(const AttentionConfig& c) {
     case AttentionKernel::kFlashPortable:  // the forward keeps no scratch
       return c.backward ? attention_flash_scratch_floats(c.B, c.T, c.C, c.NH) * sizeof(float) : 0;
     case AttentionKernel::kFlashHopper:
-      return c.backward ? attention_hopper_workspace_bytes(c.B, c.T, c.C, c.NH) : 0;
+      return c.backward ? attention_hopper_workspace_bytes(c.B, c.T, c.C, c.NH)
+                        : kHopperForwardWorkspaceBytes;
   }
   return 0;
 }
@@ -170,15 +172,19 @@ std::string attention_saved_name(const AttentionConfig& c) {
 
 std::string attention_workspace_name(const AttentionConfig& c) {
   if (!c.backward)
-    return c.kernel == AttentionKernel::kNaive ? "attention scratch: Q,K,V,O (4,B,T,C)"
-                                               : "attention scratch (the forward keeps none)";
+    switch (c.kernel) {
+      case AttentionKernel::kNaive: return "attention scratch: Q,K,V,O (4,B,T,C)";
+      case AttentionKernel::kFlashHopper: return "attention scratch: the forward's work counter";
+      default: return "attention scratch (the forward keeps none)";
+    }
   switch (c.kernel) {
     case AttentionKernel::kNaive:
       return "attention scratch: Q,K,V,dO,dQ,dK,dV (7,B,T,C) + dP/dS (B,NH,T,T)";
     case AttentionKernel::kFlashPortable:
       return "attention scratch: D (B,NH,T) + fp32 dQ (B,T,C)";
     case AttentionKernel::kFlashHopper:
-      return "attention scratch: lse2, D (B,NH,T) + fp32 dQ (B,T,C) + dQ order semaphores";
+      return "attention scratch: lse2, D (B,NH,T) + fp32 dQ (B,T,C) + dQ order semaphores + "
+             "work counter (forward and backward)";
   }
   return "attention scratch";
 }

@@ -86,6 +86,9 @@ struct AttentionConfig {
   // Hopper backward: most blocks of its persistent grid (0: one per SM). Tests set a few, so
   // that small shapes give every block many work items.
   int backward_max_blocks = 0;
+  // Hopper forward (the shapes with a producer, persistent): most blocks of its grid (0: as
+  // many as the SMs hold), for tests too.
+  int forward_max_blocks = 0;
   HopperForwardShape forward_shape = HopperForwardShape::kAuto;
   QueryRows rows;  // all of them unless set
   // false: forward calls only (inference): the workspace holds what the forward uses and

@@ -9,8 +9,12 @@
  * device workspace: the log2-domain lse and D = rowsum(dO * O) padded to whole query tiles, the
  * fp32 dQ accumulator and the per-tile semaphores ordering the dQ writes. With
  * deterministic = true the dQ additions happen in a fixed order (bit-identical runs); with
- * false they race (faster, last bits vary). The backward is persistent: max_blocks > 0 caps its
- * grid below one block per SM (for tests).
+ * false they race (faster, last bits vary). The backward, and the forward's shapes with a
+ * producer at T <= 1024 (or with max_blocks > 0), are persistent, their blocks taking work
+ * items from a counter in the same workspace (attention_hopper_work_counter), which each zeroes
+ * on its stream before its launch: a forward and a backward sharing a workspace must not run at
+ * once. Otherwise the forward runs a block an item and leaves the workspace alone.
+ * max_blocks > 0 caps the persistent grids below what the SMs hold (for tests).
  */
 #pragma once
 
@@ -26,11 +30,16 @@ namespace gpt2::gpu {
 /// True when this build carries sm_90a code for the Hopper kernels.
 bool attention_hopper_compiled();
 
+/// workspace: attention_hopper_workspace_bytes(B, T, C, NH) (or more) of device memory, or
+/// kHopperForwardWorkspaceBytes, of which the forward uses the work counter only, and only when
+/// persistent (a shape with a producer at T <= 1024, or max_blocks > 0); otherwise none, and it
+/// may be null.
 /// shape: the forward's block shape; kAuto picks attention_hopper_forward_shape(T, head size).
 /// rows: the query rows computed (attention.cuh's QueryRows; count 0: all).
 void attention_hopper_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B,
-                              int T, int C, int NH, HopperForwardShape shape,
-                              cudaStream_t stream, const QueryRows& rows = {});
+                              int T, int C, int NH, void* workspace, HopperForwardShape shape,
+                              cudaStream_t stream, const QueryRows& rows = {},
+                              int max_blocks = 0);
 
 /// The forward's block shape for a T and head size when the caller leaves it to the kernel.
 HopperForwardShape attention_hopper_forward_shape(int T, int head_size);
@@ -42,5 +51,13 @@ void attention_hopper_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout,
                                const QueryRows& rows = {});
 
 size_t attention_hopper_workspace_bytes(int B, int T, int C, int NH);
+
+/// The work counter in a workspace laid out for (B, T, C, NH): one int, which the persistent
+/// forward and the backward's main kernel each zero before their launch.
+int* attention_hopper_work_counter(void* workspace, int B, int T, int C, int NH);
+
+/// What of that workspace the forward uses: the work counter, at its start (16 bytes, so that
+/// the backward's arrays after it keep their alignment). A forward-only workspace is this.
+constexpr size_t kHopperForwardWorkspaceBytes = 16;
 
 }  // namespace gpt2::gpu

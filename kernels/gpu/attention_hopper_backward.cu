@@ -75,11 +75,12 @@ constexpr int query_tile_rows(int head_size) { return head_size == 64 ? 128 : 64
 
 /// Where the pieces of the backward workspace live, for (B, T, C, NH); base may be null (sizes).
 struct HopperBackwardWorkspace {
+  // First, in kHopperForwardWorkspaceBytes, so that a forward-only workspace is that alone.
+  int* work_counter = nullptr;  // the backward's, and the forward's (attention_hopper.cuh)
   float* lse2 = nullptr;      // (B*NH, T_pad)
   float* dsum = nullptr;      // (B*NH, T_pad)
   float* dq_accum = nullptr;  // (B*NH, T_pad / 64, 64 * HS) in fragment order
-  int* semaphores = nullptr;  // (B*NH, num_m_tiles), then the schedule's work counter
-  int* work_counter = nullptr;
+  int* semaphores = nullptr;  // (B*NH, num_m_tiles)
   int block_m = 0;            // query rows per tile
   int num_m_tiles = 0;        // query tiles
   int T_pad = 0;              // num_m_tiles * block_m
@@ -91,18 +92,19 @@ struct HopperBackwardWorkspace {
     num_m_tiles = (T + block_m - 1) / block_m;
     T_pad = num_m_tiles * block_m;
     const size_t rows = static_cast<size_t>(B) * NH * T_pad;
-    const size_t dsum_offset = rows * sizeof(float);
-    const size_t dq_offset = 2 * rows * sizeof(float);
+    const size_t lse2_offset = kHopperForwardWorkspaceBytes;
+    const size_t dsum_offset = lse2_offset + rows * sizeof(float);
+    const size_t dq_offset = dsum_offset + rows * sizeof(float);
     const size_t semaphore_offset = dq_offset + rows * head_size * sizeof(float);
     const size_t num_semaphores = static_cast<size_t>(B) * NH * num_m_tiles;
-    bytes = semaphore_offset + (num_semaphores + 1) * sizeof(int);
+    bytes = semaphore_offset + num_semaphores * sizeof(int);
     if (base != nullptr) {
       char* p = static_cast<char*>(base);
-      lse2 = reinterpret_cast<float*>(p);
+      work_counter = reinterpret_cast<int*>(p);
+      lse2 = reinterpret_cast<float*>(p + lse2_offset);
       dsum = reinterpret_cast<float*>(p + dsum_offset);
       dq_accum = reinterpret_cast<float*>(p + dq_offset);
       semaphores = reinterpret_cast<int*>(p + semaphore_offset);
-      work_counter = semaphores + num_semaphores;
     }
   }
 };
@@ -671,6 +673,10 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
 
 size_t attention_hopper_workspace_bytes(int B, int T, int C, int NH) {
   return HopperBackwardWorkspace(nullptr, B, T, C, NH).bytes;
+}
+
+int* attention_hopper_work_counter(void* workspace, int B, int T, int C, int NH) {
+  return HopperBackwardWorkspace(workspace, B, T, C, NH).work_counter;
 }
 
 void attention_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,

@@ -5,13 +5,28 @@
  * out (B,T,C) bf16 and lse (B,NH,T) fp32 (natural log) from qkv (B,T,3C) bf16; causal; head
  * size 64 or 128; any T. Same contract and CPU twin as the portable kernel
  * (cpu::attention_flash_forward). Parallel scheme (FlashAttention-3's):
- *  - one block per (64 or 128 query rows, b, h, see below); heads in groups (group_heads,
- *    about two waves of blocks), a group's blocks longest row first and heads interleaved, so
- *    the K and V tiles that a group's blocks re-read stay in L2 (ordered by row alone, a wave at
+ *  - work items of (64 or 128 query rows, b, h, see below); heads in groups (group_heads,
+ *    about two waves of items), a group's items longest row first and heads interleaved, so
+ *    the K and V tiles that a group's items re-read stay in L2 (ordered by row alone, a wave at
  *    short T spans every head, and the re-reads came from DRAM: 1K was 20% slower);
- *  - warpgroup 0 is the producer: one thread issues TMA copies of the Q tile and of a ring of
- *    kStages K and V tiles (kBlockN keys each, key tiles from the diagonal down), gives its
- *    registers away (setmaxnreg) and waits on the ring's empty barriers;
+ *  - the shapes with a producer at T <= 1024 (persistent_max_t), or at any T when the caller
+ *    caps the grid (max_blocks > 0), run persistent (HopperForwardTraits::kPersistent): as many
+ *    blocks as the SMs hold, each taking its next item from a work queue (WorkQueue: a counter
+ *    in the workspace, zeroed on the stream before the launch) until none is left, its rings
+ *    and barriers running on from item to item, so the next item's Q and first K and V tiles
+ *    load while the consumers finish the last one and write its output. A queue, not a fixed
+ *    order of items per block: items differ in length and head groups do not align with waves
+ *    of blocks (a fixed order gave some blocks two long items in a row, bench/NOTES.md);
+ *  - otherwise (longer T, and the shape without a producer at any T) one block an item, unit
+ *    blockIdx.x, its rings from use 0, no queue and no workspace: the persistent kernel
+ *    measured slower from T = 2K up; this kernel's machine code is the one from before the
+ *    persistent kernel existed (tools/same_machine_code.py);
+ *  - warpgroup 0 is the producer: one thread issues TMA copies of the item's Q tile and of a
+ *    ring of kStages K and V tiles (kBlockN keys each, key tiles from the diagonal down), gives
+ *    its registers away (setmaxnreg) and waits on the ring's empty barriers; persistent, it
+ *    takes each item from the queue, hands it to the consumers through shared memory with the
+ *    Q tile's barrier, and copies its Q tile once the consumers are done with the last one's
+ *    (q_empty);
  *  - the other warpgroups are consumers, 64 query rows each: S = Q K^T by wgmma from shared
  *    memory into fp32 registers, the online softmax in registers (log2 domain, exp2 with the
  *    scale folded into one FMA), P packed to bf16 in registers as the A operand of O += P V.
@@ -31,11 +46,15 @@
  * warpgroup).
  * Only the first (diagonal) key tile needs masking (keys after the query or at/after T).
  * With QueryRows (attention.cuh) the blocks cover the ranges' rows only.
- * Nothing of size T x T exists; the only global writes are out and lse.
+ * Nothing of size T x T exists; the only global writes are out, lse and (persistent) the work
+ * counter.
  */
 #include "kernels/gpu/attention_hopper.cuh"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <type_traits>
 
 #include "base/error.h"
 #include "kernels/gpu/attention_flash_common.cuh"
@@ -62,17 +81,30 @@ struct HopperForwardParams {
   float scale_log2;  // softmax scale * log2(e)
 };
 
+// The persistent kernels' parameters (HopperForwardTraits::kPersistent): the items,
+// num_m_blocks * BH, and the next unit of the schedule (WorkQueue), zeroed before the launch.
+// A kernel of one item a block takes HopperForwardParams alone, so its parameters are those it
+// had before the persistent kernel existed.
+struct HopperForwardQueueParams : HopperForwardParams {
+  int num_items;
+  int* work_counter;
+};
+
 // The named barriers of the consumers' turns (HopperForwardTraits::kPingPong): 1 and 2 (0 is
 // __syncthreads).
 constexpr int kTurnBarrier = 1;
 
-template <int kHeadDim_, int kConsumers_, bool kProducer_ = true>
+template <int kHeadDim_, int kConsumers_, bool kProducer_ = true, bool kPersistent_ = false>
 struct HopperForwardTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumers = kConsumers_;   // consumer warpgroups, 64 query rows each
   // With a producer warpgroup (setmaxnreg moves its registers to the consumers); without one,
   // thread 0 of the single consumer issues the copies and three blocks share an SM.
   static constexpr bool kProducer = kProducer_;
+  // Persistent (with a producer only): each block takes items from the work queue until none is
+  // left, the producer handing each to the consumers (item slots, q_empty); otherwise one item
+  // a block, unit blockIdx.x.
+  static constexpr bool kPersistent = kPersistent_;
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per block
   // Without a producer, blocks as many as the shared memory holds: three at head size 64, two
   // at 128.
@@ -88,16 +120,20 @@ struct HopperForwardTraits {
   static constexpr int kProducerRegisters = 24;
   // The register file (64K) shared by kBlocksPerSm blocks: 240 + 240 + 24 or 232 + 24 (x 2).
   static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 232;
+  using Params = std::conditional_t<kPersistent, HopperForwardQueueParams, HopperForwardParams>;
   using QTile = SmemTile<kBlockM, kHeadDim>;
   using KVTile = SmemTile<kBlockN, kHeadDim>;
-  // q_full, k_full[], v_full[], k_empty[], v_empty[]
-  static constexpr int kNumBarriers = 1 + 4 * kStages;
+  // q_full, k_full[], v_full[], k_empty[], v_empty[], and persistent q_empty.
+  static constexpr int kNumBarriers = 1 + 4 * kStages + (kPersistent ? 1 : 0);
+  // Persistent: the slots that hand each item's unit from the producer to the consumers.
+  static constexpr int kItemSlots = kPersistent ? 2 : 0;
   // Shared memory: the query tile, the K ring, the V ring, the barriers.
   static constexpr hopper::SmemRegion kQRegion{0, QTile::kBytes};
   static constexpr hopper::SmemRegion kKRegion = kQRegion.next(kStages * KVTile::kBytes, 1024);
   static constexpr hopper::SmemRegion kVRegion = kKRegion.next(kStages * KVTile::kBytes, 1024);
   static constexpr hopper::SmemRegion kBarrierRegion = kVRegion.next(8 * kNumBarriers, 8);
-  static constexpr int kSmemBytes = kBarrierRegion.end() + 1024;  // + the base's alignment
+  static constexpr hopper::SmemRegion kSlotRegion = kBarrierRegion.next(4 * kItemSlots, 4);
+  static constexpr int kSmemBytes = kSlotRegion.end() + 1024;  // + the base's alignment
   static_assert(kConsumers == 1 || kConsumers == 2, "one or two consumer warpgroups");
   // Key tiles aligned to kBlockN hold whole query blocks: only the block's last (diagonal) key
   // tile needs the causal mask, and it has a key <= every row.
@@ -107,6 +143,7 @@ struct HopperForwardTraits {
                         65536,
                 "setmaxnreg budgets exceed the register file");
   static_assert(kProducer || kConsumers == 1, "without a producer: one consumer warpgroup");
+  static_assert(kProducer || !kPersistent, "persistent: the shapes with a producer only");
   static_assert(kSmemBytes * kBlocksPerSm <= 227 * 1024, "shared memory per SM");
 };
 
@@ -121,6 +158,9 @@ __device__ __forceinline__ void mask_diagonal(float (&s_acc)[kSRegs], int key0, 
     if (key > row || key >= T) s_acc[i] = -INFINITY;
   }
 }
+
+// The rings' uses before the item when a block takes one item: a compile-time 0.
+constexpr std::integral_constant<int, 0> kNoUses{};
 
 // The query block a block works on: rows m0 .. m0 + kBlockM - 1 of head bh = b * NH + h, whose
 // columns of q, k and v start at head_col = h * head size, over key tiles n_blocks - 1 (the
@@ -149,10 +189,17 @@ struct HopperForwardBlock {
   const uint32_t q_full;
   // The K and V rings: full barriers after q_full, then the empty ones.
   const hopper::StageRing<kStages> k_ring, v_ring;
+  // Persistent: the barrier on which the consumers give the Q tile back, and the slots that
+  // hand the j-th item's unit to them (item_slot[j % 2]; -1: none left).
+  const uint32_t q_empty;
+  volatile int* const item_slot;
 
+  // smem_ and smem_generic_: the same 1024-byte aligned base as a shared-window address and as
+  // a generic pointer.
   __device__ __forceinline__ HopperForwardBlock(const CUtensorMap* q_map_,
                                                 const CUtensorMap* kv_map_,
-                                                const HopperForwardParams& p_, uint32_t smem_)
+                                                const HopperForwardParams& p_, uint32_t smem_,
+                                                unsigned char* smem_generic_)
       : q_map(q_map_),
         kv_map(kv_map_),
         p(p_),
@@ -160,7 +207,9 @@ struct HopperForwardBlock {
         q_tile{smem_ + Traits::kQRegion.offset},
         q_full(smem_ + Traits::kBarrierRegion.offset),
         k_ring{q_full + 8, q_full + 8 * (1 + 2 * kStages)},
-        v_ring{q_full + 8 * (1 + kStages), q_full + 8 * (1 + 3 * kStages)} {}
+        v_ring{q_full + 8 * (1 + kStages), q_full + 8 * (1 + 3 * kStages)},
+        q_empty(q_full + 8 * (1 + 4 * kStages)),
+        item_slot(reinterpret_cast<volatile int*>(smem_generic_ + Traits::kSlotRegion.offset)) {}
 
   __device__ __forceinline__ KVTile k_tile(int s) const {
     return KVTile{smem + Traits::kKRegion.offset + s * KVTile::kBytes};
@@ -196,6 +245,7 @@ struct HopperForwardBlock {
   /// One thread, before the block's __syncthreads.
   __device__ __forceinline__ void init_barriers() const {
     hopper::mbarrier_init(q_full, 1);
+    if constexpr (Traits::kPersistent) hopper::mbarrier_init(q_empty, Traits::kConsumers * 128);
     k_ring.init(1, Traits::kConsumers * 128);
     v_ring.init(1, Traits::kConsumers * 128);
     hopper::fence_barrier_init();
@@ -212,29 +262,36 @@ struct HopperForwardBlock {
     hopper::mbarrier_arrive_expect_tx(q_full, QTile::kBytes);
     q_tile.load(q_map, q_full, item.head_col, item.m0, item.b);
   }
-  __device__ __forceinline__ void load_k(const ForwardItem& item, int it) const {
-    k_ring.wait_empty(it);
-    hopper::mbarrier_arrive_expect_tx(k_ring.full(it), KVTile::kBytes);
-    k_tile(k_ring.stage(it))
-        .load(kv_map, k_ring.full(it), p.C + item.head_col,
+  // Key tile `it` of the item is the rings' use first_use + it: first_use counts the uses of
+  // the items before it (persistent), a compile-time 0 (kNoUses) for one item a block.
+  template <typename Use>
+  __device__ __forceinline__ void load_k(const ForwardItem& item, Use first_use, int it) const {
+    const int use = first_use + it;
+    k_ring.wait_empty(use);
+    hopper::mbarrier_arrive_expect_tx(k_ring.full(use), KVTile::kBytes);
+    k_tile(k_ring.stage(use))
+        .load(kv_map, k_ring.full(use), p.C + item.head_col,
               (item.n_blocks - 1 - it) * kBlockN, item.b);
   }
-  __device__ __forceinline__ void load_v(const ForwardItem& item, int it) const {
-    v_ring.wait_empty(it);
-    hopper::mbarrier_arrive_expect_tx(v_ring.full(it), KVTile::kBytes);
-    v_tile(v_ring.stage(it))
-        .load(kv_map, v_ring.full(it), 2 * p.C + item.head_col,
+  template <typename Use>
+  __device__ __forceinline__ void load_v(const ForwardItem& item, Use first_use, int it) const {
+    const int use = first_use + it;
+    v_ring.wait_empty(use);
+    hopper::mbarrier_arrive_expect_tx(v_ring.full(use), KVTile::kBytes);
+    v_tile(v_ring.stage(use))
+        .load(kv_map, v_ring.full(use), 2 * p.C + item.head_col,
               (item.n_blocks - 1 - it) * kBlockN, item.b);
   }
 
   /// The producer's thread: every copy of the item, in the order the consumers release stages:
   /// K(0), K(1), V(0), K(2), V(1), ...
-  __device__ __forceinline__ void produce(const ForwardItem& item) const {
+  template <typename Use>
+  __device__ __forceinline__ void produce(const ForwardItem& item, Use first_use) const {
     load_q(item);
-    load_k(item, 0);
+    load_k(item, first_use, 0);
     for (int it = 0; it < item.n_blocks; ++it) {
-      if (it + 1 < item.n_blocks) load_k(item, it + 1);
-      load_v(item, it);
+      if (it + 1 < item.n_blocks) load_k(item, first_use, it + 1);
+      load_v(item, first_use, it);
     }
   }
 
@@ -242,13 +299,18 @@ struct HopperForwardBlock {
   __device__ __forceinline__ void prefill(const ForwardItem& item) const {
     load_q(item);
     for (int it = 0; it < min(kStages, item.n_blocks); ++it) {
-      load_k(item, it);
-      load_v(item, it);
+      load_k(item, kNoUses, it);
+      load_v(item, kNoUses, it);
     }
   }
 
   /// Consumer warpgroup c: query rows item.m0 + 64c .. + 63; this thread rows row0, row0 + 8.
-  __device__ __forceinline__ void consume(const ForwardItem& item, int c) const {
+  /// first_use: the rings' uses of the block's items before this one; q_parity: the parity of
+  /// the Q barrier's phase that brings this item's Q tile; first_item: whether it is the
+  /// block's first item. For one item a block, compile-time 0, 0 and true.
+  template <typename Use, typename Parity, typename First>
+  __device__ __forceinline__ void consume(const ForwardItem& item, int c, Use first_use,
+                                          Parity q_parity, First first_item) const {
     const int lane = threadIdx.x % 32;
     const int warp = (threadIdx.x % 128) / 32;
     const hopper::AccumulatorLayout fragment(lane);
@@ -273,8 +335,9 @@ struct HopperForwardBlock {
       if constexpr (Traits::kPingPong)
         hopper::named_barrier_arrive(kTurnBarrier + (1 - c), 256);
     };
-    if (Traits::kPingPong && c == 1) pass_turn();
-
+    // Consumer 0's turn comes first: once a block, in its first item (each consumer takes
+    // n_blocks + 1 turns an item and both take the same items, so the turns stay in step).
+    if (first_item && Traits::kPingPong && c == 1) pass_turn();
     auto issue_scores = [&](int s) {
 #pragma unroll
       for (int kk = 0; kk < kHeadDim / 16; ++kk)
@@ -299,25 +362,32 @@ struct HopperForwardBlock {
     auto refill_after = [&](int it) {
       if constexpr (!Traits::kProducer) {
         if (threadIdx.x == 0) {
-          if (it + kStages < item.n_blocks) load_k(item, it + kStages);
-          if (it >= 1 && it - 1 + kStages < item.n_blocks) load_v(item, it - 1 + kStages);
+          if (it + kStages < item.n_blocks) load_k(item, kNoUses, it + kStages);
+          if (it >= 1 && it - 1 + kStages < item.n_blocks) load_v(item, kNoUses, it - 1 + kStages);
         }
       }
     };
 
-    hopper::mbarrier_wait(q_full, 0);
+    hopper::mbarrier_wait(q_full, q_parity);
+    // Persistent: Q goes back to the producer once the item's last S is done.
+    auto release_q_after = [&](int it) {
+      if constexpr (Traits::kPersistent) {
+        if (it == item.n_blocks - 1) hopper::mbarrier_arrive(q_empty);
+      }
+    };
 
     // First key tile (the diagonal one, possibly ragged at T): masked.
     {
-      k_ring.wait_full(0);
+      k_ring.wait_full(first_use + 0);
       wait_turn();
       hopper::wgmma_fence();
-      issue_scores(0);
+      issue_scores(k_ring.stage(first_use + 0));
       hopper::wgmma_commit_group();
       pass_turn();
       hopper::wgmma_wait_group<0>();
       hopper::fence_operands(s_acc);
-      k_ring.release(0);
+      k_ring.release(first_use + 0);
+      release_q_after(0);
       mask_diagonal(s_acc, (item.n_blocks - 1) * kBlockN + col_pair, row0, p.T);
       // Every row keeps key n0 <= row unmasked, so the maxima are finite.
       softmax.first(s_acc);
@@ -326,25 +396,27 @@ struct HopperForwardBlock {
     }
 
     for (int it = 1; it < item.n_blocks; ++it) {
-      k_ring.wait_full(it);
-      v_ring.wait_full(it - 1);
+      const int use = first_use + it;
+      k_ring.wait_full(use);
+      v_ring.wait_full(use - 1);
       wait_turn();
       hopper::wgmma_fence();
-      issue_scores(k_ring.stage(it));
+      issue_scores(k_ring.stage(use));
       hopper::wgmma_commit_group();
-      issue_pv(v_ring.stage(it - 1));
+      issue_pv(v_ring.stage(use - 1));
       hopper::wgmma_commit_group();
       pass_turn();
       hopper::wgmma_wait_group<1>();  // S of this tile is ready; P V of the last still runs
       hopper::fence_operands(s_acc);
-      k_ring.release(it);
+      k_ring.release(use);
+      release_q_after(it);
 
       float correction[2];
       softmax.next(s_acc, correction);
 
       hopper::wgmma_wait_group<0>();
       hopper::fence_operands(o_acc);
-      v_ring.release(it - 1);
+      v_ring.release(use - 1);
       refill_after(it);
 #pragma unroll
       for (int i = 0; i < kORegs; i += 4) {
@@ -357,14 +429,16 @@ struct HopperForwardBlock {
     }
 
     {
-      v_ring.wait_full(item.n_blocks - 1);
+      v_ring.wait_full(first_use + item.n_blocks - 1);
       wait_turn();
       hopper::wgmma_fence();
-      issue_pv(v_ring.stage(item.n_blocks - 1));
+      issue_pv(v_ring.stage(first_use + item.n_blocks - 1));
       hopper::wgmma_commit_group();
       pass_turn();
       hopper::wgmma_wait_group<0>();
       hopper::fence_operands(o_acc);
+      // Persistent: the next item's copies wait on this stage; one item a block, none do.
+      if constexpr (Traits::kPersistent) v_ring.release(first_use + item.n_blocks - 1);
     }
 
     // Epilogue: normalize, write O (bf16) and lse (fp32, natural log).
@@ -392,37 +466,104 @@ template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     hopper_forward_kernel(const __grid_constant__ CUtensorMap q_map,
                           const __grid_constant__ CUtensorMap kv_map,
-                          const HopperForwardParams p) {
+                          const typename Traits::Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
-  const HopperForwardBlock<Traits> block(&q_map, &kv_map, p,
-                                         (hopper::smem_addr(smem_raw) + 1023u) & ~1023u);
-  ForwardItem item = block.item_of(static_cast<int>(blockIdx.x));
-
-  if (threadIdx.x == 0) block.init_barriers();
-  __syncthreads();
-  block.set_head_col(item);
-
-  const int warpgroup = threadIdx.x / 128;
-  if constexpr (Traits::kProducer) {
+  const uint32_t smem = (hopper::smem_addr(smem_raw) + 1023u) & ~1023u;
+  const HopperForwardBlock<Traits> block(&q_map, &kv_map, p, smem,
+                                         smem_raw + (smem - hopper::smem_addr(smem_raw)));
+  if constexpr (Traits::kPersistent) {
+    if (threadIdx.x == 0) block.init_barriers();
+    __syncthreads();
+    const int warpgroup = threadIdx.x / 128;
     if (warpgroup == 0) {
+      // Producer: item j's unit goes to the consumers in slot j % 2, written before the
+      // producer's arrival for phase j of q_full: mbarrier.arrive is a release and the
+      // consumers' wait that sees the phase complete an acquire, both at CTA scope (PTX's
+      // defaults), so they read the slot after that wait with no other fence. Before the write
+      // the producer waits on q_empty for item j - 1, on which every consumer thread arrives
+      // after its last S of item j - 1, so after it saw phase j - 1 complete and read slot
+      // (j - 1) % 2 (and, an item before, j % 2). With no unit left: -1 and an arrival without
+      // copies complete phase j, and all consumers leave at item j.
       hopper::setmaxnreg_dec<Traits::kProducerRegisters>();
-      if (threadIdx.x == 0) block.produce(item);
+      if (threadIdx.x == 0) {
+        const WorkQueue queue{p.work_counter};
+        int first_use = 0;  // the rings' uses of the items before this one
+        for (int j = 0;; ++j) {
+          const int unit = queue.take();  // before the wait, so its round trip overlaps it
+          if (j > 0) hopper::mbarrier_wait(block.q_empty, (j - 1) & 1);
+          if (unit >= p.num_items) {
+            block.item_slot[j % 2] = -1;
+            hopper::mbarrier_arrive(block.q_full);
+            break;
+          }
+          block.item_slot[j % 2] = unit;
+          ForwardItem item = block.item_of(unit);
+          block.set_head_col(item);
+          block.produce(item, first_use);
+          first_use += item.n_blocks;
+        }
+      }
       return;
     }
     hopper::setmaxnreg_inc<Traits::kConsumerRegisters>();
-  } else if (threadIdx.x == 0) {
-    block.prefill(item);
+    int first_use = 0;
+    for (int j = 0;; ++j) {
+      // The item's unit, from the producer's slot once its Q tile has landed.
+      hopper::mbarrier_wait(block.q_full, j & 1);
+      const int unit = block.item_slot[j % 2];
+      if (unit < 0) break;
+      ForwardItem item = block.item_of(unit);
+      block.set_head_col(item);
+      // The Q barrier's phase j is already complete: consume's wait returns at once.
+      block.consume(item, warpgroup - 1, first_use, j & 1, j == 0);
+      first_use += item.n_blocks;
+    }
+  } else {
+    ForwardItem item = block.item_of(static_cast<int>(blockIdx.x));
+    if (threadIdx.x == 0) block.init_barriers();
+    __syncthreads();
+    block.set_head_col(item);
+    const int warpgroup = threadIdx.x / 128;
+    if constexpr (Traits::kProducer) {
+      if (warpgroup == 0) {
+        hopper::setmaxnreg_dec<Traits::kProducerRegisters>();
+        if (threadIdx.x == 0) block.produce(item, kNoUses);
+        return;
+      }
+      hopper::setmaxnreg_inc<Traits::kConsumerRegisters>();
+    } else if (threadIdx.x == 0) {
+      block.prefill(item);
+    }
+    block.consume(item, Traits::kProducer ? warpgroup - 1 : 0, kNoUses, kNoUses, std::true_type{});
   }
-  block.consume(item, Traits::kProducer ? warpgroup - 1 : 0);
 #else
   __trap();  // built without sm_90a code: the dispatch never launches this
 #endif
 }
 
+// The longest T whose forward runs persistent (the shapes with a producer): 1024 (+10-18%
+// there on an H100, a block an item as fast or faster from 2K up, bench/NOTES.md), or
+// GPT2_HOPPER_FORWARD_PERSISTENT_MAX_T for the benchmark's A/B of the two kernels on one build
+// (read once; a value that is not a whole number is an error).
+int persistent_max_t() {
+  static const int max_t = [] {
+    const char* text = std::getenv("GPT2_HOPPER_FORWARD_PERSISTENT_MAX_T");
+    if (text == nullptr) return 1024;
+    char* end = nullptr;
+    const long value = std::strtol(text, &end, 10);
+    GPT2_CHECK(end != text && *end == '\0' && value >= 0 && value <= (1L << 30),
+               "GPT2_HOPPER_FORWARD_PERSISTENT_MAX_T takes a whole number >= 0 (got '", text,
+               "')");
+    return static_cast<int>(value);
+  }();
+  return max_t;
+}
+
 template <typename Traits>
 void launch_hopper_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
-                           const QueryRows& rows, cudaStream_t stream) {
+                           void* workspace, const QueryRows& rows, int max_blocks,
+                           cudaStream_t stream) {
   // qkv as (dim0 = 3C columns, dim1 = T rows, dim2 = B); boxes of 64 columns x the tile's rows.
   const uint64_t dims[3] = {3ull * C, static_cast<uint64_t>(T), static_cast<uint64_t>(B)};
   const CUtensorMap q_map =
@@ -440,19 +581,34 @@ void launch_hopper_forward(bf16* out, float* lse, const bf16* qkv, int B, int T,
   const int first_blocks = blocks_of(r.begin[0], r.end[0]);
   const int num_m_blocks = first_blocks + (r.count == 2 ? blocks_of(r.begin[1], r.end[1]) : 0);
   const int BH = B * NH;
+  const int64_t items = static_cast<int64_t>(num_m_blocks) * BH;
+  GPT2_CHECK(items < (int64_t{1} << 30), "too many attention work items: ", items);
+  const int sms = hopper::current_device_sms();
   // Head groups of about two waves of blocks (bench/NOTES.md: forward head groups).
-  HopperForwardParams params{out, lse, T, C, NH, BH, num_m_blocks, first_blocks, r.begin[0],
-                             r.begin[1],
-                             schedule_group_heads(
-                                 num_m_blocks, BH,
-                                 2 * Traits::kBlocksPerSm * hopper::current_device_sms()),
-                             static_cast<float>(1.0 / std::sqrt(double(Traits::kHeadDim))) *
-                                 flash::kLog2e};
+  typename Traits::Params params{};
+  static_cast<HopperForwardParams&>(params) = HopperForwardParams{
+      out, lse, T, C, NH, BH, num_m_blocks, first_blocks, r.begin[0], r.begin[1],
+      schedule_group_heads(num_m_blocks, BH, 2 * Traits::kBlocksPerSm * sms),
+      static_cast<float>(1.0 / std::sqrt(double(Traits::kHeadDim))) * flash::kLog2e};
+  if constexpr (Traits::kPersistent) {
+    params.num_items = static_cast<int>(items);
+    // The work queue's counter, zeroed on the launch's stream just before it (a memset node
+    // when captured in a graph). One block an item touches no workspace.
+    GPT2_CHECK(workspace != nullptr, "the persistent Hopper forward (", Traits::kBlockM,
+               "-row blocks) takes its items from a counter in the attention workspace");
+    params.work_counter = attention_hopper_work_counter(workspace, B, T, C, NH);
+    GPT2_CUDA_CHECK(cudaMemsetAsync(params.work_counter, 0, sizeof(int), stream));
+  }
   auto kernel = hopper_forward_kernel<Traits>;
   GPT2_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        Traits::kSmemBytes));
-  const int64_t blocks = static_cast<int64_t>(params.num_m_blocks) * params.BH;
-  GPT2_CHECK(blocks < (int64_t{1} << 31), "too many attention blocks: ", blocks);
+  // Persistent: as many blocks as the SMs hold (max_blocks > 0: at most that many), each
+  // taking items from the work queue until none is left. Otherwise a block an item.
+  const int64_t resident = int64_t{Traits::kBlocksPerSm} * sms;
+  const int64_t blocks =
+      Traits::kPersistent
+          ? std::min<int64_t>({items, resident, max_blocks > 0 ? max_blocks : resident})
+          : items;
   kernel<<<static_cast<unsigned>(blocks), Traits::kThreads, Traits::kSmemBytes, stream>>>(
       q_map, kv_map, params);
   GPT2_CUDA_CHECK_LAUNCH();
@@ -476,12 +632,26 @@ HopperForwardShape attention_hopper_forward_shape(int T, int head_size) {
 }
 
 void attention_hopper_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
-                              HopperForwardShape shape, cudaStream_t stream,
-                              const QueryRows& rows) {
+                              void* workspace, HopperForwardShape shape, cudaStream_t stream,
+                              const QueryRows& rows, int max_blocks) {
   const int head_size = flash::checked_head_size(B, T, C, NH);
+  GPT2_CHECK(max_blocks >= 0, "the Hopper forward's max_blocks must be >= 0 (got ", max_blocks,
+             ")");
   if (shape == HopperForwardShape::kAuto) shape = attention_hopper_forward_shape(T, head_size);
+  auto launch_traits = [&](auto traits) {
+    launch_hopper_forward<decltype(traits)>(out, lse, qkv, B, T, C, NH, workspace, rows,
+                                            max_blocks, stream);
+  };
+  // The shapes with a producer run persistent at T <= persistent_max_t() or when the caller
+  // caps the grid; otherwise, and without a producer, a block an item.
   auto launch = [&](auto traits) {
-    launch_hopper_forward<decltype(traits)>(out, lse, qkv, B, T, C, NH, rows, stream);
+    using Traits = decltype(traits);
+    if constexpr (Traits::kProducer) {
+      if (max_blocks > 0 || T <= persistent_max_t())
+        return launch_traits(
+            HopperForwardTraits<Traits::kHeadDim, Traits::kConsumers, true, true>{});
+    }
+    launch_traits(traits);
   };
   switch (shape) {
     case HopperForwardShape::kRows128:

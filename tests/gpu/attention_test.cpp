@@ -20,6 +20,7 @@
 #include "gpu/gpu_test_util.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/gpu/attention.cuh"
+#include "kernels/gpu/attention_hopper.cuh"
 #include "kernels/gpu/context.cuh"
 
 namespace gpt2::gpu::test {
@@ -76,6 +77,7 @@ Reference reference_attention(const std::vector<float>& qkv, const std::vector<f
 struct HopperKnobs {
   bool deterministic = true;
   int backward_max_blocks = 0;
+  int forward_max_blocks = 0;
   HopperForwardShape forward_shape = HopperForwardShape::kAuto;
   QueryRows rows;  // all rows unless set
 };
@@ -97,6 +99,7 @@ AttentionResult run_attention(AttentionKernel kernel, const std::vector<float>& 
   config.kernel = kernel;
   config.deterministic = knobs.deterministic;
   config.backward_max_blocks = knobs.backward_max_blocks;
+  config.forward_max_blocks = knobs.forward_max_blocks;
   config.forward_shape = knobs.forward_shape;
   config.rows = knobs.rows;
   DeviceBuffer<T_> d_qkv(3 * n_out), d_dout(n_out), d_out(n_out), d_dqkv(3 * n_out);
@@ -186,6 +189,12 @@ void check_attention(AttentionKernel kernel, const AttentionShape& s, uint64_t s
 
 class GpuAttentionTest : public ::testing::TestWithParam<AttentionShape> {};
 
+// Every forward block shape the Hopper kernel has.
+std::vector<HopperForwardShape> hopper_forward_shapes() {
+  return {HopperForwardShape::kRows128, HopperForwardShape::kRows64,
+          HopperForwardShape::kRows64NoProducer};
+}
+
 TEST_P(GpuAttentionTest, Bf16PortableFlashMatchesFp64Reference) {
   GPT2_REQUIRE_GPU();
   check_attention<bf16>(AttentionKernel::kFlashPortable, GetParam(), 1000 + GetParam().T);
@@ -196,8 +205,7 @@ TEST_P(GpuAttentionTest, Bf16PortableFlashMatchesFp64Reference) {
 TEST_P(GpuAttentionTest, Bf16HopperFlashMatchesFp64Reference) {
   GPT2_REQUIRE_GPU();
   GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, GetParam().HS);
-  for (const HopperForwardShape shape : {HopperForwardShape::kRows128, HopperForwardShape::kRows64,
-                                         HopperForwardShape::kRows64NoProducer}) {
+  for (const HopperForwardShape shape : hopper_forward_shapes()) {
     HopperKnobs knobs;
     knobs.forward_shape = shape;
     check_attention<bf16>(AttentionKernel::kFlashHopper, GetParam(), 1000 + GetParam().T, knobs);
@@ -323,7 +331,9 @@ const std::vector<RowsCase>& rows_cases() {
       {{2, 700, 3, 64, 1.0}, {2, {128, 384}, {256, 700}}},
       {{1, 1000, 3, 64, 1.0}, {1, {256, 0}, {640, 0}}},
       {{2, 513, 3, 128, 1.0}, {2, {0, 256}, {128, 513}}},
-      {{1, 1024, 3, 128, 2.0}, {2, {256, 768}, {512, 896}}}};
+      {{1, 1024, 3, 128, 2.0}, {2, {256, 768}, {512, 896}}},
+      // Above the default persistent_max_t (1024): the forward's blocks take an item each.
+      {{1, 1300, 3, 64, 1.0}, {2, {256, 1024}, {640, 1300}}}};
   return cases;
 }
 
@@ -333,9 +343,7 @@ TEST(GpuAttentionRows, Bf16HopperComputesItsRowsOnly) {
     std::string why;
     if (!kernel_runs_here<bf16>(AttentionKernel::kFlashHopper, c.shape.HS, &why))
       GTEST_SKIP() << "flash-hopper does not run here: " << why;
-    for (const HopperForwardShape shape : {HopperForwardShape::kRows128,
-                                           HopperForwardShape::kRows64,
-                                           HopperForwardShape::kRows64NoProducer}) {
+    for (const HopperForwardShape shape : hopper_forward_shapes()) {
       SCOPED_TRACE(to_string(shape));
       check_query_rows_case<bf16>(AttentionKernel::kFlashHopper, c, 77 + c.shape.T, shape);
     }
@@ -362,9 +370,9 @@ TEST(GpuAttentionRows, RowsOffTheirGranuleAreRefused) {
 }
 
 // A forward-only config (inference) sizes the workspace for the forward's use alone: the naive
-// kernel's permuted Q, K, V and O (4,B,T,C), nothing for the flash kernels, whose forward keeps
-// no scratch; the backward's (naive: dO, dQ, dK, dV and dP/dS of (B,NH,T,T)) only with it. Host
-// arithmetic: runs without a GPU.
+// kernel's permuted Q, K, V and O (4,B,T,C), the Hopper forward's work counter, nothing for the
+// portable flash forward; the backward's (naive: dO, dQ, dK, dV and dP/dS of (B,NH,T,T)) only
+// with it. Host arithmetic: runs without a GPU.
 TEST(GpuAttentionWorkspace, AForwardOnlyConfigHoldsTheForwardsScratchAlone) {
   AttentionConfig config;
   config.B = 2;
@@ -386,7 +394,9 @@ TEST(GpuAttentionWorkspace, AForwardOnlyConfigHoldsTheForwardsScratchAlone) {
       config.backward = true;
       EXPECT_GT(attention_workspace_bytes(config), 0u) << to_string(flash);
       config.backward = false;
-      EXPECT_EQ(attention_workspace_bytes(config), 0u) << to_string(flash);
+      EXPECT_EQ(attention_workspace_bytes(config),
+                flash == AttentionKernel::kFlashHopper ? kHopperForwardWorkspaceBytes : 0u)
+          << to_string(flash);
     }
   }
 }
@@ -559,34 +569,74 @@ TEST(GpuAttentionHopper, FewPersistentBlocksTakeManyItemsEach) {
   }
 }
 
+// The persistent forward with three blocks (max_blocks forces it at any T): they share the 50
+// to 180 items between them through the work queue (its counter in a poisoned workspace: the
+// launcher zeroes it), each block's rings, barriers, item slots and consumers' turns running on
+// from item to item, including items of one key tile; every shape with a producer against
+// fp64, and the same bits as the launcher's own choice: at T = 777 the persistent kernel on as
+// many blocks as the SMs hold, at T = 1100 (above the default persistent_max_t, 1024) the
+// kernel of a block an item, without the queue (a row's arithmetic depends on neither the block
+// that computes it nor the kernel).
+TEST(GpuAttentionHopper, ForwardPersistentBlocksTakeManyItemsEach) {
+  GPT2_REQUIRE_GPU();
+  for (const int head_size : {64, 128}) {
+    GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, head_size);
+    for (const int T : {777, 1100}) {
+      const AttentionShape s{2, T, 5, head_size, 1.0};
+      const int C = s.NH * s.HS;
+      const int64_t n_out = static_cast<int64_t>(s.B) * s.T * C;
+      const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 45));
+      const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 46));
+      Context ctx;
+      for (const HopperForwardShape shape : hopper_forward_shapes()) {
+        if (shape == HopperForwardShape::kRows64NoProducer) continue;  // one item a block
+        SCOPED_TRACE(str_cat("head size ", head_size, ", T ", T, ", ", to_string(shape)));
+        HopperKnobs few, own;
+        few.forward_shape = own.forward_shape = shape;
+        few.forward_max_blocks = 3;
+        check_attention<bf16>(AttentionKernel::kFlashHopper, s, 47, few);
+        const AttentionResult a = run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout,
+                                                      s, ctx, few);
+        const AttentionResult b = run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout,
+                                                      s, ctx, own);
+        EXPECT_EQ(a.out, b.out);
+        EXPECT_EQ(a.lse, b.lse);
+      }
+    }
+  }
+}
+
 // Forward block shapes that meet the same key tiles in the same order do the same arithmetic
 // per row, so out and lse agree bit for bit: at head size 64 all three (128-key tiles); at 128
 // the two 64-row shapes (64-key tiles; the 128-row shape tiles keys by 128 and agrees only to
-// rounding, as checked above).
+// rounding, as checked above). At T = 1000 the shapes with a producer run persistent, at
+// T = 1500 (above the default persistent_max_t, 1024) a block an item.
 TEST(GpuAttentionHopper, ForwardBlockShapesOfTheSameTilesGiveIdenticalBits) {
   GPT2_REQUIRE_GPU();
   for (const int head_size : {64, 128}) {
     GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, head_size);
-    const AttentionShape s{3, 1000, 5, head_size, 1.0};
-    const int64_t n_out = static_cast<int64_t>(s.B) * s.T * s.NH * s.HS;
-    const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 51));
-    const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 52));
-    Context ctx;
-    HopperKnobs rows64, rows128, no_producer;
-    rows64.forward_shape = HopperForwardShape::kRows64;
-    rows128.forward_shape = HopperForwardShape::kRows128;
-    no_producer.forward_shape = HopperForwardShape::kRows64NoProducer;
-    std::vector<HopperKnobs> same_tiles = {no_producer};
-    if (head_size == 64) same_tiles.push_back(rows128);
-    const AttentionKernel hopper = AttentionKernel::kFlashHopper;
-    const AttentionResult a = run_attention<bf16>(hopper, qkv, dout, s, ctx, rows64);
-    for (const HopperKnobs& other : same_tiles) {
-      const AttentionResult b = run_attention<bf16>(hopper, qkv, dout, s, ctx, other);
-      const std::string what =
-          str_cat("head size ", head_size, ", forward ", to_string(other.forward_shape));
-      EXPECT_EQ(a.out, b.out) << what;
-      EXPECT_EQ(a.lse, b.lse) << what;
-      EXPECT_EQ(a.dqkv, b.dqkv) << what;  // the same backward from the same out and lse
+    for (const int T : {1000, 1500}) {
+      const AttentionShape s{3, T, 5, head_size, 1.0};
+      const int64_t n_out = static_cast<int64_t>(s.B) * s.T * s.NH * s.HS;
+      const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 51));
+      const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 52));
+      Context ctx;
+      HopperKnobs rows64, rows128, no_producer;
+      rows64.forward_shape = HopperForwardShape::kRows64;
+      rows128.forward_shape = HopperForwardShape::kRows128;
+      no_producer.forward_shape = HopperForwardShape::kRows64NoProducer;
+      std::vector<HopperKnobs> same_tiles = {no_producer};
+      if (head_size == 64) same_tiles.push_back(rows128);
+      const AttentionKernel hopper = AttentionKernel::kFlashHopper;
+      const AttentionResult a = run_attention<bf16>(hopper, qkv, dout, s, ctx, rows64);
+      for (const HopperKnobs& other : same_tiles) {
+        const AttentionResult b = run_attention<bf16>(hopper, qkv, dout, s, ctx, other);
+        const std::string what = str_cat("head size ", head_size, ", T ", T, ", forward ",
+                                         to_string(other.forward_shape));
+        EXPECT_EQ(a.out, b.out) << what;
+        EXPECT_EQ(a.lse, b.lse) << what;
+        EXPECT_EQ(a.dqkv, b.dqkv) << what;  // the same backward from the same out and lse
+      }
     }
   }
 }

@@ -32,6 +32,7 @@
 #include "model/model.h"
 #include "model/parameters.h"
 #include "inference/generation.h"
+#include "kernels/gpu/attention_hopper.cuh"
 
 namespace gpt2::gpu::test {
 namespace {
@@ -292,9 +293,9 @@ TEST(CudaGeneration, InferenceOnlyModelMatchesATrainingModel) {
       if (item.group == "gradients" || item.group == "optimizer") {
         EXPECT_EQ(item.bytes, 0u) << item.name;
       }
-      // The flash forward keeps no scratch: no attention workspace without a backward.
+      // Without a backward the attention workspace is the forward's: at most a work counter.
       if (item.name.rfind("attention scratch", 0) == 0) {
-        EXPECT_EQ(item.bytes, 0u) << item.name;
+        EXPECT_LE(item.bytes, kHopperForwardWorkspaceBytes) << item.name;
       }
     }
     EXPECT_LT(inference_plan.total(), training_plan.total());
