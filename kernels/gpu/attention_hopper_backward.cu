@@ -150,11 +150,16 @@ struct HopperBackwardTraits {
   using DsTile = SmemTile<64, kBlockM>;            // dS^T of one warpgroup: keys x queries
   static constexpr int kStatsBytes = 2 * kBlockM * 4;              // lse2 and D of a stage
   static constexpr int kDqBlockBytes = 64 * 64 * 4;                // one consumer's dQ, fp32
-  // kv_full, full[kStages], empty[kStages], then per consumer: dq_full (its block is staged)
-  // and dq_empty (the writer's bulk reduce has read it); last kv_empty (the consumers are done
-  // with an item's K and V).
-  static constexpr int kNumBarriers = 2 + 2 * kStages + 2 * kConsumers;
-  static constexpr int kSlotInts = 6;  // the schedule's slots (HopperBackwardBlock)
+  // Staged dQ blocks per consumer: two where the shared memory holds them (head size 128), so
+  // that a writer waiting on the deterministic order holds the consumers back a step later.
+  static constexpr int kDqStages = kHeadDim == 128 ? 2 : 1;
+  // kv_full, full[kStages], empty[kStages], then per consumer dq_full[kDqStages] (its block is
+  // staged), then per consumer dq_empty[kDqStages] (the writer's bulk copy has read it); last
+  // kv_empty (the consumers are done with an item's K and V).
+  static constexpr int kNumBarriers = 2 + 2 * kStages + 2 * kConsumers * kDqStages;
+  // The schedule's slots (HopperBackwardBlock): item_slot[2], dq_tile and dq_n_block, each
+  // [kDqStages][kConsumers].
+  static constexpr int kSlotInts = 2 + 2 * kDqStages * kConsumers;
   // Shared memory: K and V of the item; the Q and dO rings; each consumer's dS^T buffers; each
   // consumer's staged dQ block (fp32); the rings' lse2 and D; the barriers; the slots.
   static constexpr hopper::SmemRegion kKRegion{0, KVTile::kBytes};
@@ -164,7 +169,7 @@ struct HopperBackwardTraits {
   static constexpr hopper::SmemRegion kDsRegion =
       kDoRegion.next(kDsBuffers * kConsumers * DsTile::kBytes, 1024);
   static constexpr hopper::SmemRegion kDqRegion =
-      kDsRegion.next(kConsumers * kDqBlockBytes, 128);  // bulk copies: 16-byte aligned at least
+      kDsRegion.next(kDqStages * kConsumers * kDqBlockBytes, 128);  // bulk copies: 16-aligned
   static constexpr hopper::SmemRegion kStatsRegion = kDqRegion.next(kStages * kStatsBytes, 16);
   static constexpr hopper::SmemRegion kBarrierRegion = kStatsRegion.next(8 * kNumBarriers, 8);
   static constexpr hopper::SmemRegion kSlotRegion = kBarrierRegion.next(4 * kSlotInts, 4);
@@ -178,6 +183,12 @@ __device__ __forceinline__ int load_acquire(const int* p) {
   int v;
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
   return v;
+}
+
+/// *p += v with release semantics at GPU scope: this thread's earlier writes (and those made
+/// its own by a proxy fence) are visible to whoever acquires the new value.
+__device__ __forceinline__ void red_release_add(int* p, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
 /// One block of the main kernel: its shared memory (tiles, rings, the schedule's slots) and
@@ -213,10 +224,10 @@ struct HopperBackwardBlock {
   // (attention_schedule.h, key block 0 of every head of a group first); each block takes the
   // next item from a global counter until none is left. item_slot[count % 2] hands item number
   // `count` of this block (or -1: no more) from the loader to the consumers with the K/V ring's
-  // full barrier; dq_tile[c] tells the writer which tile a staged block belongs to.
+  // full barrier; dq_tile[stage][c] tells the writer which tile a staged block belongs to.
   volatile int* item_slot;
-  volatile int* dq_tile;     // [c]: tile index (bh * num_m_tiles + m), or -1
-  volatile int* dq_n_block;  // [c]: the key block that staged it
+  volatile int* dq_tile;     // [stage * kConsumers + c]: tile (bh * num_m_tiles + m), or -1
+  volatile int* dq_n_block;  // [stage * kConsumers + c]: the key block that staged it
   int n_blocks;
   int m_end;                 // past the last computed query tile
 
@@ -229,10 +240,10 @@ struct HopperBackwardBlock {
         v_tile{smem + Traits::kVRegion.offset},
         bars(smem + Traits::kBarrierRegion.offset),
         q_ring{bars + 8, bars + 8 * (1 + kStages)},
-        kv_ring{bars, bars + 8 * (1 + 2 * kStages + 2 * kConsumers)},
+        kv_ring{bars, bars + 8 * (1 + 2 * kStages + 2 * kConsumers * Traits::kDqStages)},
         item_slot(reinterpret_cast<volatile int*>(smem_generic + Traits::kSlotRegion.offset)),
         dq_tile(item_slot + 2),
-        dq_n_block(item_slot + 4),
+        dq_n_block(item_slot + 2 + Traits::kDqStages * kConsumers),
         n_blocks(params.n_blocks),
         m_end(params.tile_end[1]) {}
 
@@ -245,16 +256,22 @@ struct HopperBackwardBlock {
   __device__ __forceinline__ DsTile ds_tile(int buffer, int c) const {
     return DsTile{smem + Traits::kDsRegion.offset + (buffer * kConsumers + c) * DsTile::kBytes};
   }
-  /// Byte offsets (from smem) of a stage's lse2 and D, and of consumer c's staged dQ block.
+  /// Byte offsets (from smem) of a stage's lse2 and D, and of consumer c's dQ block staged at
+  /// step `step`.
   __device__ __forceinline__ static int stats(int s) {
     return Traits::kStatsRegion.offset + s * Traits::kStatsBytes;
   }
-  __device__ __forceinline__ static int dq_block(int c) {
-    return Traits::kDqRegion.offset + c * Traits::kDqBlockBytes;
+  using DqRing = hopper::StageRing<Traits::kDqStages>;
+  __device__ __forceinline__ static int dq_slot(int step, int c) {
+    return DqRing::stage(step) * kConsumers + c;
   }
-  __device__ __forceinline__ hopper::StageRing<1> dq_ring(int c) const {
-    return hopper::StageRing<1>{bars + 8 * (1 + 2 * kStages + c),
-                                bars + 8 * (1 + 2 * kStages + kConsumers + c)};
+  __device__ __forceinline__ static int dq_block(int step, int c) {
+    return Traits::kDqRegion.offset + dq_slot(step, c) * Traits::kDqBlockBytes;
+  }
+  __device__ __forceinline__ DqRing dq_ring(int c) const {
+    constexpr int kDqStages = Traits::kDqStages;
+    return DqRing{bars + 8 * (1 + 2 * kStages + c * kDqStages),
+                  bars + 8 * (1 + 2 * kStages + (kConsumers + c) * kDqStages)};
   }
 
   __device__ __forceinline__ Item item_of(int w) const {
@@ -328,49 +345,43 @@ struct HopperBackwardBlock {
   }
 
   __device__ __forceinline__ void write_dq() const {
-    // dQ writer: moves each staged block into the fp32 accumulator with one bulk copy (a
-    // reduce-add; in deterministic mode a store from key block 0) and frees the staging slot
-    // once the copy engine has read it. Deterministic mode: a tile's semaphore counts the
-    // writes into it that have landed, key block n writes tile m once the count is n (key
-    // block n - 1 is done) and passes it on as soon as both blocks have landed (while the
-    // consumers compute the next step), so that the next key block, often only a step or two
-    // behind, waits as little as possible.
-    int* pending = nullptr;  // the semaphore of the tile being written, not yet passed on
-    auto pass_on = [&] {
-      hopper::bulk_wait_group<0>();
-      hopper::fence_proxy_async_global();  // the copies' writes before the count
-      __threadfence();
-      atomicAdd(pending, 1);
-      pending = nullptr;
-    };
-    bool end = false;
-    for (int step = 0; !end; ++step) {
+    // dQ writer: per step, once both consumers have staged their blocks of the step's tile,
+    // moves them into the fp32 accumulator with one bulk copy each (reduce-adds; in
+    // deterministic mode stores from key block 0), issued together, and frees their staging
+    // slots once the copy engine has read them. Deterministic mode: a tile's semaphore counts
+    // the key blocks whose writes into it have landed; key block n writes tile m once the
+    // count is n (key block n - 1 is done) and passes it on as soon as its writes have landed
+    // (with the consumers already computing on), so that the next key block, often only a step
+    // or two behind, waits as little as possible.
+    for (int step = 0;; ++step) {
+      dq_ring(0).wait_full(step);
+      const int tile = dq_tile[dq_slot(step, 0)];
+      if (tile < 0) break;  // only consumer 0 stages the end mark
+      for (int c = 1; c < kConsumers; ++c) dq_ring(c).wait_full(step);
+      const int n_block = dq_n_block[dq_slot(step, 0)];
+      int* semaphore = nullptr;
+      if (p.deterministic) {
+        semaphore = p.semaphores + tile;
+        while (load_acquire(semaphore) != n_block) {
+        }
+        hopper::fence_proxy_async_global();  // the count before these copies' writes
+      }
       for (int c = 0; c < kConsumers; ++c) {
-        dq_ring(c).wait_full(step);
-        const int tile = dq_tile[c];
-        if (tile < 0) {  // only consumer 0 stages the end mark
-          end = true;
-          break;
-        }
-        const int n_block = dq_n_block[c];
-        if (p.deterministic && c == 0) {
-          int* semaphore = p.semaphores + tile;
-          while (load_acquire(semaphore) != n_block) {
-          }
-          hopper::fence_proxy_async_global();  // the count before this copy's writes
-          pending = semaphore;
-        }
         float* block = p.dq_accum + (static_cast<int64_t>(tile) * kConsumers + c) * 64 * 64;
         if (p.deterministic && n_block == 0) {
-          hopper::bulk_store(block, smem + dq_block(c), Traits::kDqBlockBytes);
+          hopper::bulk_store(block, smem + dq_block(step, c), Traits::kDqBlockBytes);
         } else {
-          hopper::bulk_reduce_add_f32(block, smem + dq_block(c), Traits::kDqBlockBytes);
+          hopper::bulk_reduce_add_f32(block, smem + dq_block(step, c), Traits::kDqBlockBytes);
         }
-        hopper::bulk_commit_group();
-        hopper::bulk_wait_group_read<0>();
-        dq_ring(c).release(step);
       }
-      if (pending) pass_on();
+      hopper::bulk_commit_group();
+      hopper::bulk_wait_group_read<0>();
+      for (int c = 0; c < kConsumers; ++c) dq_ring(c).release(step);
+      if (semaphore != nullptr) {
+        hopper::bulk_wait_group<0>();
+        hopper::fence_proxy_async_global();  // the copies' writes before the count
+        red_release_add(semaphore, 1);
+      }
     }
     hopper::bulk_wait_group<0>();
   }
@@ -511,12 +522,12 @@ struct HopperBackwardBlock {
 
         // Stage the block (fragment order: float2 j of this thread at [j * 128 + tid]).
         dq_ring(c).wait_empty(step);
-        float2* staged = reinterpret_cast<float2*>(smem_generic + dq_block(c));
+        float2* staged = reinterpret_cast<float2*>(smem_generic + dq_block(step, c));
     #pragma unroll
         for (int j = 0; j < 16; ++j) staged[j * 128 + tid] = make_float2(dq[2 * j], dq[2 * j + 1]);
         if (tid == 0) {
-          dq_tile[c] = item.bh * p.num_m_tiles + m;
-          dq_n_block[c] = item.n_block;
+          dq_tile[dq_slot(step, c)] = item.bh * p.num_m_tiles + m;
+          dq_n_block[dq_slot(step, c)] = item.n_block;
         }
         hopper::fence_proxy_async_shared();
         hopper::mbarrier_arrive(dq_ring(c).full(step));
@@ -544,7 +555,7 @@ struct HopperBackwardBlock {
     // The end mark for the writer, staged like a block by consumer 0.
     if (c == 0) {
       dq_ring(0).wait_empty(step);
-      if (tid == 0) dq_tile[0] = -1;
+      if (tid == 0) dq_tile[dq_slot(step, 0)] = -1;
       hopper::mbarrier_arrive(dq_ring(0).full(step));
     }
   }
