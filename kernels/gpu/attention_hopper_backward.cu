@@ -19,7 +19,8 @@
  *     one thread issues, per item, TMA copies of the K and V tiles (once the consumers are done
  *     with the previous item's: its dK/dV stores overlap the load), then a ring of kStages (Q,
  *     dO, lse2, D) query tiles of kBlockM rows (128 at head size 64, 64 at 128), from the
- *     diagonal to T; another thread is the dQ writer (below). Warpgroups 1 and 2 own 64 keys
+ *     diagonal to T (in deterministic mode from 32 key blocks, from T down to the diagonal:
+ *     first_tile); another thread is the dQ writer (below). Warpgroups 1 and 2 own 64 keys
  *     each and, per query tile:
  *       S^T = K Q^T and dP^T = V dO^T        (wgmma, both operands in shared memory)
  *       P^T = exp2(S^T scale log2e - lse2), dS^T = P^T (dP^T - D)   (registers)
@@ -125,14 +126,16 @@ struct HopperBackwardParams {
   int n_blocks;     // key blocks with a computed query at or after them
   int num_items;    // n_blocks * BH
   int group_heads;  // heads scheduled together
-  int deterministic;
+  int walk_down;    // deterministic mode: each item's query tiles from the last down (first_tile)
   float scale;       // 1/sqrt(HS)
   float scale_log2;  // scale * log2(e)
 };
 
-template <int kHeadDim_>
+template <int kHeadDim_, bool kDeterministic_>
 struct HopperBackwardTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  // The dQ additions in a fixed order (write_dq), the query tiles walked down (first_tile).
+  static constexpr bool kDeterministic = kDeterministic_;
   static constexpr int kConsumers = 2;             // consumer warpgroups, 64 keys each
   static constexpr int kBlockN = 64 * kConsumers;  // keys per block
   static constexpr int kBlockM = query_tile_rows(kHeadDim);  // queries per step
@@ -143,8 +146,9 @@ struct HopperBackwardTraits {
   static constexpr int kStages = 2;
   static constexpr int kDsBuffers = 2;  // dS^T double-buffered: one barrier per step suffices
   static constexpr int kThreads = 128 * (kConsumers + 1);
-  static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = 240;
+  // The loader's downward walk over query tiles (deterministic mode) spills at 24 registers.
+  static constexpr int kProducerRegisters = kDeterministic ? 32 : 24;
+  static constexpr int kConsumerRegisters = kDeterministic ? 232 : 240;
   using KVTile = SmemTile<kBlockN, kHeadDim>;
   using QTile = SmemTile<kBlockM, kHeadDim>;      // Q and dO
   using DsTile = SmemTile<64, kBlockM>;            // dS^T of one warpgroup: keys x queries
@@ -174,8 +178,9 @@ struct HopperBackwardTraits {
   static constexpr hopper::SmemRegion kBarrierRegion = kStatsRegion.next(8 * kNumBarriers, 8);
   static constexpr hopper::SmemRegion kSlotRegion = kBarrierRegion.next(4 * kSlotInts, 4);
   static constexpr int kSmemBytes = kSlotRegion.end() + 1024;  // + the base's alignment
-  static_assert((kConsumers * kConsumerRegisters + kProducerRegisters) * 128 <= 65536,
-                "setmaxnreg budgets exceed the register file");
+  static_assert((kConsumers * kConsumerRegisters + kProducerRegisters) * 128 <=
+                    hopper::launch_registers(kThreads) * kThreads,
+                "setmaxnreg budgets exceed the block's registers");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
 };
 
@@ -282,7 +287,7 @@ struct HopperBackwardBlock {
     item.b = item.bh / p.NH;
     item.h = item.bh % p.NH;
     item.n0 = item.n_block * Traits::kBlockN;
-    item.m_begin = item.n0 / kBlockM;  // first query tile with a query >= n0
+    item.m_begin = next_tile(item.n0 / kBlockM);  // < m_end: every item has a query tile
     return item;
   }
 
@@ -291,6 +296,33 @@ struct HopperBackwardBlock {
     if (m < p.tile_begin[0]) return p.tile_begin[0];
     if (m >= p.tile_end[0] && m < p.tile_begin[1]) return p.tile_begin[1];
     return m;
+  }
+  /// An item's query tiles in the order the loader and the consumers take them: first_tile,
+  /// then following_tile until it gives -1. Up from the diagonal, except in deterministic mode
+  /// from 32 key blocks (walk_down): down from the last tile, so that key blocks of a head that
+  /// start together (at long T the first wave holds ~10 of each head) meet each tile at the
+  /// same step, and each waits for the one before it (write_dq) once, not a step more per key
+  /// block, as going up (key block n + 1 reaches a tile a step before key block n) makes them:
+  /// +2-4% at 4K-16K; -5% at 1K, where going up is kept (bench/NOTES.md).
+  /// bound: tile_bound(item), the end the walk stops at (held instead of m_end, one register).
+  __device__ __forceinline__ int first_tile(const Item& item) const {
+    return Traits::kDeterministic && p.walk_down ? m_end - 1 : item.m_begin;  // computed tiles
+  }
+  __device__ __forceinline__ int tile_bound(const Item& item) const {
+    return Traits::kDeterministic && p.walk_down ? item.m_begin : m_end;
+  }
+  __device__ __forceinline__ bool last_tile(int bound, int m) const {
+    if (Traits::kDeterministic && p.walk_down) return m == bound;  // the item's lowest tile
+    return next_tile(m + 1) >= bound;
+  }
+  __device__ __forceinline__ int following_tile(int bound, int m) const {
+    if (Traits::kDeterministic && p.walk_down) {
+      // Down one tile, or from a range's first tile to the last of the range before.
+      const int below = m == p.tile_begin[1] ? p.tile_end[0] - 1 : m - 1;
+      return below >= bound ? below : -1;
+    }
+    const int above = next_tile(m + 1);
+    return above < bound ? above : -1;
   }
 
   /// One thread, before the block's __syncthreads.
@@ -327,7 +359,7 @@ struct HopperBackwardBlock {
       const int w = queue.take();
       const bool done = w >= p.num_items;
       const Item item = item_of(done ? 0 : w);
-      const int first = next_tile(item.m_begin);  // < m_end: every item has a query tile
+      const int first = first_tile(item);  // every item has a query tile
       if (!done) load_query_tile(item, first);
       kv_ring.wait_empty(count);
       item_slot[count % 2] = done ? -1 : w;
@@ -339,7 +371,8 @@ struct HopperBackwardBlock {
       hopper::mbarrier_arrive_expect_tx(kv_full, 2 * KVTile::kBytes);
       k_tile.load(&kv_map, kv_full, p.C + item.h * kHeadDim, item.n0, item.b);
       v_tile.load(&kv_map, kv_full, 2 * p.C + item.h * kHeadDim, item.n0, item.b);
-      for (int m = next_tile(first + 1); m < m_end; m = next_tile(m + 1))
+      const int bound = tile_bound(item);
+      for (int m = following_tile(bound, first); m >= 0; m = following_tile(bound, m))
         load_query_tile(item, m);
     }
   }
@@ -360,7 +393,7 @@ struct HopperBackwardBlock {
       for (int c = 1; c < kConsumers; ++c) dq_ring(c).wait_full(step);
       const int n_block = dq_n_block[dq_slot(step, 0)];
       int* semaphore = nullptr;
-      if (p.deterministic) {
+      if constexpr (Traits::kDeterministic) {
         semaphore = p.semaphores + tile;
         while (load_acquire(semaphore) != n_block) {
         }
@@ -368,7 +401,7 @@ struct HopperBackwardBlock {
       }
       for (int c = 0; c < kConsumers; ++c) {
         float* block = p.dq_accum + (static_cast<int64_t>(tile) * kConsumers + c) * 64 * 64;
-        if (p.deterministic && n_block == 0) {
+        if (Traits::kDeterministic && n_block == 0) {
           hopper::bulk_store(block, smem + dq_block(step, c), Traits::kDqBlockBytes);
         } else {
           hopper::bulk_reduce_add_f32(block, smem + dq_block(step, c), Traits::kDqBlockBytes);
@@ -416,7 +449,8 @@ struct HopperBackwardBlock {
     #pragma unroll
       for (int i = 0; i < kGradRegs; ++i) dk_acc[i] = dv_acc[i] = 0.f;
 
-      for (int m = next_tile(item.m_begin); m < m_end; m = next_tile(m + 1), ++step) {
+      const int bound = tile_bound(item);
+      for (int m = first_tile(item); m >= 0; m = following_tile(bound, m), ++step) {
         const int s = q_ring.stage(step);
         const int m0 = m * kBlockM;
         q_ring.wait_full(step);
@@ -518,7 +552,7 @@ struct HopperBackwardBlock {
         hopper::fence_operands(dk_acc);
         hopper::fence_operands(dv_acc);
         q_ring.release(step);  // Q, dO and the stats of this stage are consumed
-        if (next_tile(m + 1) == m_end) kv_ring.release(count);  // K and V are free
+        if (last_tile(bound, m)) kv_ring.release(count);  // K and V are free
 
         // Stage the block (fragment order: float2 j of this thread at [j * 128 + tid]).
         dq_ring(c).wait_empty(step);
@@ -592,9 +626,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 template <typename Traits>
 void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                             const float* lse, int B, int T, int C, int NH, void* workspace,
-                            bool deterministic, int max_blocks, const QueryRows& rows,
-                            cudaStream_t stream) {
+                            int max_blocks, const QueryRows& rows, cudaStream_t stream) {
   constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr bool deterministic = Traits::kDeterministic;
   const HopperBackwardWorkspace ws(workspace, B, T, C, NH);
   GPT2_CHECK(ws.block_m == Traits::kBlockM, "backward workspace laid out for another tile");
   const int BH = B * NH;
@@ -649,7 +683,7 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
   params.tile_end[1] = r.count == 2 ? tiles(r.end[1]) : params.tile_end[0];
   params.n_blocks = n_blocks;
   params.num_items = static_cast<int>(items);
-  params.deterministic = deterministic ? 1 : 0;
+  params.walk_down = deterministic && n_blocks >= 32;  // (first_tile)
   params.scale = scale;
   params.scale_log2 = scale * flash::kLog2e;
   auto kernel = hopper_backward_kernel<Traits>;
@@ -695,14 +729,16 @@ void attention_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, co
                                bool deterministic, int max_blocks, cudaStream_t stream,
                                const QueryRows& rows) {
   const int head_size = flash::checked_head_size(B, T, C, NH);
+  auto launch = [&](auto traits) {
+    launch_hopper_backward<decltype(traits)>(dqkv, dout, qkv, out, lse, B, T, C, NH, workspace,
+                                             max_blocks, rows, stream);
+  };
   if (head_size == 64) {
-    launch_hopper_backward<HopperBackwardTraits<64>>(dqkv, dout, qkv, out, lse, B, T, C, NH,
-                                                     workspace, deterministic, max_blocks,
-                                                     rows, stream);
+    deterministic ? launch(HopperBackwardTraits<64, true>{})
+                  : launch(HopperBackwardTraits<64, false>{});
   } else {
-    launch_hopper_backward<HopperBackwardTraits<128>>(dqkv, dout, qkv, out, lse, B, T, C, NH,
-                                                      workspace, deterministic, max_blocks,
-                                                      rows, stream);
+    deterministic ? launch(HopperBackwardTraits<128, true>{})
+                  : launch(HopperBackwardTraits<128, false>{});
   }
 }
 

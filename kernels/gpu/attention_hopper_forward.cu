@@ -139,9 +139,9 @@ struct HopperForwardTraits {
   // tile needs the causal mask, and it has a key <= every row.
   static_assert(kBlockN % kBlockM == 0, "the diagonal key tile must be the block's last");
   static_assert(!kProducer ||
-                    (kConsumers * kConsumerRegisters + kProducerRegisters) * 128 * kBlocksPerSm <=
-                        65536,
-                "setmaxnreg budgets exceed the register file");
+                    (kConsumers * kConsumerRegisters + kProducerRegisters) * 128 <=
+                        hopper::launch_registers(kThreads * kBlocksPerSm) * kThreads,
+                "setmaxnreg budgets exceed the block's registers");
   static_assert(kProducer || kConsumers == 1, "without a producer: one consumer warpgroup");
   static_assert(kProducer || !kPersistent, "persistent: the shapes with a producer only");
   static_assert(kSmemBytes * kBlocksPerSm <= 227 * 1024, "shared memory per SM");

@@ -130,6 +130,12 @@ struct AccumulatorLayout {
   __device__ __forceinline__ static int column_offset(int i) { return 8 * (i / 4) + (i % 2); }
 };
 
+/// The registers each thread of a block gets at launch when `threads` threads (all blocks an
+/// SM holds) share the SM's 64K, as ptxas allots them under __launch_bounds__ (a multiple of
+/// 8). setmaxnreg only moves registers between a block's warpgroups: their budgets must sum to
+/// no more than this times 128 each, or a warpgroup's increase waits forever.
+constexpr int launch_registers(int threads) { return 65536 / threads / 8 * 8; }
+
 /// Host: streaming multiprocessors of the current device.
 inline int current_device_sms() {
   int device = 0, sms = 0;

@@ -350,6 +350,16 @@ TEST(GpuAttentionRows, Bf16HopperComputesItsRowsOnly) {
   }
 }
 
+// From 32 key blocks (T > 3968) the deterministic Hopper backward walks each item's query tiles
+// from the last down (first_tile in attention_hopper_backward.cu): its rows, across a gap
+// between two ranges and to a ragged end, against fp64 and naive.
+TEST(GpuAttentionRows, Bf16HopperDeterministicWalkDownComputesItsRows) {
+  GPT2_REQUIRE_GPU();
+  GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, 64);
+  const RowsCase c{{1, 4200, 2, 64, 1.0}, {2, {512, 2048}, {1024, 4200}}};
+  check_query_rows_case<bf16>(AttentionKernel::kFlashHopper, c, 79);
+}
+
 TEST(GpuAttentionRows, PortableKernelsKeepTheRowsContract) {
   GPT2_REQUIRE_GPU();
   for (const RowsCase& c : rows_cases()) {
@@ -522,8 +532,11 @@ TEST(GpuAttentionDeterminism, RepeatedRunsGiveIdenticalBits) {
 TEST(GpuAttentionDeterminism, HopperDeterministicModeGivesIdenticalBits) {
   GPT2_REQUIRE_GPU();
   GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, 64);
-  // Many key blocks add into each query tile's dQ: 2048 / 128 = 16 per (b, h) at the end.
-  for (const AttentionShape s : {AttentionShape{2, 2048, 5, 64, 1.0}, AttentionShape{1, 1531, 3, 128, 1.0}}) {
+  // Many key blocks add into each query tile's dQ: 2048 / 128 = 16 per (b, h) at the end; from
+  // 32 key blocks on (T = 4100) the items walk their query tiles down.
+  for (const AttentionShape s :
+       {AttentionShape{2, 2048, 5, 64, 1.0}, AttentionShape{1, 1531, 3, 128, 1.0},
+        AttentionShape{1, 4100, 3, 64, 1.0}, AttentionShape{1, 4100, 2, 128, 1.0}}) {
     const int C = s.NH * s.HS;
     const int64_t n_out = static_cast<int64_t>(s.B) * s.T * C;
     const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 15));
