@@ -266,20 +266,21 @@ struct HopperForwardBlock {
   // the items before it (persistent), a compile-time 0 (kNoUses) for one item a block.
   template <typename Use>
   __device__ __forceinline__ void load_k(const ForwardItem& item, Use first_use, int it) const {
-    const int use = first_use + it;
-    k_ring.wait_empty(use);
-    hopper::mbarrier_arrive_expect_tx(k_ring.full(use), KVTile::kBytes);
-    k_tile(k_ring.stage(use))
-        .load(kv_map, k_ring.full(use), p.C + item.head_col,
-              (item.n_blocks - 1 - it) * kBlockN, item.b);
+    load_key_tile(k_ring, Traits::kKRegion.offset, p.C, item, first_use + it, it);
   }
   template <typename Use>
   __device__ __forceinline__ void load_v(const ForwardItem& item, Use first_use, int it) const {
-    const int use = first_use + it;
-    v_ring.wait_empty(use);
-    hopper::mbarrier_arrive_expect_tx(v_ring.full(use), KVTile::kBytes);
-    v_tile(v_ring.stage(use))
-        .load(kv_map, v_ring.full(use), 2 * p.C + item.head_col,
+    load_key_tile(v_ring, Traits::kVRegion.offset, 2 * p.C, item, first_use + it, it);
+  }
+  /// K or V (the ring, its tiles' shared-memory region, the part's column in qkv) of key tile
+  /// `it`, the ring's use `use`.
+  __device__ __forceinline__ void load_key_tile(const hopper::StageRing<kStages>& ring,
+                                                int region_offset, int part_col,
+                                                const ForwardItem& item, int use, int it) const {
+    ring.wait_empty(use);
+    hopper::mbarrier_arrive_expect_tx(ring.full(use), KVTile::kBytes);
+    KVTile{smem + region_offset + ring.stage(use) * KVTile::kBytes}
+        .load(kv_map, ring.full(use), part_col + item.head_col,
               (item.n_blocks - 1 - it) * kBlockN, item.b);
   }
 
