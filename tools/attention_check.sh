@@ -67,8 +67,11 @@ fi
 
 if [ -n "${SANITIZE:-}" ]; then
   # Parameterized tests are named Shapes/GpuAttentionTest.<test>/B<B>_T<T>_...: the B3 shapes
-  # are T = 1 to 129 (both head sizes), plus the racing-order Hopper test (T = 777).
-  small=${SANITIZE_FILTER:-'*GpuAttentionTest.*/B3_T*:GpuAttentionHopper.*'}
+  # are T = 1 to 129 (both head sizes), plus the racing-order Hopper test (T = 777), and the
+  # deterministic bits test, whose T = 4100 runs the deterministic walk down (Hopper kernels
+  # only: the walk-down rows test's naive reference draws racecheck reports inside cuBLAS).
+  default_small='*GpuAttentionTest.*/B3_T*:GpuAttentionHopper.*:*HopperDeterministicMode*'
+  small=${SANITIZE_FILTER:-$default_small}
   for tool in memcheck racecheck synccheck; do
     section "compute-sanitizer $tool (small attention shapes)"
     status=0
