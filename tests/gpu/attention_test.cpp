@@ -212,6 +212,16 @@ TEST_P(GpuAttentionTest, Bf16HopperFlashMatchesFp64Reference) {
   }
 }
 
+// The racing dQ order (what training runs unless --attn-deterministic=1) on every shape, with
+// the forward's own choice of block.
+TEST_P(GpuAttentionTest, Bf16HopperRacingBackwardMatchesFp64Reference) {
+  GPT2_REQUIRE_GPU();
+  GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, GetParam().HS);
+  HopperKnobs racing;
+  racing.deterministic = false;
+  check_attention<bf16>(AttentionKernel::kFlashHopper, GetParam(), 3000 + GetParam().T, racing);
+}
+
 TEST_P(GpuAttentionTest, Fp32PortableFlashMatchesFp64Reference) {
   GPT2_REQUIRE_GPU();
   check_attention<float>(AttentionKernel::kFlashPortable, GetParam(), 2000 + GetParam().T);
@@ -411,14 +421,20 @@ TEST(GpuAttentionWorkspace, AForwardOnlyConfigHoldsTheForwardsScratchAlone) {
   }
 }
 
-// The racing (non-deterministic) dQ order of the Hopper backward is as accurate.
+// The racing (non-deterministic) dQ order of the Hopper backward is as accurate: at head size
+// 64 each consumer adds one 64 x 64 block of a tile, at 128 the whole tile over its own keys;
+// with two batches, and at T = 1100 (9 key blocks, a ragged last one) with larger scores.
 TEST(GpuAttentionHopper, NondeterministicModeMatchesFp64Reference) {
   GPT2_REQUIRE_GPU();
-  GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, 64);
-  HopperKnobs racing;
-  racing.deterministic = false;
-  check_attention<bf16>(AttentionKernel::kFlashHopper, AttentionShape{2, 777, 3, 64, 1.0}, 31,
-                        racing);
+  for (const int head_size : {64, 128}) {
+    GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, head_size);
+    HopperKnobs racing;
+    racing.deterministic = false;
+    check_attention<bf16>(AttentionKernel::kFlashHopper,
+                          AttentionShape{2, 777, 3, head_size, 1.0}, 31, racing);
+    check_attention<bf16>(AttentionKernel::kFlashHopper,
+                          AttentionShape{1, 1100, 3, head_size, 2.0}, 33, racing);
+  }
 }
 
 // Rows of out and dQ at a few query positions, from the fp64 definition, for shapes too large
