@@ -154,9 +154,10 @@ struct HopperBackwardTraits {
   using DsTile = SmemTile<64, kBlockM>;            // dS^T of one warpgroup: keys x queries
   static constexpr int kStatsBytes = 2 * kBlockM * 4;              // lse2 and D of a stage
   static constexpr int kDqBlockBytes = 64 * 64 * 4;                // one consumer's dQ, fp32
-  // Staged dQ blocks per consumer: two where the shared memory holds them (head size 128), so
-  // that a writer waiting on the deterministic order holds the consumers back a step later.
-  static constexpr int kDqStages = kHeadDim == 128 ? 2 : 1;
+  // Staged dQ blocks per consumer: two at head size 128, and in deterministic mode (at head
+  // size 64 paid for by the base's alignment slack, below), so that a writer waiting on the
+  // fixed order holds the consumers back a step later.
+  static constexpr int kDqStages = kHeadDim == 128 || kDeterministic ? 2 : 1;
   // kv_full, full[kStages], empty[kStages], then per consumer dq_full[kDqStages] (its block is
   // staged), then per consumer dq_empty[kDqStages] (the writer's bulk copy has read it); last
   // kv_empty (the consumers are done with an item's K and V).
@@ -177,7 +178,11 @@ struct HopperBackwardTraits {
   static constexpr hopper::SmemRegion kStatsRegion = kDqRegion.next(kStages * kStatsBytes, 16);
   static constexpr hopper::SmemRegion kBarrierRegion = kStatsRegion.next(8 * kNumBarriers, 8);
   static constexpr hopper::SmemRegion kSlotRegion = kBarrierRegion.next(4 * kSlotInts, 4);
-  static constexpr int kSmemBytes = kSlotRegion.end() + 1024;  // + the base's alignment
+  // + 1024 bytes to align the dynamic shared memory's base by hand, where they fit; where not
+  // (deterministic, head size 64: 104 bytes short), the base must be aligned already, as it is
+  // on sm_90 with no static shared memory (HopperBackwardBlock::aligned_base checks it).
+  static constexpr int kAlignmentSlack = kSlotRegion.end() + 1024 <= 227 * 1024 ? 1024 : 0;
+  static constexpr int kSmemBytes = kSlotRegion.end() + kAlignmentSlack;
   static_assert((kConsumers * kConsumerRegisters + kProducerRegisters) * 128 <=
                     hopper::launch_registers(kThreads) * kThreads,
                 "setmaxnreg budgets exceed the block's registers");
@@ -239,7 +244,7 @@ struct HopperBackwardBlock {
   __device__ __forceinline__ HopperBackwardBlock(const HopperBackwardParams& params,
                                                  unsigned char* smem_raw)
       : p(params),
-        smem((hopper::smem_addr(smem_raw) + 1023u) & ~1023u),
+        smem(aligned_base(smem_raw)),
         smem_generic(smem_raw + (smem - hopper::smem_addr(smem_raw))),
         k_tile{smem + Traits::kKRegion.offset},
         v_tile{smem + Traits::kVRegion.offset},
@@ -251,6 +256,17 @@ struct HopperBackwardBlock {
         dq_n_block(item_slot + 2 + Traits::kDqStages * kConsumers),
         n_blocks(params.n_blocks),
         m_end(params.tile_end[1]) {}
+
+  /// The shared memory's 1024-byte aligned base (TMA's swizzled tiles and wgmma need it);
+  /// traps where the kernel has no slack to align it and it is not aligned already.
+  __device__ __forceinline__ static uint32_t aligned_base(unsigned char* smem_raw) {
+    const uint32_t raw = hopper::smem_addr(smem_raw);
+    const uint32_t aligned = (raw + 1023u) & ~1023u;
+    if constexpr (Traits::kAlignmentSlack == 0) {
+      if (aligned != raw) __trap();
+    }
+    return aligned;
+  }
 
   __device__ __forceinline__ QTile q_tile(int s) const {
     return QTile{smem + Traits::kQRegion.offset + s * QTile::kBytes};
