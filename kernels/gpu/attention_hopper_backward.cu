@@ -20,8 +20,8 @@
  *     with the previous item's: its dK/dV stores overlap the load), then a ring of kStages (Q,
  *     dO, lse2, D) query tiles of kBlockM rows (128 at head size 64, 64 at 128), from the
  *     diagonal to T (in deterministic mode from 32 key blocks, from T down to the diagonal:
- *     first_tile); another thread is the dQ writer (below). Warpgroups 1 and 2 own 64 keys
- *     each and, per query tile:
+ *     first_tile); one thread (two in deterministic mode, a staging stage each) is the dQ
+ *     writer (below). Warpgroups 1 and 2 own 64 keys each and, per query tile:
  *       S^T = K Q^T and dP^T = V dO^T        (wgmma, both operands in shared memory)
  *       P^T = exp2(S^T scale log2e - lse2), dS^T = P^T (dP^T - D)   (registers)
  *       dV += P^T dO, dK += dS^T Q            (wgmma, P^T and dS^T as register A operands)
@@ -154,9 +154,14 @@ struct HopperBackwardTraits {
   using DsTile = SmemTile<64, kBlockM>;            // dS^T of one warpgroup: keys x queries
   static constexpr int kStatsBytes = 2 * kBlockM * 4;              // lse2 and D of a stage
   static constexpr int kDqBlockBytes = 64 * 64 * 4;                // one consumer's dQ, fp32
-  // Staged dQ blocks per consumer: two where the shared memory holds them (head size 128), so
-  // that a writer waiting on the deterministic order holds the consumers back a step later.
-  static constexpr int kDqStages = kHeadDim == 128 ? 2 : 1;
+  // Staged dQ blocks per consumer: two at head size 128, and in deterministic mode (at head
+  // size 64 paid for by the base's alignment slack, below), so that a writer waiting on the
+  // fixed order holds the consumers back a step later.
+  static constexpr int kDqStages = kHeadDim == 128 || kDeterministic ? 2 : 1;
+  // dQ writer threads, each taking the steps of one staging stage: in deterministic mode one a
+  // stage, so that one waits for its tile's turn (or for its writes to land) while the other
+  // moves the next step's blocks; one otherwise.
+  static constexpr int kDqWriters = kDeterministic ? kDqStages : 1;
   // kv_full, full[kStages], empty[kStages], then per consumer dq_full[kDqStages] (its block is
   // staged), then per consumer dq_empty[kDqStages] (the writer's bulk copy has read it); last
   // kv_empty (the consumers are done with an item's K and V).
@@ -177,7 +182,11 @@ struct HopperBackwardTraits {
   static constexpr hopper::SmemRegion kStatsRegion = kDqRegion.next(kStages * kStatsBytes, 16);
   static constexpr hopper::SmemRegion kBarrierRegion = kStatsRegion.next(8 * kNumBarriers, 8);
   static constexpr hopper::SmemRegion kSlotRegion = kBarrierRegion.next(4 * kSlotInts, 4);
-  static constexpr int kSmemBytes = kSlotRegion.end() + 1024;  // + the base's alignment
+  // + 1024 bytes to align the dynamic shared memory's base by hand, where they fit; where not
+  // (deterministic, head size 64: 104 bytes short), the base must be aligned already, as it is
+  // on sm_90 with no static shared memory (HopperBackwardBlock::aligned_base checks it).
+  static constexpr int kAlignmentSlack = kSlotRegion.end() + 1024 <= 227 * 1024 ? 1024 : 0;
+  static constexpr int kSmemBytes = kSlotRegion.end() + kAlignmentSlack;
   static_assert((kConsumers * kConsumerRegisters + kProducerRegisters) * 128 <=
                     hopper::launch_registers(kThreads) * kThreads,
                 "setmaxnreg budgets exceed the block's registers");
@@ -198,7 +207,7 @@ __device__ __forceinline__ void red_release_add(int* p, int v) {
 
 /// One block of the main kernel: its shared memory (tiles, rings, the schedule's slots) and
 /// its three roles, each a member run by its threads (see the file comment): load() by the
-/// producer warpgroup's thread 0, write_dq() by its thread 32, consume(c) by consumer
+/// producer warpgroup's thread 0, write_dq() by its threads 32 (and 64), consume(c) by consumer
 /// warpgroup c (threads 128 (c + 1) ..).
 template <typename Traits>
 struct HopperBackwardBlock {
@@ -239,7 +248,7 @@ struct HopperBackwardBlock {
   __device__ __forceinline__ HopperBackwardBlock(const HopperBackwardParams& params,
                                                  unsigned char* smem_raw)
       : p(params),
-        smem((hopper::smem_addr(smem_raw) + 1023u) & ~1023u),
+        smem(aligned_base(smem_raw)),
         smem_generic(smem_raw + (smem - hopper::smem_addr(smem_raw))),
         k_tile{smem + Traits::kKRegion.offset},
         v_tile{smem + Traits::kVRegion.offset},
@@ -251,6 +260,17 @@ struct HopperBackwardBlock {
         dq_n_block(item_slot + 2 + Traits::kDqStages * kConsumers),
         n_blocks(params.n_blocks),
         m_end(params.tile_end[1]) {}
+
+  /// The shared memory's 1024-byte aligned base (TMA's swizzled tiles and wgmma need it);
+  /// traps where the kernel has no slack to align it and it is not aligned already.
+  __device__ __forceinline__ static uint32_t aligned_base(unsigned char* smem_raw) {
+    const uint32_t raw = hopper::smem_addr(smem_raw);
+    const uint32_t aligned = (raw + 1023u) & ~1023u;
+    if constexpr (Traits::kAlignmentSlack == 0) {
+      if (aligned != raw) __trap();
+    }
+    return aligned;
+  }
 
   __device__ __forceinline__ QTile q_tile(int s) const {
     return QTile{smem + Traits::kQRegion.offset + s * QTile::kBytes};
@@ -377,8 +397,9 @@ struct HopperBackwardBlock {
     }
   }
 
-  __device__ __forceinline__ void write_dq() const {
-    // dQ writer: per step, once both consumers have staged their blocks of the step's tile,
+  __device__ __forceinline__ void write_dq(int writer) const {
+    // dQ writer `writer` (of kDqWriters), steps writer, writer + kDqWriters, ...: per step,
+    // once both consumers have staged their blocks of the step's tile,
     // moves them into the fp32 accumulator with one bulk copy each (reduce-adds; in
     // deterministic mode stores from key block 0), issued together, and frees their staging
     // slots once the copy engine has read them. Deterministic mode: a tile's semaphore counts
@@ -386,10 +407,10 @@ struct HopperBackwardBlock {
     // count is n (key block n - 1 is done) and passes it on as soon as its writes have landed
     // (with the consumers already computing on), so that the next key block, often only a step
     // or two behind, waits as little as possible.
-    for (int step = 0;; ++step) {
+    for (int step = Traits::kDqWriters == 1 ? 0 : writer;; step += Traits::kDqWriters) {
       dq_ring(0).wait_full(step);
       const int tile = dq_tile[dq_slot(step, 0)];
-      if (tile < 0) break;  // only consumer 0 stages the end mark
+      if (tile < 0) break;  // only consumer 0 stages the end marks, one a writer
       for (int c = 1; c < kConsumers; ++c) dq_ring(c).wait_full(step);
       const int n_block = dq_n_block[dq_slot(step, 0)];
       int* semaphore = nullptr;
@@ -586,11 +607,15 @@ struct HopperBackwardBlock {
         }
       }
     }
-    // The end mark for the writer, staged like a block by consumer 0.
+    // The end marks for the writers, staged like blocks by consumer 0.
     if (c == 0) {
-      dq_ring(0).wait_empty(step);
-      if (tid == 0) dq_tile[dq_slot(step, 0)] = -1;
-      hopper::mbarrier_arrive(dq_ring(0).full(step));
+    #pragma unroll
+      for (int writer = 0; writer < Traits::kDqWriters; ++writer) {
+        const int end = step + writer;
+        dq_ring(0).wait_empty(end);
+        if (tid == 0) dq_tile[dq_slot(end, 0)] = -1;
+        hopper::mbarrier_arrive(dq_ring(0).full(end));
+      }
     }
   }
 };
@@ -611,8 +636,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     hopper::setmaxnreg_dec<Traits::kProducerRegisters>();
     if (threadIdx.x == 0) {
       block.load(kv_map, q_map, dout_map);
-    } else if (threadIdx.x == 32) {
-      block.write_dq();
+    } else if (threadIdx.x == 32 || (Traits::kDqWriters == 2 && threadIdx.x == 64)) {
+      block.write_dq(Traits::kDqWriters == 1 ? 0 : threadIdx.x / 32 - 1);
     }
     return;
   }
