@@ -56,6 +56,11 @@ size_t attention_hopper_workspace_bytes(int B, int T, int C, int NH);
 /// forward and the backward's main kernel each zero before their launch.
 int* attention_hopper_work_counter(void* workspace, int B, int T, int C, int NH);
 
+/// A tuning knob of the Hopper launchers for the benchmark's A/B on one build: the whole
+/// number >= 0 in environment variable `name` (read once by the caller), or default_value when
+/// it is unset; anything else is an error naming the variable.
+int attention_hopper_env_knob(const char* name, int default_value);
+
 /// What of that workspace the forward uses: the work counter, at its start (16 bytes, so that
 /// the backward's arrays after it keep their alignment). A forward-only workspace is this.
 constexpr size_t kHopperForwardWorkspaceBytes = 16;

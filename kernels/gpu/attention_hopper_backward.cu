@@ -708,7 +708,9 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
   params.tile_end[1] = r.count == 2 ? tiles(r.end[1]) : params.tile_end[0];
   params.n_blocks = n_blocks;
   params.num_items = static_cast<int>(items);
-  params.walk_down = deterministic && n_blocks >= 32;  // (first_tile)
+  static const int walk_down_blocks =
+      attention_hopper_env_knob("GPT2_HOPPER_BACKWARD_WALK_DOWN_BLOCKS", 32);
+  params.walk_down = deterministic && n_blocks >= walk_down_blocks;  // (first_tile)
   params.scale = scale;
   params.scale_log2 = scale * flash::kLog2e;
   auto kernel = hopper_backward_kernel<Traits>;
@@ -724,8 +726,13 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
   // a head starts enough steps after key block n - 1 (about group_heads * n_blocks / (2 grid))
   // that the chain of n_blocks fixed-order additions rarely waits: six per block, and at long
   // T (long chains) at least n_blocks / 5 per block (bench/NOTES.md: backward head groups).
+  // The six, and the 32 key blocks from which deterministic items walk down, can be set for the
+  // benchmark (GPT2_HOPPER_BACKWARD_DETERMINISTIC_GROUP_ITEMS, _WALK_DOWN_BLOCKS).
+  static const int deterministic_group_items =
+      attention_hopper_env_knob("GPT2_HOPPER_BACKWARD_DETERMINISTIC_GROUP_ITEMS", 6);
   const int64_t group_items =
-      deterministic ? std::max<int64_t>(6 * int64_t{grid}, int64_t{n_blocks} * grid / 5)
+      deterministic ? std::max<int64_t>(int64_t{deterministic_group_items} * grid,
+                                        int64_t{n_blocks} * grid / 5)
                     : 3 * int64_t{grid};
   params.group_heads = schedule_group_heads(n_blocks, BH, group_items);
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(kv_map, q_map, dout_map, params);

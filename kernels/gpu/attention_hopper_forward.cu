@@ -548,16 +548,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 // GPT2_HOPPER_FORWARD_PERSISTENT_MAX_T for the benchmark's A/B of the two kernels on one build
 // (read once; a value that is not a whole number is an error).
 int persistent_max_t() {
-  static const int max_t = [] {
-    const char* text = std::getenv("GPT2_HOPPER_FORWARD_PERSISTENT_MAX_T");
-    if (text == nullptr) return 1024;
-    char* end = nullptr;
-    const long value = std::strtol(text, &end, 10);
-    GPT2_CHECK(end != text && *end == '\0' && value >= 0 && value <= (1L << 30),
-               "GPT2_HOPPER_FORWARD_PERSISTENT_MAX_T takes a whole number >= 0 (got '", text,
-               "')");
-    return static_cast<int>(value);
-  }();
+  static const int max_t =
+      attention_hopper_env_knob("GPT2_HOPPER_FORWARD_PERSISTENT_MAX_T", 1024);
   return max_t;
 }
 
@@ -616,6 +608,17 @@ void launch_hopper_forward(bf16* out, float* lse, const bf16* qkv, int B, int T,
 }
 
 }  // namespace
+
+int attention_hopper_env_knob(const char* name, int default_value) {
+  const char* text = std::getenv(name);
+  if (text == nullptr) return default_value;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  const bool digits_only = text[0] >= '0' && text[0] <= '9' && *end == '\0';  // no sign, space
+  GPT2_CHECK(digits_only && value <= (1L << 30), name,
+             " takes a whole number >= 0 (got '", text, "')");
+  return static_cast<int>(value);
+}
 
 bool attention_hopper_compiled() {
 #if defined(GPT2_HOPPER_ATTENTION)

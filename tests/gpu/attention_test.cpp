@@ -9,6 +9,7 @@
 // poisoned with NaN before each launch, so an unwritten element fails.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -419,6 +420,28 @@ TEST(GpuAttentionWorkspace, AForwardOnlyConfigHoldsTheForwardsScratchAlone) {
           << to_string(flash);
     }
   }
+}
+
+// The Hopper launchers' tuning knobs (README: gpt2-attention-bench): unset, the default; a
+// whole number, its value; anything else an error naming the variable. Host code: no GPU needed.
+TEST(GpuAttentionHopper, TuningKnobsTakeWholeNumbersOnly) {
+  const char* name = "GPT2_TEST_HOPPER_TUNING_KNOB";
+  ::unsetenv(name);
+  EXPECT_EQ(attention_hopper_env_knob(name, 32), 32);
+  ::setenv(name, "8", 1);
+  EXPECT_EQ(attention_hopper_env_knob(name, 32), 8);
+  ::setenv(name, "0", 1);
+  EXPECT_EQ(attention_hopper_env_knob(name, 32), 0);
+  for (const char* bad : {"", "x", "8x", "-1", " 8", "99999999999"}) {
+    ::setenv(name, bad, 1);
+    try {
+      attention_hopper_env_knob(name, 32);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  }
+  ::unsetenv(name);
 }
 
 // The racing (non-deterministic) dQ order of the Hopper backward is as accurate: at head size
