@@ -19,7 +19,7 @@
  *     one thread issues, per item, TMA copies of the K and V tiles (once the consumers are done
  *     with the previous item's: its dK/dV stores overlap the load), then a ring of kStages (Q,
  *     dO, lse2, D) query tiles of kBlockM rows (128 at head size 64, 64 at 128), from the
- *     diagonal to T (in deterministic mode from 32 key blocks, from T down to the diagonal:
+ *     diagonal to T (in deterministic mode from 8 key blocks, from T down to the diagonal:
  *     first_tile); one thread (two in deterministic mode, a staging stage each) is the dQ
  *     writer (below). Warpgroups 1 and 2 own 64 keys each and, per query tile:
  *       S^T = K Q^T and dP^T = V dO^T        (wgmma, both operands in shared memory)
@@ -319,11 +319,11 @@ struct HopperBackwardBlock {
   }
   /// An item's query tiles in the order the loader and the consumers take them: first_tile,
   /// then following_tile until it gives -1. Up from the diagonal, except in deterministic mode
-  /// from 32 key blocks (walk_down): down from the last tile, so that key blocks of a head that
+  /// from 8 key blocks (walk_down): down from the last tile, so that key blocks of a head that
   /// start together (at long T the first wave holds ~10 of each head) meet each tile at the
   /// same step, and each waits for the one before it (write_dq) once, not a step more per key
   /// block, as going up (key block n + 1 reaches a tile a step before key block n) makes them:
-  /// +2-4% at 4K-16K; -5% at 1K, where going up is kept (bench/NOTES.md).
+  /// +2-4% at 4K-16K; at 1K-2K, with two writers and small head groups, +5-7% (bench/NOTES.md).
   /// bound: tile_bound(item), the end the walk stops at (held instead of m_end, one register).
   __device__ __forceinline__ int first_tile(const Item& item) const {
     return Traits::kDeterministic && p.walk_down ? m_end - 1 : item.m_begin;  // computed tiles
@@ -709,7 +709,7 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
   params.n_blocks = n_blocks;
   params.num_items = static_cast<int>(items);
   static const int walk_down_blocks =
-      attention_hopper_env_knob("GPT2_HOPPER_BACKWARD_WALK_DOWN_BLOCKS", 32);
+      attention_hopper_env_knob("GPT2_HOPPER_BACKWARD_WALK_DOWN_BLOCKS", 8);
   params.walk_down = deterministic && n_blocks >= walk_down_blocks;  // (first_tile)
   params.scale = scale;
   params.scale_log2 = scale * flash::kLog2e;
@@ -722,14 +722,15 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
   GPT2_CHECK(max_blocks >= 0, "max_blocks = ", max_blocks, " (0: one block per SM)");
   const int grid = static_cast<int>(
       std::min<int64_t>({items, sms, max_blocks > 0 ? max_blocks : int64_t{sms}}));
-  // Items per head group: three per block; in deterministic mode more, so that key block n of
-  // a head starts enough steps after key block n - 1 (about group_heads * n_blocks / (2 grid))
-  // that the chain of n_blocks fixed-order additions rarely waits: six per block, and at long
-  // T (long chains) at least n_blocks / 5 per block (bench/NOTES.md: backward head groups).
-  // The six, and the 32 key blocks from which deterministic items walk down, can be set for the
-  // benchmark (GPT2_HOPPER_BACKWARD_DETERMINISTIC_GROUP_ITEMS, _WALK_DOWN_BLOCKS).
+  // Items per head group: three per block; in deterministic mode two, and at long T (long
+  // chains) at least n_blocks / 5 per block, so that key block n of a head starts enough steps
+  // after key block n - 1 (about group_heads * n_blocks / (2 grid)) that the chain of n_blocks
+  // fixed-order additions rarely waits (bench/NOTES.md: backward head groups; with one writer
+  // six per block did best, with two, two or three: +5-23% at 512-2K). The two, and the 8 key
+  // blocks from which deterministic items walk down, can be set for the benchmark
+  // (GPT2_HOPPER_BACKWARD_DETERMINISTIC_GROUP_ITEMS, _WALK_DOWN_BLOCKS).
   static const int deterministic_group_items =
-      attention_hopper_env_knob("GPT2_HOPPER_BACKWARD_DETERMINISTIC_GROUP_ITEMS", 6);
+      attention_hopper_env_knob("GPT2_HOPPER_BACKWARD_DETERMINISTIC_GROUP_ITEMS", 2);
   const int64_t group_items =
       deterministic ? std::max<int64_t>(int64_t{deterministic_group_items} * grid,
                                         int64_t{n_blocks} * grid / 5)

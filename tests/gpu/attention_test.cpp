@@ -361,7 +361,7 @@ TEST(GpuAttentionRows, Bf16HopperComputesItsRowsOnly) {
   }
 }
 
-// From 32 key blocks (T > 3968) the deterministic Hopper backward walks each item's query tiles
+// From 8 key blocks (T > 896) the deterministic Hopper backward walks each item's query tiles
 // from the last down (first_tile in attention_hopper_backward.cu): its rows, across a gap
 // between two ranges and to a ragged end, against fp64 and naive.
 TEST(GpuAttentionRows, Bf16HopperDeterministicWalkDownComputesItsRows) {
@@ -572,7 +572,7 @@ TEST(GpuAttentionDeterminism, HopperDeterministicModeGivesIdenticalBits) {
   GPT2_REQUIRE_GPU();
   GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, 64);
   // Many key blocks add into each query tile's dQ: 2048 / 128 = 16 per (b, h) at the end; from
-  // 32 key blocks on (T = 4100) the items walk their query tiles down.
+  // 8 key blocks on (every T here) the items walk their query tiles down.
   for (const AttentionShape s :
        {AttentionShape{2, 2048, 5, 64, 1.0}, AttentionShape{1, 1531, 3, 128, 1.0},
         AttentionShape{1, 4100, 3, 64, 1.0}, AttentionShape{1, 4100, 2, 128, 1.0}}) {
