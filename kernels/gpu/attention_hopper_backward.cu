@@ -728,13 +728,16 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
   // fixed-order additions rarely waits (bench/NOTES.md: backward head groups; with one writer
   // six per block did best, with two, two or three: +5-23% at 512-2K). The two, and the 8 key
   // blocks from which deterministic items walk down, can be set for the benchmark
-  // (GPT2_HOPPER_BACKWARD_DETERMINISTIC_GROUP_ITEMS, _WALK_DOWN_BLOCKS).
+  // (GPT2_HOPPER_BACKWARD_DETERMINISTIC_GROUP_ITEMS, _WALK_DOWN_BLOCKS), and racing's three
+  // (_RACING_GROUP_ITEMS).
   static const int deterministic_group_items =
       attention_hopper_env_knob("GPT2_HOPPER_BACKWARD_DETERMINISTIC_GROUP_ITEMS", 2);
+  static const int racing_group_items =
+      attention_hopper_env_knob("GPT2_HOPPER_BACKWARD_RACING_GROUP_ITEMS", 3);
   const int64_t group_items =
       deterministic ? std::max<int64_t>(int64_t{deterministic_group_items} * grid,
                                         int64_t{n_blocks} * grid / 5)
-                    : 3 * int64_t{grid};
+                    : int64_t{racing_group_items} * grid;
   params.group_heads = schedule_group_heads(n_blocks, BH, group_items);
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(kv_map, q_map, dout_map, params);
   GPT2_CUDA_CHECK_LAUNCH();
