@@ -16,7 +16,8 @@
 # q/k/v as views of GPT-2's qkv, as our kernels read it, and as contiguous tensors, its kernels'
 # best case),
 # TEST_FILTER (attention and Hopper tests), SANITIZE (unset: none; 1: memcheck, racecheck and
-# synccheck on the small attention tests).
+# synccheck on the small attention tests). The benchmarks log SM clock and power
+# (OUT_DIR/clocks.csv, summarized per program by tools/clock_summary.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -85,19 +86,38 @@ fi
 
 if [ -z "${SKIP_BENCH:-}" ]; then
   section "gpt2-attention-bench and PyTorch SDPA, same run"
+  # SM clock and board power every 100 ms while each program runs (tools/clock_summary.py):
+  # programs compared at free clocks are compared fairly only if they ran at the same clocks.
+  : >"$OUT_DIR/phases.txt"
+  mark() { echo "$(date '+%Y/%m/%d %H:%M:%S.%N') $1 $2" >>"$OUT_DIR/phases.txt"; }
+  clock_logger=""
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv,noheader,nounits \
+      -lms 100 >"$OUT_DIR/clocks.csv" 2>/dev/null &
+    clock_logger=$!
+  fi
+  mark ours start
   timeout 900 "$BUILD_DIR/gpt2-attention-bench" --seq-lens "$SEQ_LENS" --head-sizes "$HEAD_SIZES" \
     --repeats "$REPEATS" ${KERNELS:+--kernels "$KERNELS"} --csv "$OUT_DIR/attention_bench.csv" \
     >"$OUT_DIR/attention_bench.log" 2>&1 || failed=1
+  mark ours end
   cat "$OUT_DIR/attention_bench.log"
   for layout in ${TORCH_LAYOUTS//,/ }; do
     suffix=$([ "$layout" = gpt2 ] && echo "" || echo "_$layout")
+    mark "pytorch-$layout" start
     PYTHONUNBUFFERED=1 timeout 900 python3 bench/pytorch_attention.py --seq-lens "$SEQ_LENS" \
       --head-sizes "$HEAD_SIZES" --repeats "$REPEATS" --layout "$layout" \
       --ours "$OUT_DIR/attention_bench.csv" --csv "$OUT_DIR/pytorch_attention$suffix.csv" \
       --markdown "$OUT_DIR/attention_vs_pytorch$suffix.md" \
       >"$OUT_DIR/pytorch_attention$suffix.log" 2>&1 || failed=1
+    mark "pytorch-$layout" end
     cat "$OUT_DIR/pytorch_attention$suffix.log"
   done
+  if [ -n "$clock_logger" ]; then
+    kill "$clock_logger" 2>/dev/null || true
+    section "SM clock and power while each ran ($OUT_DIR/clocks.csv)"
+    python3 tools/clock_summary.py "$OUT_DIR/clocks.csv" "$OUT_DIR/phases.txt" || true
+  fi
 fi
 if [ "$failed" -ne 0 ]; then section "attention_check: FAILED (see above)"; exit 1; fi
 section "attention_check: done"
