@@ -399,10 +399,10 @@ struct HopperBackwardBlock {
 
   __device__ __forceinline__ void write_dq(int writer) const {
     // dQ writer `writer` (of kDqWriters), steps writer, writer + kDqWriters, ...: per step,
-    // once both consumers have staged their blocks of the step's tile,
-    // moves them into the fp32 accumulator with one bulk copy each (reduce-adds; in
-    // deterministic mode stores from key block 0), issued together, and frees their staging
-    // slots once the copy engine has read them. Deterministic mode: a tile's semaphore counts
+    // once both consumers have staged their blocks of the step's tile, moves them into the
+    // fp32 accumulator with one bulk copy each (reduce-adds; in deterministic mode stores from
+    // key block 0), issued together, and frees their staging slots once the copy engine has
+    // read them. Deterministic mode: a tile's semaphore counts
     // the key blocks whose writes into it have landed; key block n writes tile m once the
     // count is n (key block n - 1 is done) and passes it on as soon as its writes have landed
     // (with the consumers already computing on), so that the next key block, often only a step
