@@ -407,7 +407,7 @@ struct HopperBackwardBlock {
     // count is n (key block n - 1 is done) and passes it on as soon as its writes have landed
     // (with the consumers already computing on), so that the next key block, often only a step
     // or two behind, waits as little as possible.
-    for (int step = Traits::kDqWriters == 1 ? 0 : writer;; step += Traits::kDqWriters) {
+    for (int step = writer;; step += Traits::kDqWriters) {
       dq_ring(0).wait_full(step);
       const int tile = dq_tile[dq_slot(step, 0)];
       if (tile < 0) break;  // only consumer 0 stages the end marks, one a writer
@@ -637,7 +637,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (threadIdx.x == 0) {
       block.load(kv_map, q_map, dout_map);
     } else if (threadIdx.x == 32 || (Traits::kDqWriters == 2 && threadIdx.x == 64)) {
-      block.write_dq(Traits::kDqWriters == 1 ? 0 : threadIdx.x / 32 - 1);
+      block.write_dq(threadIdx.x / 32 - 1);
     }
     return;
   }
