@@ -6,7 +6,9 @@
  * For each head size and T: B = max(1, --tokens / T); --sets independent sets of random bf16
  * qkv and dO (enough sets that they overflow the L2 cache several times, unless told), rotated
  * from one timed run to the next so the cache does not flatter. flash-hopper runs twice: its
- * default backward (dQ additions race) and flash-hopper-det (fixed-order dQ, bit-identical runs).
+ * default backward (dQ additions race from gpu::kHopperRacingFromT, fixed order below it, where
+ * that is faster) and flash-hopper-det (fixed-order dQ, bit-identical runs). Asked for,
+ * flash-hopper-racing is the racing backward at every T.
  * Each kernel is validated once against a reference kernel (naive where it fits in memory, else
  * flash-portable: relative L2 of out and dqkv), then timed: --warmup untimed calls, then --repeats
  * timed runs of --burst calls each, back to back between two events (so the host's launch work
@@ -109,6 +111,7 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 struct BenchKernel {
   AttentionKernel kernel;
   bool deterministic;
+  int racing_from_t;       // the Hopper backward's (AttentionConfig::backward_racing_from_t)
   HopperForwardShape forward_shape;
   std::string name;        // e.g. "flash-hopper", "flash-hopper-det", "flash-hopper/fwd64"
 };
@@ -116,11 +119,13 @@ struct BenchKernel {
 BenchKernel parse_kernel(const std::string& name) {
   const size_t slash = name.find('/');
   const std::string base = name.substr(0, slash);
-  BenchKernel parsed{AttentionKernel::kNaive, false, HopperForwardShape::kAuto, name};
-  bool known = base == "flash-hopper-det";
+  BenchKernel parsed{AttentionKernel::kNaive, false, gpu::kHopperRacingFromT,
+                     HopperForwardShape::kAuto, name};
+  bool known = base == "flash-hopper-det" || base == "flash-hopper-racing";
   if (known) {
     parsed.kernel = AttentionKernel::kFlashHopper;
-    parsed.deterministic = true;
+    parsed.deterministic = base == "flash-hopper-det";
+    if (base == "flash-hopper-racing") parsed.racing_from_t = 1;
   }
   for (AttentionKernel k : {AttentionKernel::kNaive, AttentionKernel::kFlashPortable,
                             AttentionKernel::kFlashHopper})
@@ -129,8 +134,8 @@ BenchKernel parse_kernel(const std::string& name) {
       known = true;
     }
   if (!known)
-    GPT2_USAGE_FAIL("--kernels takes naive, flash-portable, flash-hopper, flash-hopper-det (got '",
-                    name, "')");
+    GPT2_USAGE_FAIL("--kernels takes naive, flash-portable, flash-hopper, flash-hopper-det, "
+                    "flash-hopper-racing (got '", name, "')");
   if (slash != std::string::npos) {
     const std::string shape = name.substr(slash + 1);
     for (HopperForwardShape s : {HopperForwardShape::kRows128, HopperForwardShape::kRows64,
@@ -138,8 +143,8 @@ BenchKernel parse_kernel(const std::string& name) {
       if (shape == gpu::to_string(s)) parsed.forward_shape = s;
     if (parsed.kernel != AttentionKernel::kFlashHopper ||
         parsed.forward_shape == HopperForwardShape::kAuto)
-      GPT2_USAGE_FAIL("--kernels: only flash-hopper(-det) takes a forward shape, /fwd128, "
-                      "/fwd64 or /fwd64w1 (got '", name, "')");
+      GPT2_USAGE_FAIL("--kernels: only flash-hopper(-det, -racing) takes a forward shape, "
+                      "/fwd128, /fwd64 or /fwd64w1 (got '", name, "')");
   }
   return parsed;
 }
@@ -179,6 +184,7 @@ bool time_kernel(const BenchKernel& kernel, int B, int T, int NH, int HS, int se
   config.bf16 = true;
   config.kernel = kernel.kernel;
   config.deterministic = kernel.deterministic;
+  config.backward_racing_from_t = kernel.racing_from_t;
   config.forward_shape = kernel.forward_shape;
   const size_t saved_bytes = gpu::attention_saved_bytes(config);
   const size_t workspace_bytes = gpu::attention_workspace_bytes(config);
@@ -234,7 +240,7 @@ cxxopts::Options bench_command_line() {
       ("tokens", "B = max(1, tokens / T)", cxxopts::value<int>()->default_value("16384"))
       ("heads", "NH", cxxopts::value<int>()->default_value("12"))
       ("head-sizes", "comma-separated HS (64, 128)", cxxopts::value<std::string>()->default_value("64,128"))
-      ("kernels", "comma-separated: naive, flash-portable, flash-hopper, flash-hopper-det (deterministic dQ), the last two with /fwd128, /fwd64 or /fwd64w1 (64 rows, no producer warpgroup) to force the forward's block shape; default: all that run here", cxxopts::value<std::string>()->default_value(""))
+      ("kernels", "comma-separated: naive, flash-portable, flash-hopper, flash-hopper-det (deterministic dQ), flash-hopper-racing (racing dQ at every T), the last three with /fwd128, /fwd64 or /fwd64w1 (64 rows, no producer warpgroup) to force the forward's block shape; default: all that run here", cxxopts::value<std::string>()->default_value(""))
       ("sets", "input sets rotated between runs (0: enough to exceed 4x the L2 cache)", cxxopts::value<int>()->default_value("0"));
   bench::add_timing_options(cli, 3, 10, "out/attention_bench.csv");
   return cli;

@@ -69,10 +69,11 @@ void backward_typed(const AttentionConfig& c, const AttentionTensors& t, const C
       return;
     case AttentionKernel::kFlashHopper:
       if constexpr (std::is_same_v<T_, bf16>) {
+        const bool fixed_order = c.deterministic || c.T < c.backward_racing_from_t;
         attention_hopper_backward(dqkv, dout, qkv, static_cast<const bf16*>(t.out),
                                   static_cast<const float*>(t.saved), c.B, c.T, c.C, c.NH,
-                                  t.workspace, c.deterministic, c.backward_max_blocks,
-                                  ctx.stream(), c.rows);
+                                  t.workspace, fixed_order, c.backward_max_blocks, ctx.stream(),
+                                  c.rows);
         return;
       }
       break;

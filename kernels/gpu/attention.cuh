@@ -27,7 +27,8 @@
  * - kFlashHopper (FlashAttention-3 scheme, sm_90a, bf16, head size 64/128): TMA, wgmma and a
  *   producer warpgroup feeding consumer warpgroups (attention_hopper_forward.cu,
  *   attention_hopper_backward.cu), heads scheduled in L2-sized groups; with deterministic = true
- *   the dQ additions happen in a fixed order, so two runs give the same bits.
+ *   the dQ additions happen in a fixed order, so two runs give the same bits (with false, too,
+ *   below kHopperRacingFromT, where the fixed order is the faster).
  * Generation's one-query-per-sequence attention over a key/value cache is its own op family:
  * attention_decode.cuh.
  */
@@ -76,6 +77,12 @@ struct QueryRows {
 };
 constexpr int kQueryRowsGranule = 128;
 
+/// The shortest T at which the Hopper backward's racing dQ order beats the fixed order. Below
+/// it the fixed order is faster (H100, B·T = 16K: 7-19% at T = 512 and 1024, level at 2048;
+/// bench/NOTES.md): its first key block stores the dQ tiles rather than adding into a zeroed
+/// accumulator, and its head groups are smaller. So racing mode takes it there, bit-identical.
+constexpr int kHopperRacingFromT = 1025;
+
 /// One attention call's shape and options. B and T may change between calls (sampling runs
 /// shorter sequences) as long as the workspace was sized for the largest.
 struct AttentionConfig {
@@ -83,6 +90,10 @@ struct AttentionConfig {
   bool bf16 = true;  // storage type; fp32 otherwise
   AttentionKernel kernel = AttentionKernel::kFlashPortable;
   bool deterministic = true;  // Hopper backward: fixed-order dQ (the portable bf16 one races)
+  // Hopper backward with deterministic = false: the racing dQ order from this T up; below it the
+  // fixed order runs instead, the faster one there (kHopperRacingFromT). Tests set 1 to check
+  // the racing kernel on small shapes.
+  int backward_racing_from_t = kHopperRacingFromT;
   // Hopper backward: most blocks of its persistent grid (0: one per SM). Tests set a few, so
   // that small shapes give every block many work items.
   int backward_max_blocks = 0;

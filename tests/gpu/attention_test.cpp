@@ -77,6 +77,7 @@ Reference reference_attention(const std::vector<float>& qkv, const std::vector<f
 // The Hopper kernels' knobs (AttentionConfig's defaults unless a test sets them).
 struct HopperKnobs {
   bool deterministic = true;
+  int racing_from_t = kHopperRacingFromT;
   int backward_max_blocks = 0;
   int forward_max_blocks = 0;
   HopperForwardShape forward_shape = HopperForwardShape::kAuto;
@@ -99,6 +100,7 @@ AttentionResult run_attention(AttentionKernel kernel, const std::vector<float>& 
   config.bf16 = std::is_same_v<T_, bf16>;
   config.kernel = kernel;
   config.deterministic = knobs.deterministic;
+  config.backward_racing_from_t = knobs.racing_from_t;
   config.backward_max_blocks = knobs.backward_max_blocks;
   config.forward_max_blocks = knobs.forward_max_blocks;
   config.forward_shape = knobs.forward_shape;
@@ -220,6 +222,7 @@ TEST_P(GpuAttentionTest, Bf16HopperRacingBackwardMatchesFp64Reference) {
   GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, GetParam().HS);
   HopperKnobs racing;
   racing.deterministic = false;
+  racing.racing_from_t = 1;  // the racing kernel itself, at every T
   check_attention<bf16>(AttentionKernel::kFlashHopper, GetParam(), 3000 + GetParam().T, racing);
 }
 
@@ -453,10 +456,36 @@ TEST(GpuAttentionHopper, NondeterministicModeMatchesFp64Reference) {
     GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, head_size);
     HopperKnobs racing;
     racing.deterministic = false;
+    racing.racing_from_t = 1;  // the racing kernel itself, at every T
     check_attention<bf16>(AttentionKernel::kFlashHopper,
                           AttentionShape{2, 777, 3, head_size, 1.0}, 31, racing);
     check_attention<bf16>(AttentionKernel::kFlashHopper,
                           AttentionShape{1, 1100, 3, head_size, 2.0}, 33, racing);
+  }
+}
+
+// Racing mode takes the fixed dQ order below kHopperRacingFromT (the faster one there): the
+// same bits as deterministic mode at T = 777, and the racing kernel from the threshold up (at
+// T = 1100 a racing run against fp64, the bits left to the race).
+TEST(GpuAttentionHopper, RacingModeTakesTheFixedOrderBelowItsThreshold) {
+  GPT2_REQUIRE_GPU();
+  static_assert(kHopperRacingFromT > 777 && kHopperRacingFromT <= 1100);
+  for (const int head_size : {64, 128}) {
+    GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, head_size);
+    const AttentionShape s{2, 777, 3, head_size, 1.0};
+    const int64_t n_out = static_cast<int64_t>(s.B) * s.T * s.NH * s.HS;
+    const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 51));
+    const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 52));
+    Context ctx;
+    HopperKnobs racing;
+    racing.deterministic = false;
+    const AttentionResult fixed =
+        run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx);
+    const AttentionResult raced =
+        run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx, racing);
+    EXPECT_EQ(raced.dqkv, fixed.dqkv) << describe(s);
+    check_attention<bf16>(AttentionKernel::kFlashHopper, AttentionShape{1, 1100, 3, head_size, 1.0},
+                          53, racing);
   }
 }
 
@@ -603,6 +632,7 @@ TEST(GpuAttentionHopper, FewPersistentBlocksTakeManyItemsEach) {
     for (const bool deterministic : {true, false}) {
       HopperKnobs knobs;
       knobs.deterministic = deterministic;
+      knobs.racing_from_t = 1;
       knobs.backward_max_blocks = 3;
       check_attention<bf16>(AttentionKernel::kFlashHopper, s, 41, knobs);
     }
