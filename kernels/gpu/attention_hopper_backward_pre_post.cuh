@@ -21,6 +21,11 @@ using bf16 = __nv_bfloat16;
 
 constexpr int kDqTileRows = 64;  // rows of one tile of the dQ accumulator
 
+// Both launches take their blocks' rows last first (block b the rows of block gridDim.x - 1 -
+// b, as blocks start in index order): the preprocess leaves the first heads' stats, dO and dQ
+// zeros last in L2, where the main kernel's first head group reads them, and the postprocess
+// reads the last heads' dQ tiles first, the ones the main kernel finished last, still in L2.
+
 // lse2 = lse * log2(e) and D = rowsum(dO * O) for t < T; +inf and 0 on the padding rows; the
 // semaphores, the work counter and, unless null, the dQ accumulator zeroed. HS/8 lanes per
 // (bh, t) with t < T_pad, a 16-byte pack each, summed by a butterfly among them.
@@ -33,7 +38,8 @@ __global__ void hopper_backward_preprocess_kernel(float* lse2, float* dsum, floa
   constexpr int kLanesPerRow = kHeadDim / 8;  // a 16-byte pack of the row per lane
   constexpr int kRowsPerWarp = 32 / kLanesPerRow;
   const int lane = threadIdx.x % 32;
-  const int64_t warp = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int64_t warp =
+      static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int64_t row = warp * kRowsPerWarp + lane / kLanesPerRow;
   const int part = lane % kLanesPerRow;
   const bool in_range = row < rows;  // no early return: the shuffles below need the whole warp
@@ -82,7 +88,7 @@ __global__ void hopper_backward_write_dq_kernel(bf16* dqkv, const float* dq_accu
                                                 int NH, int num_dq_tiles, int64_t packs,
                                                 float scale) {
   constexpr int kPacksPerRow = kHeadDim / 8;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t i = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= packs) return;
   const int64_t padded_row = i / kPacksPerRow;  // (bh, m, row) flattened
   const int pack = static_cast<int>(i % kPacksPerRow);
