@@ -38,8 +38,13 @@
  *     on items taken before it (so by running blocks), and only its writer thread waits. (Key
  *     block 0 storing in racing mode too would make every other key block wait for it: at 16K,
  *     where the items in flight hold ~30 key blocks of a head, that cost 4% of the kernel.)
- *     dK (times the scale) and dV are written from registers.
- *  3. dQ * scale converted to bf16 into dqkv's query columns.
+ *     dK (times the scale) and dV are written from registers. With Traits::kConvertsDq
+ *     (deterministic mode; measured, off), the writer that adds a tile's last block (its
+ *     diagonal key block's) queues the tile, once the addition has landed, for warp 3 of the
+ *     producer warpgroup, which converts it as launch 3 would (the same bits) while the
+ *     consumers compute on: no third launch, whose read of the accumulator from DRAM is 10% of
+ *     the backward at T = 1K.
+ *  3. dQ * scale converted to bf16 into dqkv's query columns (unless kConvertsDq).
  * With QueryRows (attention.cuh) the items' query tiles are the ranges' only, and key blocks past
  * the last computed row are no items: their dK and dV rows are not written.
  * The dQ accumulator is a sequence of 64 x HS tiles, each 64 x 64 block in the order the
@@ -146,9 +151,22 @@ struct HopperBackwardTraits {
   static constexpr int kStages = 2;
   static constexpr int kDsBuffers = 2;  // dS^T double-buffered: one barrier per step suffices
   static constexpr int kThreads = 128 * (kConsumers + 1);
-  // The loader's downward walk over query tiles (deterministic mode) spills at 24 registers.
-  static constexpr int kProducerRegisters = kDeterministic ? 32 : 24;
-  static constexpr int kConsumerRegisters = kDeterministic ? 232 : 240;
+  // kConvertsDq (deterministic mode only; off): each dQ tile goes to bf16 in this kernel once
+  // its last addition has landed (convert_dq, warp 3 of the producer warpgroup, from a queue of
+  // kConvertStages final tiles), in place of launch 3; each converter lane keeps kConvertPacks
+  // packs (32 bytes) of loads in flight, for which the producer warpgroup takes 56 registers.
+  // Measured on (H100, deterministic backward, two passes against it off, bench/NOTES.md):
+  // head size 64 +3-5% at 1K-8K, level at 16K, -6% at 512; head size 128 -17% at 512, -6% at
+  // 1K, within 2% from 2K. One warp converts too slowly where tiles finish fast (short T, head
+  // size 128's two diagonal tiles an item), and the consumers have 224 registers, not 232.
+  // Off until a version wins where it runs; on, it must pass racecheck again (a first version
+  // released the queue from one lane after __syncwarp, which racecheck reported).
+  static constexpr bool kConvertsDq = false;
+  static_assert(!kConvertsDq || kDeterministic, "only the fixed order knows a tile's last add");
+  // The loader's downward walk over query tiles (deterministic mode) spills at 24 registers;
+  // the converter's loads in flight take 56 (kConvertPacks), the consumers then 224.
+  static constexpr int kProducerRegisters = kConvertsDq ? 56 : kDeterministic ? 32 : 24;
+  static constexpr int kConsumerRegisters = kConvertsDq ? 224 : kDeterministic ? 232 : 240;
   using KVTile = SmemTile<kBlockN, kHeadDim>;
   using QTile = SmemTile<kBlockM, kHeadDim>;      // Q and dO
   using DsTile = SmemTile<64, kBlockM>;            // dS^T of one warpgroup: keys x queries
@@ -162,13 +180,19 @@ struct HopperBackwardTraits {
   // stage, so that one waits for its tile's turn (or for its writes to land) while the other
   // moves the next step's blocks; one otherwise.
   static constexpr int kDqWriters = kDeterministic ? kDqStages : 1;
+  // The converter's queue (final tiles) and loads in flight (packs a lane).
+  static constexpr int kConvertStages = 8;
+  static constexpr int kConvertPacks = 4;
   // kv_full, full[kStages], empty[kStages], then per consumer dq_full[kDqStages] (its block is
-  // staged), then per consumer dq_empty[kDqStages] (the writer's bulk copy has read it); last
-  // kv_empty (the consumers are done with an item's K and V).
-  static constexpr int kNumBarriers = 2 + 2 * kStages + 2 * kConsumers * kDqStages;
+  // staged), then per consumer dq_empty[kDqStages] (the writer's bulk copy has read it), then
+  // kv_empty (the consumers are done with an item's K and V); last (kConvertsDq) the converter
+  // queue's full[kConvertStages] and empty[kConvertStages].
+  static constexpr int kNumBarriers =
+      2 + 2 * kStages + 2 * kConsumers * kDqStages + (kConvertsDq ? 2 * kConvertStages : 0);
   // The schedule's slots (HopperBackwardBlock): item_slot[2], dq_tile and dq_n_block, each
-  // [kDqStages][kConsumers].
-  static constexpr int kSlotInts = 2 + 2 * kDqStages * kConsumers;
+  // [kDqStages][kConsumers]; then (kConvertsDq) the converter queue's ticket and its tiles.
+  static constexpr int kSlotInts =
+      2 + 2 * kDqStages * kConsumers + (kConvertsDq ? 1 + kConvertStages : 0);
   // Shared memory: K and V of the item; the Q and dO rings; each consumer's dS^T buffers; each
   // consumer's staged dQ block (fp32); the rings' lse2 and D; the barriers; the slots.
   static constexpr hopper::SmemRegion kKRegion{0, KVTile::kBytes};
@@ -242,6 +266,13 @@ struct HopperBackwardBlock {
   volatile int* item_slot;
   volatile int* dq_tile;     // [stage * kConsumers + c]: tile (bh * num_m_tiles + m), or -1
   volatile int* dq_n_block;  // [stage * kConsumers + c]: the key block that staged it
+  // Deterministic mode: the queue of final dQ tiles from the writers to the converter. A writer
+  // takes use `ticket` (a shared counter: two writers push), waits for its stage to be empty,
+  // puts the tile (-1: that writer's end) in convert_tile and arrives on the full barrier.
+  using ConvertRing = hopper::StageRing<Traits::kConvertStages>;
+  ConvertRing convert_ring;
+  int* convert_ticket;
+  volatile int* convert_tile;  // [stage]
   int n_blocks;
   int m_end;                 // past the last computed query tile
 
@@ -258,6 +289,11 @@ struct HopperBackwardBlock {
         item_slot(reinterpret_cast<volatile int*>(smem_generic + Traits::kSlotRegion.offset)),
         dq_tile(item_slot + 2),
         dq_n_block(item_slot + 2 + Traits::kDqStages * kConsumers),
+        convert_ring{bars + 8 * (2 + 2 * kStages + 2 * kConsumers * Traits::kDqStages),
+                     bars + 8 * (2 + 2 * kStages + 2 * kConsumers * Traits::kDqStages +
+                                 Traits::kConvertStages)},
+        convert_ticket(const_cast<int*>(item_slot) + 2 + 2 * Traits::kDqStages * kConsumers),
+        convert_tile(convert_ticket + 1),
         n_blocks(params.n_blocks),
         m_end(params.tile_end[1]) {}
 
@@ -350,6 +386,10 @@ struct HopperBackwardBlock {
     kv_ring.init(1, kConsumers * 128);
     q_ring.init(1, kConsumers * 128);
     for (int c = 0; c < kConsumers; ++c) dq_ring(c).init(128, 1);
+    if constexpr (Traits::kConvertsDq) {
+      convert_ring.init(1, 32);
+      *convert_ticket = 0;
+    }
     hopper::fence_barrier_init();
   }
 
@@ -435,9 +475,70 @@ struct HopperBackwardBlock {
         hopper::bulk_wait_group<0>();
         hopper::fence_proxy_async_global();  // the copies' writes before the count
         red_release_add(semaphore, 1);
+        // The tile's last key block (its diagonal): the tile is final, to bf16 with it.
+        if (Traits::kConvertsDq && n_block == (tile % p.num_m_tiles) * kBlockM / Traits::kBlockN)
+          queue_conversion(tile);
       }
     }
     hopper::bulk_wait_group<0>();
+    if constexpr (Traits::kConvertsDq) queue_conversion(-1);
+  }
+
+  /// A writer: tile (its writes landed, and made the generic proxy's) to the converter, or -1,
+  /// this writer's end.
+  __device__ __forceinline__ void queue_conversion(int tile) const {
+    const int use = atomicAdd(convert_ticket, 1);
+    convert_ring.wait_empty(use);
+    convert_tile[ConvertRing::stage(use)] = tile;
+    hopper::mbarrier_arrive(convert_ring.full(use));
+  }
+
+  /// The converter, warp 3 of the producer warpgroup (deterministic mode): each queued tile's
+  /// packs to bf16 in dqkv's query columns, as launch 3 does in racing mode (dq_pack_*: the
+  /// same arithmetic, so the same bits), kConvertPacks of a lane's loads in flight (from L2: the
+  /// tile's last additions just landed); until both writers' end marks.
+  __device__ __forceinline__ void convert_dq() const {
+    constexpr int kPacksPerRow = kHeadDim / 8;
+    constexpr int kTilePacks = kBlockM * kPacksPerRow;
+    constexpr int kPacks = Traits::kConvertPacks;
+    static_assert(kTilePacks % (32 * kPacks) == 0);
+    const int lane = threadIdx.x % 32;
+    for (int use = 0, ends = 0; ends < Traits::kDqWriters; ++use) {
+      convert_ring.wait_full(use);
+      const int tile = convert_tile[ConvertRing::stage(use)];
+      convert_ring.release(use);  // every lane, once it has read the tile
+      if (tile < 0) {
+        ++ends;
+        continue;
+      }
+      const int bh = tile / p.num_m_tiles;
+      const int m0 = tile % p.num_m_tiles * kBlockM;
+      const int rows = min(kBlockM, p.T - m0);  // the rest pad the tile
+      const float* accum = p.dq_accum + static_cast<int64_t>(tile) * kBlockM * kHeadDim;
+      bf16* out = p.dqkv + (static_cast<int64_t>(bh / p.NH) * p.T + m0) * 3 * p.C +
+                  bh % p.NH * kHeadDim;
+      for (int k = lane; k < kTilePacks; k += 32 * kPacks) {
+        float4 packs[kPacks][2];
+#pragma unroll
+        for (int u = 0; u < kPacks; ++u) {
+          const int row = (k + 32 * u) / kPacksPerRow;  // of the tile (kBlockM rows)
+          const int pack = (k + 32 * u) % kPacksPerRow;
+          const float4* source = reinterpret_cast<const float4*>(
+              accum + row / kDqTileRows * kDqTileRows * kHeadDim +
+              hopper_backward::dq_pack_offset(row % kDqTileRows, pack));
+          packs[u][0] = __ldcg(source);
+          packs[u][1] = __ldcg(source + 1);
+        }
+#pragma unroll
+        for (int u = 0; u < kPacks; ++u) {
+          const int row = (k + 32 * u) / kPacksPerRow;
+          const int pack = (k + 32 * u) % kPacksPerRow;
+          if (row < rows)
+            *reinterpret_cast<int4*>(out + static_cast<int64_t>(row) * 3 * p.C + 8 * pack) =
+                hopper_backward::dq_pack_bf16(packs[u], p.scale);
+        }
+      }
+    }
   }
 
   __device__ __forceinline__ void consume(int c) const {
@@ -638,6 +739,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       block.load(kv_map, q_map, dout_map);
     } else if (threadIdx.x == 32 || (Traits::kDqWriters == 2 && threadIdx.x == 64)) {
       block.write_dq(threadIdx.x / 32 - 1);
+    } else if (Traits::kConvertsDq && threadIdx.x / 32 == 3) {
+      block.convert_dq();
     }
     return;
   }
@@ -742,12 +845,14 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(kv_map, q_map, dout_map, params);
   GPT2_CUDA_CHECK_LAUNCH();
 
-  const int64_t packs = stat_rows * kHeadDim / 8;
-  const int threads = 256;
-  hopper_backward_write_dq_kernel<kHeadDim>
-      <<<static_cast<unsigned>((packs + threads - 1) / threads), threads, 0, stream>>>(
-          dqkv, ws.dq_accum, T, C, NH, T_pad / kDqTileRows, packs, scale);
-  GPT2_CUDA_CHECK_LAUNCH();
+  if constexpr (!Traits::kConvertsDq) {
+    const int64_t packs = stat_rows * kHeadDim / 8;
+    const int threads = 256;
+    hopper_backward_write_dq_kernel<kHeadDim>
+        <<<static_cast<unsigned>((packs + threads - 1) / threads), threads, 0, stream>>>(
+            dqkv, ws.dq_accum, T, C, NH, T_pad / kDqTileRows, packs, scale);
+    GPT2_CUDA_CHECK_LAUNCH();
+  }
 }
 
 }  // namespace

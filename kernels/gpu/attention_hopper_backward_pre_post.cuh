@@ -4,8 +4,10 @@
  *        attention_hopper_backward.cu, the only file that includes this one).
  *
  * Preprocess: lse2 = lse * log2(e) and D = rowsum(dO * O) per (b, h, t), the semaphores, the
- * work counter and (racing mode) the fp32 dQ accumulator zeroed. Postprocess: dQ * scale from
- * the accumulator's fragment-ordered tiles to bf16 in dqkv's query columns (=).
+ * work counter and (racing mode) the fp32 dQ accumulator zeroed. Postprocess (racing mode):
+ * scale * dQ from the accumulator's fragment-ordered tiles to bf16 in dqkv's query columns (=);
+ * its per-pack helpers (dq_pack_*) also serve the deterministic main kernel, which converts its
+ * tiles itself.
  */
 #pragma once
 
@@ -79,10 +81,29 @@ __global__ void hopper_backward_preprocess_kernel(float* lse2, float* dsum, floa
 }
 
 // dqkv[b, t, h*HS + d] = bf16(scale * dQ) from the fragment-ordered fp32 tiles of 64 rows (each
-// 64 x 64 block of one at [block][j][thread] as float2, j = 2 * (column / 8 % 8) + row / 8 % 2).
-// One thread per 8 columns of a row: the 4 float2 of them are adjacent in the tile (threads
-// 4r .. 4r + 3 of one j), so it reads 32 bytes and writes 16, and the HS/8 threads of a row write
-// it whole (full sectors both ways).
+// 64 x 64 block of one at [block][j][thread] as float2, j = 2 * (column / 8 % 8) + row / 8 % 2),
+// in packs of 8 columns of a row: their 4 float2 are adjacent in the tile (threads 4r .. 4r + 3
+// of one j), so a pack is read as 32 bytes and written as 16, and the HS/8 packs of a row write
+// it whole (full sectors both ways). dq_pack_offset: where a pack sits in its tile (floats);
+// dq_pack_bf16: its conversion. Launch 3 (racing mode) and the deterministic main kernel's
+// converter warp (convert_dq) share both.
+__device__ __forceinline__ int dq_pack_offset(int row, int pack) {
+  const int block = pack / 8;
+  const int j = 2 * (pack % 8) + (row / 8) % 2;
+  const int first_thread = 32 * (row / 16) + 4 * (row % 8);
+  return (block * 16 + j) * 256 + 2 * first_thread;
+}
+
+__device__ __forceinline__ int4 dq_pack_bf16(const float4* source, float scale) {
+  const float4 lo = source[0], hi = source[1];
+  __nv_bfloat162 packed[4] = {__floats2bfloat162_rn(lo.x * scale, lo.y * scale),
+                              __floats2bfloat162_rn(lo.z * scale, lo.w * scale),
+                              __floats2bfloat162_rn(hi.x * scale, hi.y * scale),
+                              __floats2bfloat162_rn(hi.z * scale, hi.w * scale)};
+  return *reinterpret_cast<const int4*>(packed);
+}
+
+// Launch 3 (racing mode): one thread a pack.
 template <int kHeadDim>
 __global__ void hopper_backward_write_dq_kernel(bf16* dqkv, const float* dq_accum, int T, int C,
                                                 int NH, int num_dq_tiles, int64_t packs,
@@ -97,21 +118,13 @@ __global__ void hopper_backward_write_dq_kernel(bf16* dqkv, const float* dq_accu
   const int m = static_cast<int>(tile % num_dq_tiles);
   const int t = m * kDqTileRows + row;
   if (t >= T) return;
-  const int block = pack / 8;
-  const int j = 2 * (pack % 8) + (row / 8) % 2;
-  const int first_thread = 32 * (row / 16) + 4 * (row % 8);
-  const float4* src = reinterpret_cast<const float4*>(
-      dq_accum + tile * 64 * kHeadDim + (block * 16 + j) * 256 + 2 * first_thread);
-  const float4 lo = src[0], hi = src[1];
+  const float4* source =
+      reinterpret_cast<const float4*>(dq_accum + tile * 64 * kHeadDim + dq_pack_offset(row, pack));
   const int64_t bh = tile / num_dq_tiles;
   const int64_t b = bh / NH;
   const int h = static_cast<int>(bh % NH);
-  __nv_bfloat162 packed[4] = {__floats2bfloat162_rn(lo.x * scale, lo.y * scale),
-                              __floats2bfloat162_rn(lo.z * scale, lo.w * scale),
-                              __floats2bfloat162_rn(hi.x * scale, hi.y * scale),
-                              __floats2bfloat162_rn(hi.z * scale, hi.w * scale)};
   *reinterpret_cast<int4*>(dqkv + (b * T + t) * 3 * C + h * kHeadDim + 8 * pack) =
-      *reinterpret_cast<const int4*>(packed);
+      dq_pack_bf16(source, scale);
 }
 
 }  // namespace gpt2::gpu::hopper_backward
