@@ -156,7 +156,7 @@ struct HopperBackwardTraits {
   // kConvertStages final tiles), in place of launch 3; each converter lane keeps kConvertPacks
   // packs (32 bytes) of loads in flight, for which the producer warpgroup takes 56 registers.
   // Measured on (H100, deterministic backward, two passes against it off, bench/NOTES.md):
-  // head size 64 +3-5% at 1K-8K, level at 16K, -6% at 512; head size 128 -17% at 512, -6% at
+  // head size 64 +1.5-5% at 1K-8K, level at 16K, -6% at 512; head size 128 -17% at 512, -6% at
   // 1K, within 2% from 2K. One warp converts too slowly where tiles finish fast (short T, head
   // size 128's two diagonal tiles an item), and the consumers have 224 registers, not 232.
   // Off until a version wins where it runs; on, it must pass racecheck again (a first version
