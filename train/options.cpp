@@ -35,7 +35,7 @@ cxxopts::Options make_options() {
       ("device", "auto | cuda | cpu", s()->default_value("auto"))
       ("attn", "naive | flash", s()->default_value("flash"))
       ("attn-kernel", "GPU flash kernel: auto | portable | hopper (auto: hopper on sm_90 with bf16)", s()->default_value("auto"))
-      ("attn-deterministic", "GPU flash backward bit-identical run to run (attention forward+backward at most 3.5% slower on an H100): 0 | 1", s()->default_value("0"))
+      ("attn-deterministic", "GPU flash backward bit-identical run to run (attention forward+backward 0-4% slower on an H100 from T = 2K; below, both settings run it): 0 | 1", s()->default_value("0"))
       ("precision", "fp32 | bf16 | fp8 (bf16 with the block linears' GEMMs in FP8; one GPU "
        "of sm_89 or newer) (default: bf16 on cuda, fp32 on cpu)", s())
       ("batch-size", "B, sequences per micro-batch (default: 16 on cuda, 4 on cpu)", s())
