@@ -20,7 +20,8 @@
  * Naive runs are skipped (NaN) when its T x T buffers do not fit in free memory.
  * The CSV also holds a 64-bit FNV-1a digest of each kernel's out and dqkv bits on set 0: equal
  * digests from two builds show a change left a deterministic kernel's results bit for bit.
- * Prints a table and writes CSV (--csv, default out/attention_bench.csv).
+ * Prints a table and writes CSV (--csv, default out/attention_bench.csv), rewritten whole (and
+ * atomically) after every T, so that a run cut short keeps the points it measured.
  */
 #include <algorithm>
 #include <cmath>
@@ -279,6 +280,7 @@ int bench_main(int argc, char** argv) {
   std::printf("%4s %6s %3s %-15s | %9s %9s %9s | %8s %8s %8s | %9s %9s\n", "HS", "T", "B",
               "kernel", "fwd ms", "bwd ms", "f+b ms", "fwd TF/s", "bwd TF/s", "f+b TF/s",
               "err out", "err dqkv");
+  const std::string csv_path = args["csv"].as<std::string>();
   std::ostringstream csv;
   csv << "device,head_size,seq_len,batch,heads,kernel,deterministic,sets,fwd_ms,bwd_ms,fwdbwd_ms,"
          "fwd_tflops,bwd_tflops,fwdbwd_tflops,rel_err_out,rel_err_dqkv,out_digest,dqkv_digest\n";
@@ -346,10 +348,9 @@ int bench_main(int argc, char** argv) {
         std::printf("%4s %6s %3s (errors: rel L2 against %s on the same inputs)\n", "", "", "",
                     ref_name.c_str());
       std::fflush(stdout);
+      write_text_file(csv_path, csv.str());
     }
   }
-  const std::string csv_path = args["csv"].as<std::string>();
-  write_text_file(csv_path, csv.str());
   std::printf("(NaN: the kernel's buffers do not fit in free memory)\nwrote %s\n", csv_path.c_str());
   return 0;
 }

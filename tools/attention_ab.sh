@@ -14,7 +14,8 @@
 # before`, and carried to the GPU machine), or a revision of this repository (git archive of it;
 # on a machine whose copy of .git may lag the working tree, a directory is the sure way).
 # Environment: PASSES (2), OUT_DIR (out/attention-ab), CUDA_ARCH (90a), RUN_TIMEOUT (seconds a
-# benchmark run may take, 600: a pass over 512-16K at both head sizes takes 30-70 s a kernel).
+# benchmark run may take, 600: a pass over 512-16K at both head sizes takes 30-70 s a kernel;
+# a run cut short keeps the points it measured, as the benchmark rewrites its CSV after each T).
 # The options go to both builds' benchmark (--csv is the tool's own).
 set -euo pipefail
 cd "$(dirname "$0")/.."
