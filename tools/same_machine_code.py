@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Compares the sm_90a machine code of a CUDA file's kernels between two revisions, no GPU needed:
 a refactor whose kernels compile to the same bytes behaves and runs exactly as before (ptxas is
-deterministic), which no benchmark can show as firmly. Each revision's file is compiled to a
-cubin with the project's CUDA flags (CMakeLists.txt), next to the headers of the working tree
-of the git repository holding the file; the kernels are matched by name (the anonymous
+deterministic), which no benchmark can show as firmly. Each side's file is compiled to a
+cubin with the project's CUDA flags (CMakeLists.txt), next to its own side's headers: the base
+revision's tracked files (git archive into a temporary directory), and the working tree of the
+git repository holding the file; the kernels are matched by name (the anonymous
 namespace's hash aside) and their code (.text), attributes (.nv.info), parameter bank
 (.nv.constant0) and static shared memory (.nv.shared) compared byte for byte. Exits 0 when
 every kernel is identical, 1 otherwise (listing them).
@@ -13,9 +14,9 @@ every kernel is identical, 1 otherwise (listing them).
       before matching, e.g. a template parameter added with its default:
       --map 'ELb1ELb0E=ELb1E')
 
-Headers come from the working tree for both sides: a change to a header is compared by giving
-the .cu files that include it. Example: tools/same_machine_code.py
-kernels/gpu/attention_hopper_forward.cu main
+A change to a header is compared by giving a .cu file that includes it. (Until 2026-11-26 both
+sides took the working tree's headers, so a header's change went unseen.) Example:
+tools/same_machine_code.py kernels/gpu/attention_hopper_forward.cu main
 """
 import os
 import re
@@ -148,7 +149,17 @@ def main():
         current = f.read()
     work_dir = tempfile.mkdtemp(prefix="same_machine_code_")
     try:
-        before = kernel_code(compile_cubin(shown.stdout, root, relative, work_dir, "base"))
+        base_root = os.path.join(work_dir, "base-tree")
+        os.makedirs(base_root)
+        archive = subprocess.run(["git", "-C", root, "archive", base], capture_output=True)
+        unpacked = subprocess.run(["tar", "-x", "-C", base_root], input=archive.stdout,
+                                  capture_output=True)
+        if archive.returncode != 0 or unpacked.returncode != 0:
+            print(f"same_machine_code: unpacking {base}: "
+                  f"{(archive.stderr + unpacked.stderr).decode(errors='replace').strip()}",
+                  file=sys.stderr)
+            return 2
+        before = kernel_code(compile_cubin(shown.stdout, base_root, relative, work_dir, "base"))
         after = kernel_code(compile_cubin(current, root, relative, work_dir, "tree"))
         for pattern, replacement in renames:
             after = {pattern.sub(replacement, key): code for key, code in after.items()}

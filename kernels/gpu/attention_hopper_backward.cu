@@ -523,9 +523,8 @@ struct HopperBackwardBlock {
         for (int u = 0; u < kPacks; ++u) {
           const int row = (k + 32 * u) / kPacksPerRow;  // of the tile (kBlockM rows)
           const int pack = (k + 32 * u) % kPacksPerRow;
-          const float4* source = reinterpret_cast<const float4*>(
-              accum + row / kDqTileRows * kDqTileRows * kHeadDim +
-              hopper_backward::dq_pack_offset(row % kDqTileRows, pack));
+          const float4* source = hopper_backward::dq_pack_source(
+              accum, row / kDqTileRows * kDqTileRows * kHeadDim, row % kDqTileRows, pack);
           packs[u][0] = __ldcg(source);
           packs[u][1] = __ldcg(source + 1);
         }
@@ -535,7 +534,7 @@ struct HopperBackwardBlock {
           const int pack = (k + 32 * u) % kPacksPerRow;
           if (row < rows)
             *reinterpret_cast<int4*>(out + static_cast<int64_t>(row) * 3 * p.C + 8 * pack) =
-                hopper_backward::dq_pack_bf16(packs[u], p.scale);
+                hopper_backward::dq_pack_bf16(packs[u][0], packs[u][1], p.scale);
         }
       }
     }

@@ -84,18 +84,19 @@ __global__ void hopper_backward_preprocess_kernel(float* lse2, float* dsum, floa
 // 64 x 64 block of one at [block][j][thread] as float2, j = 2 * (column / 8 % 8) + row / 8 % 2),
 // in packs of 8 columns of a row: their 4 float2 are adjacent in the tile (threads 4r .. 4r + 3
 // of one j), so a pack is read as 32 bytes and written as 16, and the HS/8 packs of a row write
-// it whole (full sectors both ways). dq_pack_offset: where a pack sits in its tile (floats);
-// dq_pack_bf16: its conversion. Launch 3 (racing mode) and the deterministic main kernel's
-// converter warp (convert_dq) share both.
-__device__ __forceinline__ int dq_pack_offset(int row, int pack) {
+// it whole (full sectors both ways). dq_pack_source: where pack `pack` of row `row` of the tile
+// at float `tile_offset` of the accumulator sits; dq_pack_bf16: its conversion. Launch 3 (racing
+// mode) and the deterministic main kernel's converter warp (convert_dq) share both.
+__device__ __forceinline__ const float4* dq_pack_source(const float* dq_accum,
+                                                       int64_t tile_offset, int row, int pack) {
   const int block = pack / 8;
   const int j = 2 * (pack % 8) + (row / 8) % 2;
   const int first_thread = 32 * (row / 16) + 4 * (row % 8);
-  return (block * 16 + j) * 256 + 2 * first_thread;
+  return reinterpret_cast<const float4*>(dq_accum + tile_offset + (block * 16 + j) * 256 +
+                                         2 * first_thread);
 }
 
-__device__ __forceinline__ int4 dq_pack_bf16(const float4* source, float scale) {
-  const float4 lo = source[0], hi = source[1];
+__device__ __forceinline__ int4 dq_pack_bf16(float4 lo, float4 hi, float scale) {
   __nv_bfloat162 packed[4] = {__floats2bfloat162_rn(lo.x * scale, lo.y * scale),
                               __floats2bfloat162_rn(lo.z * scale, lo.w * scale),
                               __floats2bfloat162_rn(hi.x * scale, hi.y * scale),
@@ -118,13 +119,13 @@ __global__ void hopper_backward_write_dq_kernel(bf16* dqkv, const float* dq_accu
   const int m = static_cast<int>(tile % num_dq_tiles);
   const int t = m * kDqTileRows + row;
   if (t >= T) return;
-  const float4* source =
-      reinterpret_cast<const float4*>(dq_accum + tile * 64 * kHeadDim + dq_pack_offset(row, pack));
+  const float4* source = dq_pack_source(dq_accum, tile * 64 * kHeadDim, row, pack);
+  const float4 lo = source[0], hi = source[1];
   const int64_t bh = tile / num_dq_tiles;
   const int64_t b = bh / NH;
   const int h = static_cast<int>(bh % NH);
   *reinterpret_cast<int4*>(dqkv + (b * T + t) * 3 * C + h * kHeadDim + 8 * pack) =
-      dq_pack_bf16(source, scale);
+      dq_pack_bf16(lo, hi, scale);
 }
 
 }  // namespace gpt2::gpu::hopper_backward

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """tools/same_machine_code.py on a throwaway git repository holding one small kernel file:
 a comment-only change keeps the machine code (exit 0, "identical"), a changed constant does not
-(exit 1, "DIFFERENT"), a kernel renamed by a template parameter matches again under --map, and
-bad arguments exit 2 with a message. Needs nvcc (NVCC, or /usr/local/cuda/bin/nvcc) and git;
-ctest runs it where CMake found CUDA. Exits 0 when every check holds."""
+(exit 1, "DIFFERENT"), nor does a changed header the file includes (each side compiles against
+its own revision's headers), a kernel renamed by a template parameter matches again under
+--map, and bad arguments exit 2 with a message. Needs nvcc (NVCC, or /usr/local/cuda/bin/nvcc)
+and git; ctest runs it where CMake found CUDA. Exits 0 when every check holds."""
 import os
 import subprocess
 import sys
@@ -74,6 +75,21 @@ def main():
                "a --map without '='")
         expect(None, ["scale.cu", "no-such-revision"], 2, "no-such-revision",
                "an unknown revision")
+
+        # A header's change counts: each side compiles against its own revision's headers.
+        header = os.path.join(repo, "offset.h")
+        shifted = os.path.join(repo, "shifted.cu")
+        with open(header, "w") as f:
+            f.write("constexpr float kOffset = 0.f;\n")
+        with open(shifted, "w") as f:
+            f.write('#include "offset.h"\n' + (KERNEL % "kOffset").replace("scale", "shifted"))
+        git(repo, "add", "offset.h", "shifted.cu")
+        git(repo, "commit", "-q", "-m", "shifted")
+        with open(header, "w") as f:
+            f.write("constexpr float kOffset = 2.f;\n")
+        result = run(["shifted.cu"], repo)
+        check(result.returncode == 1 and "DIFFERENT" in result.stdout,
+              f"a header's change: rc {result.returncode}, {result.stdout}{result.stderr}")
     print("same_machine_code_test:", "FAILED" if failures else "all checks passed")
     return 1 if failures else 0
 
