@@ -38,6 +38,7 @@ case "$PASSES" in
   ''|*[!0-9]*|0) echo "attention_ab: PASSES must be a whole number >= 1" >&2; exit 2 ;;
 esac
 mkdir -p "$OUT_DIR"
+OUT_DIR=$(cd "$OUT_DIR" && pwd)
 
 if [ -d "$BASE" ]; then
   base_src=$(cd "$BASE" && pwd)
@@ -45,7 +46,7 @@ else
   git rev-parse --verify --quiet "$BASE^{commit}" >/dev/null ||
     { echo "attention_ab: '$BASE' is neither a directory nor a revision of this repository" >&2
       exit 2; }
-  base_src=$(pwd)/$OUT_DIR/base-src
+  base_src=$OUT_DIR/base-src
   rm -rf "$base_src" && mkdir -p "$base_src"
   git archive "$BASE" | tar -x -C "$base_src"
 fi

@@ -11,8 +11,8 @@ and whether the two builds' digests of out and dqkv agree in every pass ("same b
 a deterministic kernel shows that a change left its results bit for bit, or differ. A point that
 one side lacks, or that a pass did not time (NaN: it ran out of memory or its time), is listed
 as missing rather than compared. Exit 0; 2 for a missing or unreadable file, a CSV without the
-bench's columns, or one device name in base and another in new (timings from two devices do not
-compare).
+bench's columns or with a row it does not write, or one device name in base and another in new
+(timings from two devices do not compare).
 """
 import argparse
 import csv
@@ -41,7 +41,13 @@ def read_passes(paths):
                     raise Unusable(f"{path}: not a gpt2-attention-bench CSV "
                                    f"(no {', '.join(missing)})")
                 for row in reader:
-                    key = (int(row["head_size"]), int(row["seq_len"]), row["kernel"])
+                    try:
+                        key = (int(row["head_size"]), int(row["seq_len"]), row["kernel"])
+                        for _, column in METRICS:
+                            float(row[column])
+                    except (TypeError, ValueError):
+                        raise Unusable(f"{path}:{reader.line_num}: a row the bench does not "
+                                       f"write: {row}") from None
                     points.setdefault(key, []).append(row)
                     devices.add(row["device"])
         except OSError as e:

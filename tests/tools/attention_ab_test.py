@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""tools/attention_ab_summary.py on made-up benchmark CSVs, and tools/attention_ab.sh's checks of
-its arguments (before it builds anything): every pass's TFLOP/s and new / base of the medians
-per point, "same bits" only where the digests agree in every pass, a point one side lacks or a
-NaN listed rather than compared, and exit 2 for a missing file, a CSV without the bench's
-columns, passes from two devices, no base, an unknown base, --csv given, or PASSES=0.
-Exits 0 when every check holds."""
+"""tools/attention_ab_summary.py on made-up benchmark CSVs, and tools/attention_ab.sh: every
+pass's TFLOP/s and new / base of the medians per point, "same bits" only where the digests agree
+in every pass, a point one side lacks or a NaN listed rather than compared; exit 2 for a missing
+file, a CSV without the bench's columns or with a short row, passes from two devices, no base,
+an unknown base, --csv given, or PASSES=0; and the script's whole flow (a revision unpacked,
+both trees "built" by a stand-in cmake, passes interleaved in alternating order, the summary)
+with a stand-in benchmark. Exits 0 when every check holds."""
 import os
 import subprocess
 import sys
@@ -101,6 +102,10 @@ with tempfile.TemporaryDirectory() as tmp:
     result = run([sys.executable, SUMMARY, "--base", alien, "--new", new[0]])
     check(result.returncode == 2 and "not a gpt2-attention-bench CSV" in result.stderr,
           f"alien CSV: {result.returncode} {result.stderr}")
+    short = write("short.csv", HEADER + '"GPU A",64,1024\n')
+    result = run([sys.executable, SUMMARY, "--base", short, "--new", new[0]])
+    check(result.returncode == 2 and "short.csv:2" in result.stderr,
+          f"a short row: {result.returncode} {result.stderr}")
     result = run([sys.executable, SUMMARY, "--base", base[0]])
     check(result.returncode == 2, f"no --new: {result.returncode}")
 
@@ -116,6 +121,46 @@ with tempfile.TemporaryDirectory() as tmp:
               f"attention_ab.sh {args} {env}: {result.returncode} {result.stderr[-200:]}")
     result = subprocess.run(["bash", SCRIPT, "--help"], capture_output=True, text=True, cwd=ROOT)
     check(result.returncode == 0 and "interleaved" in result.stdout, "--help")
+
+    # The whole flow with a stand-in cmake whose "build" is a benchmark that writes one row
+    # (head size 64, T 1024) per run, faster when built from the working tree, and logs the
+    # runs' order: base from a revision (git archive, into an absolute OUT_DIR), 3 passes.
+    fake_bin = os.path.join(tmp, "bin")
+    os.makedirs(fake_bin)
+    bench = os.path.join(fake_bin, "fake_bench.py")
+    write(bench, f"""import os, sys
+here = os.path.dirname(sys.argv[1])
+with open(os.path.join(here, "source")) as f:
+    source = f.read().strip()
+bwd = 220 if source == "." else 200  # the working tree is built from "."
+csv_path = sys.argv[sys.argv.index("--csv") + 1]
+with open(os.path.join(os.path.dirname(csv_path), "order.txt"), "a") as f:
+    f.write(here + "\\n")
+with open(csv_path, "w") as f:
+    f.write({HEADER!r} + '"GPU A",64,1024,16,12,det,1,3,1,1,1,300,%d,250,0,0,aa,bb\\n' % bwd)
+""")
+    write(os.path.join(fake_bin, "cmake"), f"""#!/usr/bin/env bash
+if [ "$1" = "-S" ]; then mkdir -p "$4"; echo "$2" > "$4/source"; exit 0; fi
+printf '#!/usr/bin/env bash\\nexec {sys.executable} {bench} "$0" "$@"\\n' \\
+  > "$2/gpt2-attention-bench"
+chmod +x "$2/gpt2-attention-bench"
+""")
+    os.chmod(os.path.join(fake_bin, "cmake"), 0o755)
+    out_dir = os.path.join(tmp, "flow")
+    result = subprocess.run(["bash", SCRIPT, "HEAD", "--seq-lens", "1024"],
+                            capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, "PATH": fake_bin + os.pathsep
+                                 + os.environ["PATH"], "OUT_DIR": out_dir, "PASSES": "3"})
+    flow = table(result.stdout).get(("64", "1024", "det"), [])
+    check(result.returncode == 0, f"flow: exit {result.returncode}: {result.stderr[-300:]}")
+    check(flow[3:6] == ["200.0/200.0/200.0", "220.0/220.0/220.0", "1.100"], f"flow: {flow}")
+    check(flow[-1:] == ["same bits"], f"flow bits: {flow}")
+    with open(os.path.join(out_dir, "order.txt")) as f:
+        order = [os.path.basename(line.strip()) for line in f]
+    check(order == ["build-new", "build-base", "build-base", "build-new", "build-new",
+                    "build-base"], f"flow order: {order}")
+    check(os.path.isfile(os.path.join(out_dir, "base-src", "CMakeLists.txt")),
+          "flow: the revision unpacked into OUT_DIR/base-src")
 
 for failure in failures:
     print("FAILED:", failure)
