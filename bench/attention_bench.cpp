@@ -270,7 +270,8 @@ int bench_main(int argc, char** argv) {
     std::string item;
     while (std::getline(stream_list, item, ',')) listed_kernels.push_back(parse_kernel(item));
   }
-  check_output_path("--csv", args["csv"].as<std::string>());
+  const std::string csv_path = args["csv"].as<std::string>();
+  check_output_path("--csv", csv_path);
 
   gpu::Context ctx;
   cudaDeviceProp prop{};
@@ -280,7 +281,6 @@ int bench_main(int argc, char** argv) {
   std::printf("%4s %6s %3s %-15s | %9s %9s %9s | %8s %8s %8s | %9s %9s\n", "HS", "T", "B",
               "kernel", "fwd ms", "bwd ms", "f+b ms", "fwd TF/s", "bwd TF/s", "f+b TF/s",
               "err out", "err dqkv");
-  const std::string csv_path = args["csv"].as<std::string>();
   std::ostringstream csv;
   csv << "device,head_size,seq_len,batch,heads,kernel,deterministic,sets,fwd_ms,bwd_ms,fwdbwd_ms,"
          "fwd_tflops,bwd_tflops,fwdbwd_tflops,rel_err_out,rel_err_dqkv,out_digest,dqkv_digest\n";

@@ -183,16 +183,28 @@ struct HopperBackwardTraits {
   // The converter's queue (final tiles) and loads in flight (packs a lane).
   static constexpr int kConvertStages = 8;
   static constexpr int kConvertPacks = 4;
-  // kv_full, full[kStages], empty[kStages], then per consumer dq_full[kDqStages] (its block is
-  // staged), then per consumer dq_empty[kDqStages] (the writer's bulk copy has read it), then
-  // kv_empty (the consumers are done with an item's K and V); last (kConvertsDq) the converter
-  // queue's full[kConvertStages] and empty[kConvertStages].
+  // The barriers (mbarriers, 8 bytes each), by index: K/V full; the query ring's full and
+  // empty [kStages]; per consumer its staged dQ blocks' full (staged) [kDqStages], then per
+  // consumer their empty (the writer's bulk copy has read them); K/V empty (the consumers are
+  // done with an item's K and V); (kConvertsDq) the converter queue's full and empty.
+  static constexpr int kKvFullBarrier = 0;
+  static constexpr int kQFullBarriers = 1;
+  static constexpr int kQEmptyBarriers = kQFullBarriers + kStages;
+  static constexpr int kDqFullBarriers = kQEmptyBarriers + kStages;
+  static constexpr int kDqEmptyBarriers = kDqFullBarriers + kConsumers * kDqStages;
+  static constexpr int kKvEmptyBarrier = kDqEmptyBarriers + kConsumers * kDqStages;
+  static constexpr int kConvertFullBarriers = kKvEmptyBarrier + 1;
+  static constexpr int kConvertEmptyBarriers = kConvertFullBarriers + kConvertStages;
   static constexpr int kNumBarriers =
-      2 + 2 * kStages + 2 * kConsumers * kDqStages + (kConvertsDq ? 2 * kConvertStages : 0);
-  // The schedule's slots (HopperBackwardBlock): item_slot[2], dq_tile and dq_n_block, each
-  // [kDqStages][kConsumers]; then (kConvertsDq) the converter queue's ticket and its tiles.
+      kConvertsDq ? kConvertEmptyBarriers + kConvertStages : kKvEmptyBarrier + 1;
+  // The schedule's slots (ints, HopperBackwardBlock), by index: item_slot[2]; dq_tile and
+  // dq_n_block, each [kDqStages][kConsumers]; (kConvertsDq) the converter queue's ticket and
+  // its tiles.
+  static constexpr int kDqTileSlots = 2;
+  static constexpr int kDqNBlockSlots = kDqTileSlots + kDqStages * kConsumers;
+  static constexpr int kConvertTicketSlot = kDqNBlockSlots + kDqStages * kConsumers;
   static constexpr int kSlotInts =
-      2 + 2 * kDqStages * kConsumers + (kConvertsDq ? 1 + kConvertStages : 0);
+      kConvertsDq ? kConvertTicketSlot + 1 + kConvertStages : kConvertTicketSlot;
   // Shared memory: K and V of the item; the Q and dO rings; each consumer's dS^T buffers; each
   // consumer's staged dQ block (fp32); the rings' lse2 and D; the barriers; the slots.
   static constexpr hopper::SmemRegion kKRegion{0, KVTile::kBytes};
@@ -253,7 +265,7 @@ struct HopperBackwardBlock {
   uint32_t smem;               // shared-memory address, 1024-byte aligned
   unsigned char* smem_generic;  // the same, as a generic pointer
   KVTile k_tile, v_tile;
-  uint32_t bars;
+  uint32_t bars;  // barrier i at bars + 8 i (Traits' barrier indices)
   // Rings (StageRing), used in order: the query tiles' (Q, dO, stats), by step; K and V, one
   // stage, by item count; and per consumer its staged dQ block, one stage, by step (dq_ring).
   hopper::StageRing<kStages> q_ring;
@@ -284,15 +296,14 @@ struct HopperBackwardBlock {
         k_tile{smem + Traits::kKRegion.offset},
         v_tile{smem + Traits::kVRegion.offset},
         bars(smem + Traits::kBarrierRegion.offset),
-        q_ring{bars + 8, bars + 8 * (1 + kStages)},
-        kv_ring{bars, bars + 8 * (1 + 2 * kStages + 2 * kConsumers * Traits::kDqStages)},
+        q_ring{bars + 8 * Traits::kQFullBarriers, bars + 8 * Traits::kQEmptyBarriers},
+        kv_ring{bars + 8 * Traits::kKvFullBarrier, bars + 8 * Traits::kKvEmptyBarrier},
         item_slot(reinterpret_cast<volatile int*>(smem_generic + Traits::kSlotRegion.offset)),
-        dq_tile(item_slot + 2),
-        dq_n_block(item_slot + 2 + Traits::kDqStages * kConsumers),
-        convert_ring{bars + 8 * (2 + 2 * kStages + 2 * kConsumers * Traits::kDqStages),
-                     bars + 8 * (2 + 2 * kStages + 2 * kConsumers * Traits::kDqStages +
-                                 Traits::kConvertStages)},
-        convert_ticket(const_cast<int*>(item_slot) + 2 + 2 * Traits::kDqStages * kConsumers),
+        dq_tile(item_slot + Traits::kDqTileSlots),
+        dq_n_block(item_slot + Traits::kDqNBlockSlots),
+        convert_ring{bars + 8 * Traits::kConvertFullBarriers,
+                     bars + 8 * Traits::kConvertEmptyBarriers},
+        convert_ticket(const_cast<int*>(item_slot) + Traits::kConvertTicketSlot),
         convert_tile(convert_ticket + 1),
         n_blocks(params.n_blocks),
         m_end(params.tile_end[1]) {}
@@ -330,9 +341,8 @@ struct HopperBackwardBlock {
     return Traits::kDqRegion.offset + dq_slot(step, c) * Traits::kDqBlockBytes;
   }
   __device__ __forceinline__ DqRing dq_ring(int c) const {
-    constexpr int kDqStages = Traits::kDqStages;
-    return DqRing{bars + 8 * (1 + 2 * kStages + c * kDqStages),
-                  bars + 8 * (1 + 2 * kStages + (kConsumers + c) * kDqStages)};
+    return DqRing{bars + 8 * (Traits::kDqFullBarriers + c * Traits::kDqStages),
+                  bars + 8 * (Traits::kDqEmptyBarriers + c * Traits::kDqStages)};
   }
 
   __device__ __forceinline__ Item item_of(int w) const {
@@ -442,11 +452,11 @@ struct HopperBackwardBlock {
     // once both consumers have staged their blocks of the step's tile, moves them into the
     // fp32 accumulator with one bulk copy each (reduce-adds; in deterministic mode stores from
     // key block 0), issued together, and frees their staging slots once the copy engine has
-    // read them. Deterministic mode: a tile's semaphore counts
-    // the key blocks whose writes into it have landed; key block n writes tile m once the
-    // count is n (key block n - 1 is done) and passes it on as soon as its writes have landed
-    // (with the consumers already computing on), so that the next key block, often only a step
-    // or two behind, waits as little as possible.
+    // read them. Deterministic mode: a tile's semaphore counts the key blocks whose writes into
+    // it have landed; key block n writes tile m once the count is n (key block n - 1 is done)
+    // and passes it on as soon as its writes have landed (with the consumers already computing
+    // on), so that the next key block, often only a step or two behind, waits as little as
+    // possible.
     for (int step = writer;; step += Traits::kDqWriters) {
       dq_ring(0).wait_full(step);
       const int tile = dq_tile[dq_slot(step, 0)];
