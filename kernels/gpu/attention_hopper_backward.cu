@@ -98,10 +98,14 @@ struct HopperBackwardWorkspace {
     num_m_tiles = (T + block_m - 1) / block_m;
     T_pad = num_m_tiles * block_m;
     const size_t rows = static_cast<size_t>(B) * NH * T_pad;
-    const size_t lse2_offset = kHopperForwardWorkspaceBytes;
-    const size_t dsum_offset = lse2_offset + rows * sizeof(float);
-    const size_t dq_offset = dsum_offset + rows * sizeof(float);
-    const size_t semaphore_offset = dq_offset + rows * head_size * sizeof(float);
+    // Each array on a 128-byte L2 line (the base is 256-aligned, cudaMalloc's): a dQ block's
+    // bulk reduce-add then covers whole 32-byte sectors. At 16 bytes past a line, as the arrays
+    // lay after the 16-byte work counter, every sector of it was split between two requests.
+    auto line = [](size_t offset) { return (offset + 127) / 128 * 128; };
+    const size_t lse2_offset = line(kHopperForwardWorkspaceBytes);
+    const size_t dsum_offset = line(lse2_offset + rows * sizeof(float));
+    const size_t dq_offset = line(dsum_offset + rows * sizeof(float));
+    const size_t semaphore_offset = line(dq_offset + rows * head_size * sizeof(float));
     const size_t num_semaphores = static_cast<size_t>(B) * NH * num_m_tiles;
     bytes = semaphore_offset + num_semaphores * sizeof(int);
     if (base != nullptr) {
