@@ -73,7 +73,7 @@ void backward_typed(const AttentionConfig& c, const AttentionTensors& t, const C
         attention_hopper_backward(dqkv, dout, qkv, static_cast<const bf16*>(t.out),
                                   static_cast<const float*>(t.saved), c.B, c.T, c.C, c.NH,
                                   t.workspace, fixed_order, c.backward_max_blocks, ctx.stream(),
-                                  c.rows);
+                                  c.rows, c.backward_converts_dq_from_t);
         return;
       }
       break;

@@ -83,6 +83,12 @@ constexpr int kQueryRowsGranule = 128;
 /// accumulator, and its head groups are smaller. So racing mode takes it there, bit-identical.
 constexpr int kHopperRacingFromT = 1025;
 
+/// The shortest T at which the deterministic Hopper backward converts dQ to bf16 inside its main
+/// kernel at head size 64 (no third launch). Below it one converter warp falls behind tiles that
+/// finish fast (H100, B·T = 16K: -8% at T = 512, +4-5% at 1024; bench/NOTES.md). The same bits
+/// either way.
+constexpr int kHopperConvertsDqFromT = 1024;
+
 /// One attention call's shape and options. B and T may change between calls (sampling runs
 /// shorter sequences) as long as the workspace was sized for the largest.
 struct AttentionConfig {
@@ -94,6 +100,9 @@ struct AttentionConfig {
   // fixed order runs instead, the faster one there (kHopperRacingFromT). Tests set 1 to check
   // the racing kernel on small shapes.
   int backward_racing_from_t = kHopperRacingFromT;
+  // Hopper backward, fixed order at head size 64: dQ to bf16 in the main kernel from this T up
+  // (kHopperConvertsDqFromT). Tests set 1 to check the conversion on small shapes.
+  int backward_converts_dq_from_t = kHopperConvertsDqFromT;
   // Hopper backward: most blocks of its persistent grid (0: one per SM). Tests set a few, so
   // that small shapes give every block many work items.
   int backward_max_blocks = 0;

@@ -44,11 +44,15 @@ void attention_hopper_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat1
 /// The forward's block shape for a T and head size when the caller leaves it to the kernel.
 HopperForwardShape attention_hopper_forward_shape(int T, int head_size);
 
+/// deterministic: the dQ additions in a fixed order (the same bits on every run).
+/// converts_dq_from_t: deterministic at head size 64, dQ goes to bf16 inside the main kernel
+/// from this T up, else in a third launch (the same bits).
 void attention_hopper_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout,
                                const __nv_bfloat16* qkv, const __nv_bfloat16* out,
                                const float* lse, int B, int T, int C, int NH, void* workspace,
                                bool deterministic, int max_blocks, cudaStream_t stream,
-                               const QueryRows& rows = {});
+                               const QueryRows& rows = {},
+                               int converts_dq_from_t = kHopperConvertsDqFromT);
 
 size_t attention_hopper_workspace_bytes(int B, int T, int C, int NH);
 

@@ -38,13 +38,13 @@
  *     on items taken before it (so by running blocks), and only its writer thread waits. (Key
  *     block 0 storing in racing mode too would make every other key block wait for it: at 16K,
  *     where the items in flight hold ~30 key blocks of a head, that cost 4% of the kernel.)
- *     dK (times the scale) and dV are written from registers. With Traits::kConvertsDq
- *     (deterministic mode; measured, off), the writer that adds a tile's last block (its
+ *     dK (times the scale) and dV are written from registers. With converts_dq (deterministic
+ *     mode at head size 64, from T = 1024), the writer that adds a tile's last block (its
  *     diagonal key block's) queues the tile, once the addition has landed, for warp 3 of the
  *     producer warpgroup, which converts it as launch 3 would (the same bits) while the
  *     consumers compute on: no third launch, whose read of the accumulator from DRAM is 10% of
  *     the backward at T = 1K.
- *  3. dQ * scale converted to bf16 into dqkv's query columns (unless kConvertsDq).
+ *  3. dQ * scale converted to bf16 into dqkv's query columns (unless converts_dq).
  * With QueryRows (attention.cuh) the items' query tiles are the ranges' only, and key blocks past
  * the last computed row are no items: their dK and dV rows are not written.
  * The dQ accumulator is a sequence of 64 x HS tiles, each 64 x 64 block in the order the
@@ -136,6 +136,7 @@ struct HopperBackwardParams {
   int num_items;    // n_blocks * BH
   int group_heads;  // heads scheduled together
   int walk_down;    // deterministic mode: each item's query tiles from the last down (first_tile)
+  int converts_dq;  // Traits::kConvertsDq, and T long enough: dQ to bf16 in this launch
   float scale;       // 1/sqrt(HS)
   float scale_log2;  // scale * log2(e)
 };
@@ -155,7 +156,7 @@ struct HopperBackwardTraits {
   static constexpr int kStages = 2;
   static constexpr int kDsBuffers = 2;  // dS^T double-buffered: one barrier per step suffices
   static constexpr int kThreads = 128 * (kConsumers + 1);
-  // kConvertsDq (deterministic mode only; off): each dQ tile goes to bf16 in this kernel once
+  // kConvertsDq (deterministic mode only): each dQ tile goes to bf16 in this kernel once
   // its last addition has landed (convert_dq, warp 3 of the producer warpgroup, from a queue of
   // kConvertStages final tiles), in place of launch 3; each converter lane keeps kConvertPacks
   // packs (32 bytes) of loads in flight, for which the producer warpgroup takes 56 registers.
@@ -163,9 +164,10 @@ struct HopperBackwardTraits {
   // head size 64 +1.5-5% at 1K-8K, level at 16K, -6% at 512; head size 128 -17% at 512, -6% at
   // 1K, within 2% from 2K. One warp converts too slowly where tiles finish fast (short T, head
   // size 128's two diagonal tiles an item), and the consumers have 224 registers, not 232.
-  // Off until a version wins where it runs; on, it must pass racecheck again (a first version
-  // released the queue from one lane after __syncwarp, which racecheck reported).
-  static constexpr bool kConvertsDq = false;
+  // So at head size 64 only, and per launch from T = 1024 (HopperBackwardParams::converts_dq;
+  // session sixteen: -8% at 512, +4-5% at 1K, +1-3% at 2K-8K). A first version released the
+  // queue from one lane after __syncwarp, which racecheck reported: every lane releases it now.
+  static constexpr bool kConvertsDq = kDeterministic && kHeadDim == 64;
   static_assert(!kConvertsDq || kDeterministic, "only the fixed order knows a tile's last add");
   // The loader's downward walk over query tiles (deterministic mode) spills at 24 registers;
   // the converter's loads in flight take 56 (kConvertPacks), the consumers then 224.
@@ -490,12 +492,13 @@ struct HopperBackwardBlock {
         hopper::fence_proxy_async_global();  // the copies' writes before the count
         red_release_add(semaphore, 1);
         // The tile's last key block (its diagonal): the tile is final, to bf16 with it.
-        if (Traits::kConvertsDq && n_block == (tile % p.num_m_tiles) * kBlockM / Traits::kBlockN)
+        if (Traits::kConvertsDq && p.converts_dq &&
+            n_block == (tile % p.num_m_tiles) * kBlockM / Traits::kBlockN)
           queue_conversion(tile);
       }
     }
     hopper::bulk_wait_group<0>();
-    if constexpr (Traits::kConvertsDq) queue_conversion(-1);
+    if (Traits::kConvertsDq && p.converts_dq) queue_conversion(-1);
   }
 
   /// A writer: tile (its writes landed, and made the generic proxy's) to the converter, or -1,
@@ -752,7 +755,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       block.load(kv_map, q_map, dout_map);
     } else if (threadIdx.x == 32 || (Traits::kDqWriters == 2 && threadIdx.x == 64)) {
       block.write_dq(threadIdx.x / 32 - 1);
-    } else if (Traits::kConvertsDq && threadIdx.x / 32 == 3) {
+    } else if (Traits::kConvertsDq && p.converts_dq && threadIdx.x / 32 == 3) {
       block.convert_dq();
     }
     return;
@@ -767,7 +770,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 template <typename Traits>
 void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                             const float* lse, int B, int T, int C, int NH, void* workspace,
-                            int max_blocks, const QueryRows& rows, cudaStream_t stream) {
+                            int max_blocks, const QueryRows& rows, int converts_dq_from_t,
+                            cudaStream_t stream) {
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr bool deterministic = Traits::kDeterministic;
   const HopperBackwardWorkspace ws(workspace, B, T, C, NH);
@@ -827,6 +831,9 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
   static const int walk_down_blocks =
       attention_hopper_env_knob("GPT2_HOPPER_BACKWARD_WALK_DOWN_BLOCKS", 8);
   params.walk_down = deterministic && n_blocks >= walk_down_blocks;  // (first_tile)
+  // The in-kernel dQ conversion from converts_dq_from_t (kHopperConvertsDqFromT by default).
+  const bool converts_dq = Traits::kConvertsDq && T >= converts_dq_from_t;
+  params.converts_dq = converts_dq;
   params.scale = scale;
   params.scale_log2 = scale * flash::kLog2e;
   auto kernel = hopper_backward_kernel<Traits>;
@@ -858,7 +865,7 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(kv_map, q_map, dout_map, params);
   GPT2_CUDA_CHECK_LAUNCH();
 
-  if constexpr (!Traits::kConvertsDq) {
+  if (!converts_dq) {
     const int64_t packs = stat_rows * kHeadDim / 8;
     const int threads = 256;
     hopper_backward_write_dq_kernel<kHeadDim>
@@ -881,11 +888,11 @@ int* attention_hopper_work_counter(void* workspace, int B, int T, int C, int NH)
 void attention_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                                const float* lse, int B, int T, int C, int NH, void* workspace,
                                bool deterministic, int max_blocks, cudaStream_t stream,
-                               const QueryRows& rows) {
+                               const QueryRows& rows, int converts_dq_from_t) {
   const int head_size = flash::checked_head_size(B, T, C, NH);
   auto launch = [&](auto traits) {
     launch_hopper_backward<decltype(traits)>(dqkv, dout, qkv, out, lse, B, T, C, NH, workspace,
-                                             max_blocks, rows, stream);
+                                             max_blocks, rows, converts_dq_from_t, stream);
   };
   if (head_size == 64) {
     deterministic ? launch(HopperBackwardTraits<64, true>{})

@@ -78,6 +78,7 @@ Reference reference_attention(const std::vector<float>& qkv, const std::vector<f
 struct HopperKnobs {
   bool deterministic = true;
   int racing_from_t = kHopperRacingFromT;
+  int converts_dq_from_t = kHopperConvertsDqFromT;
   int backward_max_blocks = 0;
   int forward_max_blocks = 0;
   HopperForwardShape forward_shape = HopperForwardShape::kAuto;
@@ -101,6 +102,7 @@ AttentionResult run_attention(AttentionKernel kernel, const std::vector<float>& 
   config.kernel = kernel;
   config.deterministic = knobs.deterministic;
   config.backward_racing_from_t = knobs.racing_from_t;
+  config.backward_converts_dq_from_t = knobs.converts_dq_from_t;
   config.backward_max_blocks = knobs.backward_max_blocks;
   config.forward_max_blocks = knobs.forward_max_blocks;
   config.forward_shape = knobs.forward_shape;
@@ -486,6 +488,38 @@ TEST(GpuAttentionHopper, RacingModeTakesTheFixedOrderBelowItsThreshold) {
     EXPECT_EQ(raced.dqkv, fixed.dqkv) << describe(s);
     check_attention<bf16>(AttentionKernel::kFlashHopper, AttentionShape{1, 1100, 3, head_size, 1.0},
                           53, racing);
+  }
+}
+
+// The deterministic backward's in-kernel dQ conversion (head size 64, from
+// kHopperConvertsDqFromT; forced on at every T here, and off) gives the third launch's bits,
+// with blocks that take many items (3) and one a block's share (0), and on a ragged T; at head
+// size 128 the setting changes nothing. Checked against fp64 as well.
+TEST(GpuAttentionHopper, InKernelDqConversionGivesTheThirdLaunchsBits) {
+  GPT2_REQUIRE_GPU();
+  for (const int head_size : {64, 128}) {
+    GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, head_size);
+    for (const int T : {777, 1100}) {
+      const AttentionShape s{2, T, 3, head_size, 1.0};
+      const int64_t n_out = static_cast<int64_t>(s.B) * s.T * s.NH * s.HS;
+      const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 55));
+      const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 56));
+      Context ctx;
+      for (const int max_blocks : {3, 0}) {
+        HopperKnobs in_kernel, third_launch;
+        in_kernel.converts_dq_from_t = 1;
+        third_launch.converts_dq_from_t = 1 << 30;
+        in_kernel.backward_max_blocks = third_launch.backward_max_blocks = max_blocks;
+        const AttentionResult a =
+            run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx, in_kernel);
+        const AttentionResult b =
+            run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx, third_launch);
+        EXPECT_EQ(a.dqkv, b.dqkv) << describe(s) << ", blocks " << max_blocks;
+      }
+      HopperKnobs in_kernel;
+      in_kernel.converts_dq_from_t = 1;
+      check_attention<bf16>(AttentionKernel::kFlashHopper, s, 57, in_kernel);
+    }
   }
 }
 
