@@ -44,6 +44,7 @@
 #include "base/rng.h"
 #include "bench/gpu_timing.h"
 #include "kernels/gpu/attention.cuh"
+#include "kernels/gpu/attention_hopper.cuh"
 #include "kernels/gpu/context.cuh"
 
 namespace gpt2 {
@@ -223,6 +224,26 @@ bool time_kernel(const BenchKernel& kernel, int B, int T, int NH, int HS, int se
   timing->bwd_ms = median_ms(backward, warmup, repeats, burst, stream);
   timing->fwdbwd_ms = median_ms([&](int i) { forward(i); backward(i); }, warmup, repeats,
                                 burst, stream);
+#if defined(GPT2_FORWARD_PHASES)
+  if (kernel.kernel == gpu::AttentionKernel::kFlashHopper) {
+    // Profiling build: the forward's phases over `repeats` calls, per item and as shares of
+    // the consumers' time (attention_hopper.cuh).
+    unsigned long long phases[gpu::kForwardPhases];
+    gpu::attention_hopper_forward_phases(phases);  // clears what the timing left
+    for (int i = 0; i < repeats; ++i) forward(i);
+    gpu::attention_hopper_forward_phases(phases);
+    const double items = std::max(1.0, double(phases[gpu::kPhaseItems]));
+    const double total = std::max(1.0, double(phases[gpu::kPhaseConsumerTotal]));
+    const char* names[gpu::kForwardPhases] = {"items", "q wait", "first tile", "loop", "last pv",
+                                              "epilogue", "consumer total", "producer q_empty"};
+    std::printf("  phases (T %d, HS %d, %s): %.0f consumer-items a call; cycles per\n"
+                "  consumer-item and share of the consumers' time\n",
+                T, HS, kernel.name.c_str(), items / repeats);
+    for (int k = 1; k < gpu::kForwardPhases; ++k)
+      std::printf("    %-17s %9.0f  %5.1f%%\n", names[k], phases[k] / items,
+                  100.0 * phases[k] / total);
+  }
+#endif
   forward(0);  // fresh outputs of set 0 for the validation
   backward(0);
   GPT2_CUDA_CHECK(cudaStreamSynchronize(stream));

@@ -41,6 +41,24 @@ void attention_hopper_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat1
                               cudaStream_t stream, const QueryRows& rows = {},
                               int max_blocks = 0);
 
+/// Profiling build only (-DGPT2_FORWARD_PHASES): the persistent forward's SM cycles per phase,
+/// summed over its consumer warpgroups (the producer's: kPhaseProducerQEmpty), since the last
+/// read; kPhaseItems counts items. Reading clears them.
+enum ForwardPhase {
+  kPhaseItems,
+  kPhaseQWait,            // the consumers' wait for the next item's Q tile and unit
+  kPhaseFirstTile,        // the diagonal tile: K wait, S, mask, softmax, P
+  kPhaseLoop,             // the other key tiles
+  kPhaseLastPv,           // the last P V: V wait, turn, issue, wait
+  kPhaseEpilogue,         // normalize and store O, lse
+  kPhaseConsumerTotal,    // each consumer warpgroup from its start to its exit
+  kPhaseProducerQEmpty,   // the producer's wait for the consumers to give Q back
+  kForwardPhases
+};
+#if defined(GPT2_FORWARD_PHASES)
+void attention_hopper_forward_phases(unsigned long long (&phases)[kForwardPhases]);
+#endif
+
 /// The forward's block shape for a T and head size when the caller leaves it to the kernel.
 HopperForwardShape attention_hopper_forward_shape(int T, int head_size);
 

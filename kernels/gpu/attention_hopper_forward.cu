@@ -163,6 +163,21 @@ __device__ __forceinline__ void mask_diagonal(float (&s_acc)[kSRegs], int key0, 
 // The rings' uses before the item when a block takes one item: a compile-time 0.
 constexpr std::integral_constant<int, 0> kNoUses{};
 
+// Profiling build only (-DGPT2_FORWARD_PHASES): SM cycles per phase of the persistent forward,
+// summed over blocks by thread 0 of each consumer warpgroup and the producer's thread
+// (attention_hopper_forward_phases reads and clears them).
+#if defined(GPT2_FORWARD_PHASES)
+__device__ unsigned long long g_forward_phases[kForwardPhases];
+__device__ __forceinline__ long long phase_clock() { return clock64(); }
+__device__ __forceinline__ void phase_add(int phase, long long from, long long to) {
+  if (threadIdx.x % 128 == 0)
+    atomicAdd(&g_forward_phases[phase], static_cast<unsigned long long>(to - from));
+}
+#else
+__device__ __forceinline__ long long phase_clock() { return 0; }
+__device__ __forceinline__ void phase_add(int, long long, long long) {}
+#endif
+
 // The query block a block works on: rows m0 .. m0 + kBlockM - 1 of head bh = b * NH + h, whose
 // columns of q, k and v start at head_col = h * head size, over key tiles n_blocks - 1 (the
 // diagonal) down to 0.
@@ -379,6 +394,7 @@ struct HopperForwardBlock {
     };
 
     // First key tile (the diagonal one, possibly ragged at T): masked.
+    const long long phase_start = phase_clock();
     {
       k_ring.wait_full(first_use + 0);
       wait_turn();
@@ -397,6 +413,8 @@ struct HopperForwardBlock {
       refill_after(0);
     }
 
+    const long long phase_first = phase_clock();
+    phase_add(kPhaseFirstTile, phase_start, phase_first);
     for (int it = 1; it < item.n_blocks; ++it) {
       const int use = first_use + it;
       k_ring.wait_full(use);
@@ -430,6 +448,8 @@ struct HopperForwardBlock {
       pack_p();
     }
 
+    const long long phase_loop = phase_clock();
+    phase_add(kPhaseLoop, phase_first, phase_loop);
     {
       v_ring.wait_full(first_use + item.n_blocks - 1);
       wait_turn();
@@ -443,6 +463,8 @@ struct HopperForwardBlock {
       if constexpr (Traits::kPersistent) v_ring.release(first_use + item.n_blocks - 1);
     }
 
+    const long long phase_last = phase_clock();
+    phase_add(kPhaseLastPv, phase_loop, phase_last);
     // Epilogue: normalize, write O (bf16) and lse (fp32, natural log).
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -461,6 +483,7 @@ struct HopperForwardBlock {
           p.lse[static_cast<int64_t>(item.bh) * p.T + row] = softmax.lse(r, sum);
       }
     }
+    phase_add(kPhaseEpilogue, phase_last, phase_clock());
   }
 };
 
@@ -493,7 +516,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
         int first_use = 0;  // the rings' uses of the items before this one
         for (int j = 0;; ++j) {
           const int unit = queue.take();  // before the wait, so its round trip overlaps it
+          const long long wait_from = phase_clock();
           if (j > 0) hopper::mbarrier_wait(block.q_empty, (j - 1) & 1);
+          phase_add(kPhaseProducerQEmpty, wait_from, phase_clock());
           if (unit >= p.num_items) {
             block.item_slot[j % 2] = -1;
             hopper::mbarrier_arrive(block.q_full);
@@ -510,17 +535,22 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     }
     hopper::setmaxnreg_inc<Traits::kConsumerRegisters>();
     int first_use = 0;
+    const long long consumer_start = phase_clock();
     for (int j = 0;; ++j) {
       // The item's unit, from the producer's slot once its Q tile has landed.
+      const long long wait_from = phase_clock();
       hopper::mbarrier_wait(block.q_full, j & 1);
       const int unit = block.item_slot[j % 2];
+      phase_add(kPhaseQWait, wait_from, phase_clock());
       if (unit < 0) break;
+      phase_add(kPhaseItems, 0, 1);
       ForwardItem item = block.item_of(unit);
       block.set_head_col(item);
       // The Q barrier's phase j is already complete: consume's wait returns at once.
       block.consume(item, warpgroup - 1, first_use, j & 1, j == 0);
       first_use += item.n_blocks;
     }
+    phase_add(kPhaseConsumerTotal, consumer_start, phase_clock());
   } else {
     ForwardItem item = block.item_of(static_cast<int>(blockIdx.x));
     if (threadIdx.x == 0) block.init_barriers();
@@ -620,6 +650,15 @@ int attention_hopper_env_knob(const char* name, int default_value) {
              " takes a whole number >= 0 (got '", text, "')");
   return static_cast<int>(value);
 }
+
+#if defined(GPT2_FORWARD_PHASES)
+void attention_hopper_forward_phases(unsigned long long (&phases)[kForwardPhases]) {
+  GPT2_CUDA_CHECK(cudaDeviceSynchronize());
+  GPT2_CUDA_CHECK(cudaMemcpyFromSymbol(phases, g_forward_phases, sizeof(phases)));
+  const unsigned long long zeros[kForwardPhases] = {};
+  GPT2_CUDA_CHECK(cudaMemcpyToSymbol(g_forward_phases, zeros, sizeof(zeros)));
+}
+#endif
 
 bool attention_hopper_compiled() {
 #if defined(GPT2_HOPPER_ATTENTION)
