@@ -232,16 +232,23 @@ bool time_kernel(const BenchKernel& kernel, int B, int T, int NH, int HS, int se
     gpu::attention_hopper_forward_phases(phases);  // clears what the timing left
     for (int i = 0; i < repeats; ++i) forward(i);
     gpu::attention_hopper_forward_phases(phases);
-    const double items = std::max(1.0, double(phases[gpu::kPhaseItems]));
-    const double total = std::max(1.0, double(phases[gpu::kPhaseConsumerTotal]));
-    const char* names[gpu::kForwardPhases] = {"items", "q wait", "first tile", "loop", "last pv",
-                                              "epilogue", "consumer total", "producer q_empty"};
-    std::printf("  phases (T %d, HS %d, %s): %.0f consumer-items a call; cycles per\n"
-                "  consumer-item and share of the consumers' time\n",
-                T, HS, kernel.name.c_str(), items / repeats);
-    for (int k = 1; k < gpu::kForwardPhases; ++k)
-      std::printf("    %-17s %9.0f  %5.1f%%\n", names[k], phases[k] / items,
-                  100.0 * phases[k] / total);
+    // Items and the consumers' total are counted by the persistent kernel only (T <= 1024).
+    const double items = double(phases[gpu::kPhaseItems]);
+    const double total = double(phases[gpu::kPhaseConsumerTotal]);
+    if (items == 0 || total == 0) {
+      std::printf("  phases (T %d, HS %d, %s): the forward is not persistent here\n", T, HS,
+                  kernel.name.c_str());
+    } else {
+      const char* names[gpu::kForwardPhases] = {"items",   "q wait",   "first tile",
+                                                "loop",    "last pv",  "epilogue",
+                                                "consumer total", "producer q_empty"};
+      std::printf("  phases (T %d, HS %d, %s): %.0f consumer-items a call; cycles per\n"
+                  "  consumer-item and share of the consumers' time\n",
+                  T, HS, kernel.name.c_str(), items / repeats);
+      for (int k = 1; k < gpu::kForwardPhases; ++k)
+        std::printf("    %-17s %9.0f  %5.1f%%\n", names[k], phases[k] / items,
+                    100.0 * phases[k] / total);
+    }
   }
 #endif
   forward(0);  // fresh outputs of set 0 for the validation
