@@ -124,12 +124,16 @@ struct HopperForwardTraits {
   using Params = std::conditional_t<kPersistent, HopperForwardQueueParams, HopperForwardParams>;
   using QTile = SmemTile<kBlockM, kHeadDim>;
   using KVTile = SmemTile<kBlockN, kHeadDim>;
-  // q_full, k_full[], v_full[], k_empty[], v_empty[], and persistent q_empty.
-  static constexpr int kNumBarriers = 1 + 4 * kStages + (kPersistent ? 1 : 0);
+  // Query tiles: persistent, two, so the next item's Q is copied while this item runs (its
+  // copy is issued once the producer has issued this item's K and V, two key tiles before the
+  // item's end, instead of after its last S); one item a block, one.
+  static constexpr int kQStages = kPersistent ? 2 : 1;
+  // q_full[], k_full[], v_full[], k_empty[], v_empty[], and persistent q_empty[].
+  static constexpr int kNumBarriers = kQStages + 4 * kStages + (kPersistent ? kQStages : 0);
   // Persistent: the slots that hand each item's unit from the producer to the consumers.
   static constexpr int kItemSlots = kPersistent ? 2 : 0;
   // Shared memory: the query tile, the K ring, the V ring, the barriers.
-  static constexpr hopper::SmemRegion kQRegion{0, QTile::kBytes};
+  static constexpr hopper::SmemRegion kQRegion{0, kQStages * QTile::kBytes};
   static constexpr hopper::SmemRegion kKRegion = kQRegion.next(kStages * KVTile::kBytes, 1024);
   static constexpr hopper::SmemRegion kVRegion = kKRegion.next(kStages * KVTile::kBytes, 1024);
   static constexpr hopper::SmemRegion kBarrierRegion = kVRegion.next(8 * kNumBarriers, 8);
@@ -201,13 +205,13 @@ struct HopperForwardBlock {
   const CUtensorMap* kv_map;
   const HopperForwardParams& p;
   const uint32_t smem;  // 1024-byte aligned base
-  const QTile q_tile;
-  const uint32_t q_full;
-  // The K and V rings: full barriers after q_full, then the empty ones.
+  // The query tiles, by the block's item index j: full barriers first, then the K and V rings'
+  // full barriers, their empty ones, and (persistent) the Q tiles' empty ones, on which the
+  // consumers give a Q tile back.
+  const hopper::StageRing<Traits::kQStages> q_ring;
   const hopper::StageRing<kStages> k_ring, v_ring;
-  // Persistent: the barrier on which the consumers give the Q tile back, and the slots that
-  // hand the j-th item's unit to them (item_slot[j % 2]; -1: none left).
-  const uint32_t q_empty;
+  // Persistent: the slots that hand the j-th item's unit to the consumers (item_slot[j % 2];
+  // -1: none left).
   volatile int* const item_slot;
 
   // smem_ and smem_generic_: the same 1024-byte aligned base as a shared-window address and as
@@ -220,13 +224,18 @@ struct HopperForwardBlock {
         kv_map(kv_map_),
         p(p_),
         smem(smem_),
-        q_tile{smem_ + Traits::kQRegion.offset},
-        q_full(smem_ + Traits::kBarrierRegion.offset),
-        k_ring{q_full + 8, q_full + 8 * (1 + 2 * kStages)},
-        v_ring{q_full + 8 * (1 + kStages), q_full + 8 * (1 + 3 * kStages)},
-        q_empty(q_full + 8 * (1 + 4 * kStages)),
+        q_ring{smem_ + Traits::kBarrierRegion.offset,
+               smem_ + Traits::kBarrierRegion.offset + 8 * (Traits::kQStages + 4 * kStages)},
+        k_ring{q_ring.full_base + 8 * Traits::kQStages,
+               q_ring.full_base + 8 * (Traits::kQStages + 2 * kStages)},
+        v_ring{q_ring.full_base + 8 * (Traits::kQStages + kStages),
+               q_ring.full_base + 8 * (Traits::kQStages + 3 * kStages)},
         item_slot(reinterpret_cast<volatile int*>(smem_generic_ + Traits::kSlotRegion.offset)) {}
 
+  /// The Q tile of the block's item j (0 for one item a block).
+  __device__ __forceinline__ QTile q_tile(int j) const {
+    return QTile{smem + Traits::kQRegion.offset + q_ring.stage(j) * QTile::kBytes};
+  }
   __device__ __forceinline__ KVTile k_tile(int s) const {
     return KVTile{smem + Traits::kKRegion.offset + s * KVTile::kBytes};
   }
@@ -260,8 +269,11 @@ struct HopperForwardBlock {
 
   /// One thread, before the block's __syncthreads.
   __device__ __forceinline__ void init_barriers() const {
-    hopper::mbarrier_init(q_full, 1);
-    if constexpr (Traits::kPersistent) hopper::mbarrier_init(q_empty, Traits::kConsumers * 128);
+    if constexpr (Traits::kPersistent) {
+      q_ring.init(1, Traits::kConsumers * 128);
+    } else {
+      hopper::mbarrier_init(q_ring.full(0), 1);
+    }
     k_ring.init(1, Traits::kConsumers * 128);
     v_ring.init(1, Traits::kConsumers * 128);
     hopper::fence_barrier_init();
@@ -272,11 +284,13 @@ struct HopperForwardBlock {
   // is consumed. K and V are released apart: K(it) once S(it) is done, V(it) only once P V(it)
   // is, an iteration later; so K(it + 2) is copied an iteration before it is needed, where one
   // release for both left the copy of K(it + 1) issued just before S(it + 1) waits for it.
-  __device__ __forceinline__ void load_q(const ForwardItem& item) const {
+  /// The Q tile of the block's item j (kNoUses for one item a block).
+  template <typename Use>
+  __device__ __forceinline__ void load_q(const ForwardItem& item, Use j) const {
     hopper::prefetch_tensor_map(q_map);
     hopper::prefetch_tensor_map(kv_map);
-    hopper::mbarrier_arrive_expect_tx(q_full, QTile::kBytes);
-    q_tile.load(q_map, q_full, item.head_col, item.m0, item.b);
+    hopper::mbarrier_arrive_expect_tx(q_ring.full(j), QTile::kBytes);
+    q_tile(j).load(q_map, q_ring.full(j), item.head_col, item.m0, item.b);
   }
   // Key tile `it` of the item is the rings' use first_use + it: first_use counts the uses of
   // the items before it (persistent), a compile-time 0 (kNoUses) for one item a block.
@@ -303,8 +317,8 @@ struct HopperForwardBlock {
   /// The producer's thread: every copy of the item, in the order the consumers release stages:
   /// K(0), K(1), V(0), K(2), V(1), ...
   template <typename Use>
-  __device__ __forceinline__ void produce(const ForwardItem& item, Use first_use) const {
-    load_q(item);
+  __device__ __forceinline__ void produce(const ForwardItem& item, Use first_use, Use j) const {
+    load_q(item, j);
     load_k(item, first_use, 0);
     for (int it = 0; it < item.n_blocks; ++it) {
       if (it + 1 < item.n_blocks) load_k(item, first_use, it + 1);
@@ -314,7 +328,7 @@ struct HopperForwardBlock {
 
   /// Without a producer, thread 0: Q and the first kStages tiles (the rest as stages free up).
   __device__ __forceinline__ void prefill(const ForwardItem& item) const {
-    load_q(item);
+    load_q(item, kNoUses);
     for (int it = 0; it < min(kStages, item.n_blocks); ++it) {
       load_k(item, kNoUses, it);
       load_v(item, kNoUses, it);
@@ -322,12 +336,13 @@ struct HopperForwardBlock {
   }
 
   /// Consumer warpgroup c: query rows item.m0 + 64c .. + 63; this thread rows row0, row0 + 8.
-  /// first_use: the rings' uses of the block's items before this one; q_parity: the parity of
-  /// the Q barrier's phase that brings this item's Q tile; first_item: whether it is the
-  /// block's first item. For one item a block, compile-time 0, 0 and true.
-  template <typename Use, typename Parity, typename First>
-  __device__ __forceinline__ void consume(const ForwardItem& item, int c, Use first_use,
-                                          Parity q_parity, First first_item) const {
+  /// first_use: the rings' uses of the block's items before this one; j: the item's index in
+  /// the block (its Q tile); first_item: whether it is the block's first item. For one item a
+  /// block, compile-time 0, 0 and true.
+  template <typename Use, typename First>
+  __device__ __forceinline__ void consume(const ForwardItem& item, int c, Use first_use, Use j,
+                                          First first_item) const {
+    const QTile q_tile = this->q_tile(j);
     const int lane = threadIdx.x % 32;
     const int warp = (threadIdx.x % 128) / 32;
     const hopper::AccumulatorLayout fragment(lane);
@@ -385,11 +400,11 @@ struct HopperForwardBlock {
       }
     };
 
-    hopper::mbarrier_wait(q_full, q_parity);
+    q_ring.wait_full(j);
     // Persistent: Q goes back to the producer once the item's last S is done.
     auto release_q_after = [&](int it) {
       if constexpr (Traits::kPersistent) {
-        if (it == item.n_blocks - 1) hopper::mbarrier_arrive(q_empty);
+        if (it == item.n_blocks - 1) q_ring.release(j);
       }
     };
 
@@ -503,13 +518,13 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     const int warpgroup = threadIdx.x / 128;
     if (warpgroup == 0) {
       // Producer: item j's unit goes to the consumers in slot j % 2, written before the
-      // producer's arrival for phase j of q_full: mbarrier.arrive is a release and the
-      // consumers' wait that sees the phase complete an acquire, both at CTA scope (PTX's
-      // defaults), so they read the slot after that wait with no other fence. Before the write
-      // the producer waits on q_empty for item j - 1, on which every consumer thread arrives
-      // after its last S of item j - 1, so after it saw phase j - 1 complete and read slot
-      // (j - 1) % 2 (and, an item before, j % 2). With no unit left: -1 and an arrival without
-      // copies complete phase j, and all consumers leave at item j.
+      // producer's arrival on item j's Q full barrier (stage j % 2): mbarrier.arrive is a
+      // release and the consumers' wait that sees the phase complete an acquire, both at CTA
+      // scope (PTX's defaults), so they read the slot after that wait with no other fence.
+      // Before the write the producer waits until Q stage j % 2 is empty, i.e. for item j - 2,
+      // on which every consumer thread arrives after its last S of item j - 2, so after it saw
+      // that item's phase complete and read slot j % 2. With no unit left: -1 and an arrival
+      // without copies complete item j's phase, and all consumers leave at item j.
       hopper::setmaxnreg_dec<Traits::kProducerRegisters>();
       if (threadIdx.x == 0) {
         const WorkQueue queue{p.work_counter};
@@ -517,17 +532,17 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
         for (int j = 0;; ++j) {
           const int unit = queue.take();  // before the wait, so its round trip overlaps it
           const long long wait_from = phase_clock();
-          if (j > 0) hopper::mbarrier_wait(block.q_empty, (j - 1) & 1);
+          block.q_ring.wait_empty(j);
           phase_add(kPhaseProducerQEmpty, wait_from, phase_clock());
           if (unit >= p.num_items) {
             block.item_slot[j % 2] = -1;
-            hopper::mbarrier_arrive(block.q_full);
+            hopper::mbarrier_arrive(block.q_ring.full(j));
             break;
           }
           block.item_slot[j % 2] = unit;
           ForwardItem item = block.item_of(unit);
           block.set_head_col(item);
-          block.produce(item, first_use);
+          block.produce(item, first_use, j);
           first_use += item.n_blocks;
         }
       }
@@ -539,15 +554,15 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     for (int j = 0;; ++j) {
       // The item's unit, from the producer's slot once its Q tile has landed.
       const long long wait_from = phase_clock();
-      hopper::mbarrier_wait(block.q_full, j & 1);
+      block.q_ring.wait_full(j);
       const int unit = block.item_slot[j % 2];
       phase_add(kPhaseQWait, wait_from, phase_clock());
       if (unit < 0) break;
       phase_add(kPhaseItems, 0, 1);
       ForwardItem item = block.item_of(unit);
       block.set_head_col(item);
-      // The Q barrier's phase j is already complete: consume's wait returns at once.
-      block.consume(item, warpgroup - 1, first_use, j & 1, j == 0);
+      // Item j's Q phase is already complete: consume's wait returns at once.
+      block.consume(item, warpgroup - 1, first_use, j, j == 0);
       first_use += item.n_blocks;
     }
     phase_add(kPhaseConsumerTotal, consumer_start, phase_clock());
@@ -560,7 +575,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     if constexpr (Traits::kProducer) {
       if (warpgroup == 0) {
         hopper::setmaxnreg_dec<Traits::kProducerRegisters>();
-        if (threadIdx.x == 0) block.produce(item, kNoUses);
+        if (threadIdx.x == 0) block.produce(item, kNoUses, kNoUses);
         return;
       }
       hopper::setmaxnreg_inc<Traits::kConsumerRegisters>();
