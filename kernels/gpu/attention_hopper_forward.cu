@@ -25,8 +25,8 @@
  *    ring of kStages K and V tiles (kBlockN keys each, key tiles from the diagonal down), gives
  *    its registers away (setmaxnreg) and waits on the ring's empty barriers; persistent, it
  *    takes each item from the queue, hands it to the consumers through shared memory with the
- *    Q tile's barrier, and copies its Q tile once the consumers are done with the last one's
- *    (q_empty);
+ *    Q tile's barrier, and copies its Q tile into one of two Q stages once the consumers are
+ *    done with the item before the last (q_ring);
  *  - the other warpgroups are consumers, 64 query rows each: S = Q K^T by wgmma from shared
  *    memory into fp32 registers, the online softmax in registers (log2 domain, exp2 with the
  *    scale folded into one FMA), P packed to bf16 in registers as the A operand of O += P V.
@@ -35,7 +35,8 @@
  *    warpgroup only the row maxima overlap P V; the exponentials overlap the other consumer's
  *    GEMMs (the SM's other block, or the turns below). Keeping them under P V, and issuing
  *    S(j + 1) before the softmax of tile j, both measured slower (bench/NOTES.md: the
- *    forward's softmax against its GEMMs).
+ *    forward's softmax against its GEMMs). The epilogue writes O into the consumer's rows of
+ *    the Q tile (stmatrix) and one thread stores them with TMA (o_map).
  * Three shapes of block: 128 query rows (two consumers, one block per SM: every K/V tile serves
  * 128 rows), 64 (one consumer, two blocks per SM, so one block's prologue, first tile and
  * epilogue overlap the other's main loop), or 64 rows without the producer, thread 0 of the
@@ -71,7 +72,7 @@ using bf16 = __nv_bfloat16;
 using hopper::SmemTile;
 
 struct HopperForwardParams {
-  bf16* out;
+  bf16* out;  // stored from registers (one consumer); two store through o_map
   float* lse;
   int T, C, NH, BH;
   int num_m_blocks;  // query blocks per head, over both row ranges
@@ -92,8 +93,10 @@ struct HopperForwardQueueParams : HopperForwardParams {
 };
 
 // The named barriers of the consumers' turns (HopperForwardTraits::kPingPong): 1 and 2 (0 is
-// __syncthreads).
+// __syncthreads); of consumer c's epilogue (its 128 threads, HopperForwardTraits::
+// kStoresOByTma): kEpilogueBarrier + c, 3 and 4.
 constexpr int kTurnBarrier = 1;
+constexpr int kEpilogueBarrier = 3;
 
 template <int kHeadDim_, int kConsumers_, bool kProducer_ = true, bool kPersistent_ = false>
 struct HopperForwardTraits {
@@ -124,14 +127,22 @@ struct HopperForwardTraits {
   using Params = std::conditional_t<kPersistent, HopperForwardQueueParams, HopperForwardParams>;
   using QTile = SmemTile<kBlockM, kHeadDim>;
   using KVTile = SmemTile<kBlockN, kHeadDim>;
-  // Query tiles: persistent, two, so the next item's Q is copied while this item runs (its
-  // copy is issued once the producer has issued this item's K and V, two key tiles before the
-  // item's end, instead of after its last S); one item a block, one.
-  static constexpr int kQStages = kPersistent ? 2 : 1;
+  // The epilogue: two consumers write O into their rows of the Q tile and store it by TMA
+  // (head size 128 forward +18% at 512, +15% at 1K, +5% at 2K); one consumer stores it from
+  // registers (through shared memory, head size 64 measured level: bench/NOTES.md, session
+  // seventeen).
+  static constexpr bool kStoresOByTma = kConsumers == 2;
+  // Query tiles: persistent, more than one, so the next item's Q is copied while this item
+  // runs (its copy is issued once the producer has issued this item's K and V, two key tiles
+  // before the item's end, instead of after its last S); three where O is stored through the
+  // Q tile, which then stays busy until the store has read it. One item a block: one.
+  static constexpr int kQStages = kPersistent ? (kStoresOByTma ? 3 : 2) : 1;
   // q_full[], k_full[], v_full[], k_empty[], v_empty[], and persistent q_empty[].
   static constexpr int kNumBarriers = kQStages + 4 * kStages + (kPersistent ? kQStages : 0);
-  // Persistent: the slots that hand each item's unit from the producer to the consumers.
-  static constexpr int kItemSlots = kPersistent ? 2 : 0;
+  // Persistent: the slots that hand each item's unit from the producer to the consumers, one
+  // a Q stage (item j's: item_slot[j % kQStages]), so a slot is rewritten only once every
+  // consumer thread gave back the Q stage of the item that last used it.
+  static constexpr int kItemSlots = kPersistent ? kQStages : 0;
   // Shared memory: the query tile, the K ring, the V ring, the barriers.
   static constexpr hopper::SmemRegion kQRegion{0, kQStages * QTile::kBytes};
   static constexpr hopper::SmemRegion kKRegion = kQRegion.next(kStages * KVTile::kBytes, 1024);
@@ -203,6 +214,7 @@ struct HopperForwardBlock {
 
   const CUtensorMap* q_map;
   const CUtensorMap* kv_map;
+  const CUtensorMap* o_map;
   const HopperForwardParams& p;
   const uint32_t smem;  // 1024-byte aligned base
   // The query tiles, by the block's item index j: full barriers first, then the K and V rings'
@@ -210,18 +222,20 @@ struct HopperForwardBlock {
   // consumers give a Q tile back.
   const hopper::StageRing<Traits::kQStages> q_ring;
   const hopper::StageRing<kStages> k_ring, v_ring;
-  // Persistent: the slots that hand the j-th item's unit to the consumers (item_slot[j % 2];
-  // -1: none left).
+  // Persistent: the slots that hand the j-th item's unit to the consumers
+  // (item_slot[j % kItemSlots]; -1: none left).
   volatile int* const item_slot;
 
   // smem_ and smem_generic_: the same 1024-byte aligned base as a shared-window address and as
   // a generic pointer.
   __device__ __forceinline__ HopperForwardBlock(const CUtensorMap* q_map_,
                                                 const CUtensorMap* kv_map_,
+                                                const CUtensorMap* o_map_,
                                                 const HopperForwardParams& p_, uint32_t smem_,
                                                 unsigned char* smem_generic_)
       : q_map(q_map_),
         kv_map(kv_map_),
+        o_map(o_map_),
         p(p_),
         smem(smem_),
         q_ring{smem_ + Traits::kBarrierRegion.offset,
@@ -335,6 +349,59 @@ struct HopperForwardBlock {
     }
   }
 
+  /// The epilogue of consumer warpgroup c with two consumers (Traits::kStoresOByTma):
+  /// normalize; lse (fp32, natural log) to global memory; O (bf16) into this consumer's 64 rows
+  /// of item j's Q tile (its wgmma reads of them are done; the other consumer reads only its
+  /// own rows), then thread 0 (the storer) stores them with one TMA store (rows at or after T
+  /// are not written). Stored from registers, each warp's 4-byte stores touched 8 rows at once
+  /// and the epilogue took a quarter of an item's time at 1K (bench/NOTES.md, session
+  /// seventeen). Persistent: the Q stage goes back to the producer once the store has read it;
+  /// the storer gives it back in the next item (consume) and waits for the block's last store
+  /// before the block leaves. One item a block: the storer waits for the read here.
+  template <typename Use, typename Softmax, int kORegs>
+  __device__ __forceinline__ void store_o_by_tma(const ForwardItem& item, int c, Use j, int row0,
+                                                 const Softmax& softmax,
+                                                 float (&o_acc)[kORegs]) const {
+    const int lane = threadIdx.x % 32;
+    const int warp = (threadIdx.x % 128) / 32;
+    const bool storer = threadIdx.x % 128 == 0;
+    const QTile q_tile = this->q_tile(j);
+    float inv_sum[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float sum = softmax.total(r);
+      const int row = row0 + 8 * r;
+      inv_sum[r] = 1.f / sum;
+      if (row < p.T && lane % 4 == 0)
+        p.lse[static_cast<int64_t>(item.bh) * p.T + row] = softmax.lse(r, sum);
+    }
+#pragma unroll
+    for (int i = 0; i < kORegs; ++i)
+      o_acc[i] *= inv_sum[hopper::AccumulatorLayout::row_offset(i) / 8];
+    // stmatrix per 16 x 16 block: lane l addresses row l % 8 (+ 8 for matrices 1 and 3) and
+    // column 8 (l / 16) of the block.
+    const int store_row = 64 * c + 16 * warp + lane % 8 + 8 * ((lane / 8) % 2);
+    const int store_col = 8 * (lane / 16);
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      uint32_t o_frag[4];
+      hopper::accumulators_to_a_fragment(o_frag, o_acc, kk);
+      hopper::stmatrix_x4(q_tile.element(store_row, 16 * kk + store_col), o_frag);
+    }
+    hopper::fence_proxy_async_shared();
+    // (c is 0 with one consumer: a compile-time id, so ptxas reserves no other barriers.)
+    hopper::named_barrier_sync(kEpilogueBarrier + (Traits::kConsumers == 1 ? 0 : c), 128);
+    if (storer) {
+      q_tile.store(o_map, 64 * c, item.head_col, item.m0 + 64 * c, item.b);
+      hopper::bulk_commit_group();
+    }
+    if constexpr (Traits::kPersistent) {
+      if (!storer) q_ring.release(j);
+    } else if (storer) {
+      hopper::bulk_wait_group_read<0>();
+    }
+  }
+
   /// Consumer warpgroup c: query rows item.m0 + 64c .. + 63; this thread rows row0, row0 + 8.
   /// first_use: the rings' uses of the block's items before this one; j: the item's index in
   /// the block (its Q tile); first_item: whether it is the block's first item. For one item a
@@ -401,9 +468,22 @@ struct HopperForwardBlock {
     };
 
     q_ring.wait_full(j);
-    // Persistent: Q goes back to the producer once the item's last S is done.
+    // Storing O by TMA, persistent: the last item's store may still read its rows of that
+    // item's Q stage; the storer (store_o_by_tma) waits for the read and gives the stage back
+    // (the rest of the warpgroup did in the epilogue) once this item's first S is issued, so
+    // the wait overlaps a GEMM instead of delaying the warpgroup's turn.
+    auto release_last_q = [&] {
+      if constexpr (Traits::kPersistent && Traits::kStoresOByTma) {
+        if (threadIdx.x % 128 == 0 && j > 0) {
+          hopper::bulk_wait_group_read<0>();
+          q_ring.release(j - 1);
+        }
+      }
+    };
+    // Storing O from registers, persistent: Q goes back to the producer once the item's last S
+    // is done.
     auto release_q_after = [&](int it) {
-      if constexpr (Traits::kPersistent) {
+      if constexpr (Traits::kPersistent && !Traits::kStoresOByTma) {
         if (it == item.n_blocks - 1) q_ring.release(j);
       }
     };
@@ -417,6 +497,7 @@ struct HopperForwardBlock {
       issue_scores(k_ring.stage(first_use + 0));
       hopper::wgmma_commit_group();
       pass_turn();
+      release_last_q();
       hopper::wgmma_wait_group<0>();
       hopper::fence_operands(s_acc);
       k_ring.release(first_use + 0);
@@ -480,22 +561,27 @@ struct HopperForwardBlock {
 
     const long long phase_last = phase_clock();
     phase_add(kPhaseLastPv, phase_loop, phase_last);
-    // Epilogue: normalize, write O (bf16) and lse (fp32, natural log).
+    if constexpr (Traits::kStoresOByTma) {
+      store_o_by_tma(item, c, j, row0, softmax, o_acc);
+    } else {
+      // Epilogue: normalize, write O (bf16) and lse (fp32, natural log).
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float sum = softmax.total(r);
-      const int row = row0 + 8 * r;
-      if (row < p.T) {
-        const float inv_sum = 1.f / sum;
-        bf16* out_row =
-            p.out + (static_cast<int64_t>(item.b) * p.T + row) * p.C + item.head_col;
+      for (int r = 0; r < 2; ++r) {
+        const float sum = softmax.total(r);
+        const int row = row0 + 8 * r;
+        if (row < p.T) {
+          const float inv_sum = 1.f / sum;
+          bf16* out_row =
+              p.out + (static_cast<int64_t>(item.b) * p.T + row) * p.C + item.head_col;
 #pragma unroll
-        for (int i = 0; i < kORegs; i += 4) {
-          *reinterpret_cast<__nv_bfloat162*>(out_row + 2 * i + col_pair) =
-              __floats2bfloat162_rn(o_acc[i + 2 * r] * inv_sum, o_acc[i + 2 * r + 1] * inv_sum);
+          for (int i = 0; i < kORegs; i += 4) {
+            *reinterpret_cast<__nv_bfloat162*>(out_row + 2 * i + col_pair) =
+                __floats2bfloat162_rn(o_acc[i + 2 * r] * inv_sum,
+                                      o_acc[i + 2 * r + 1] * inv_sum);
+          }
+          if (lane % 4 == 0)
+            p.lse[static_cast<int64_t>(item.bh) * p.T + row] = softmax.lse(r, sum);
         }
-        if (lane % 4 == 0)
-          p.lse[static_cast<int64_t>(item.bh) * p.T + row] = softmax.lse(r, sum);
       }
     }
     phase_add(kPhaseEpilogue, phase_last, phase_clock());
@@ -506,25 +592,27 @@ template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     hopper_forward_kernel(const __grid_constant__ CUtensorMap q_map,
                           const __grid_constant__ CUtensorMap kv_map,
+                          const __grid_constant__ CUtensorMap o_map,
                           const typename Traits::Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
   const uint32_t smem = (hopper::smem_addr(smem_raw) + 1023u) & ~1023u;
-  const HopperForwardBlock<Traits> block(&q_map, &kv_map, p, smem,
+  const HopperForwardBlock<Traits> block(&q_map, &kv_map, &o_map, p, smem,
                                          smem_raw + (smem - hopper::smem_addr(smem_raw)));
   if constexpr (Traits::kPersistent) {
     if (threadIdx.x == 0) block.init_barriers();
     __syncthreads();
     const int warpgroup = threadIdx.x / 128;
     if (warpgroup == 0) {
-      // Producer: item j's unit goes to the consumers in slot j % 2, written before the
-      // producer's arrival on item j's Q full barrier (stage j % 2): mbarrier.arrive is a
-      // release and the consumers' wait that sees the phase complete an acquire, both at CTA
+      // Producer: item j's unit goes to the consumers in slot j % kQStages, written before
+      // the producer's arrival on item j's Q full barrier (the same stage): mbarrier.arrive is
+      // a release and the consumers' wait that sees the phase complete an acquire, both at CTA
       // scope (PTX's defaults), so they read the slot after that wait with no other fence.
-      // Before the write the producer waits until Q stage j % 2 is empty, i.e. for item j - 2,
-      // on which every consumer thread arrives after its last S of item j - 2, so after it saw
-      // that item's phase complete and read slot j % 2. With no unit left: -1 and an arrival
-      // without copies complete item j's phase, and all consumers leave at item j.
+      // Before the write the producer waits until the Q stage is empty, i.e. for item
+      // j - kQStages, on which every consumer thread arrives after it saw that item's phase
+      // complete and read its slot (after the item's last S, or, storing O through the stage,
+      // once the store has read it). With no unit left: -1 and an arrival without copies
+      // complete item j's phase, and all consumers leave at item j.
       hopper::setmaxnreg_dec<Traits::kProducerRegisters>();
       if (threadIdx.x == 0) {
         const WorkQueue queue{p.work_counter};
@@ -535,11 +623,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
           block.q_ring.wait_empty(j);
           phase_add(kPhaseProducerQEmpty, wait_from, phase_clock());
           if (unit >= p.num_items) {
-            block.item_slot[j % 2] = -1;
+            block.item_slot[j % Traits::kItemSlots] = -1;
             hopper::mbarrier_arrive(block.q_ring.full(j));
             break;
           }
-          block.item_slot[j % 2] = unit;
+          block.item_slot[j % Traits::kItemSlots] = unit;
           ForwardItem item = block.item_of(unit);
           block.set_head_col(item);
           block.produce(item, first_use, j);
@@ -555,7 +643,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
       // The item's unit, from the producer's slot once its Q tile has landed.
       const long long wait_from = phase_clock();
       block.q_ring.wait_full(j);
-      const int unit = block.item_slot[j % 2];
+      const int unit = block.item_slot[j % Traits::kItemSlots];
       phase_add(kPhaseQWait, wait_from, phase_clock());
       if (unit < 0) break;
       phase_add(kPhaseItems, 0, 1);
@@ -564,6 +652,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
       // Item j's Q phase is already complete: consume's wait returns at once.
       block.consume(item, warpgroup - 1, first_use, j, j == 0);
       first_use += item.n_blocks;
+    }
+    // The block's last TMA store of O reads shared memory until this wait returns.
+    if constexpr (Traits::kStoresOByTma) {
+      if (threadIdx.x % 128 == 0) hopper::bulk_wait_group_read<0>();
     }
     phase_add(kPhaseConsumerTotal, consumer_start, phase_clock());
   } else {
@@ -609,6 +701,11 @@ void launch_hopper_forward(bf16* out, float* lse, const bf16* qkv, int B, int T,
       make_tensor_map_bf16_3d(qkv, dims, 3ull * C * 2, 3ull * C * 2 * T, 64, Traits::kBlockM);
   const CUtensorMap kv_map =
       make_tensor_map_bf16_3d(qkv, dims, 3ull * C * 2, 3ull * C * 2 * T, 64, Traits::kBlockN);
+  // out as (C columns, T rows, B); each consumer stores boxes of 64 columns x its 64 rows.
+  const uint64_t out_dims[3] = {static_cast<uint64_t>(C), static_cast<uint64_t>(T),
+                                static_cast<uint64_t>(B)};
+  const CUtensorMap o_map =
+      make_tensor_map_bf16_3d(out, out_dims, 1ull * C * 2, 1ull * C * 2 * T, 64, 64);
   // Ranges start on kQueryRowsGranule, a multiple of kBlockN: each block's diagonal key tile
   // is still its last, as with all rows.
   static_assert(kQueryRowsGranule % Traits::kBlockN == 0);
@@ -649,7 +746,7 @@ void launch_hopper_forward(bf16* out, float* lse, const bf16* qkv, int B, int T,
           ? std::min<int64_t>({items, resident, max_blocks > 0 ? max_blocks : resident})
           : items;
   kernel<<<static_cast<unsigned>(blocks), Traits::kThreads, Traits::kSmemBytes, stream>>>(
-      q_map, kv_map, params);
+      q_map, kv_map, o_map, params);
   GPT2_CUDA_CHECK_LAUNCH();
 }
 

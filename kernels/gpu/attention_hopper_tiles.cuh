@@ -80,6 +80,18 @@ struct SmemTile {
     for (int j = 0; j < kColumnBlocks; ++j)
       tma_load_3d(base + j * kColumnBlockBytes, map, bar, col0 + 64 * j, row0, batch);
   }
+
+  /// Issues the TMA stores of the tile's rows [first_row, first_row + box1) to rows
+  /// [row0, row0 + box1) and columns [col0, col0 + kCols) of a (columns, rows, batch) tensor map
+  /// whose box is {64, box1} (one bulk group: the caller commits and waits). first_row: a
+  /// multiple of 8, so the rows keep the swizzle's phase.
+  __device__ __forceinline__ void store(const CUtensorMap* map, int first_row, int col0, int row0,
+                                        int batch) const {
+#pragma unroll
+    for (int j = 0; j < kColumnBlocks; ++j)
+      tma_store_3d(map, base + j * kColumnBlockBytes + first_row * 128, col0 + 64 * j, row0,
+                   batch);
+  }
 };
 
 /// A ring of kStages shared-memory stages, each guarded by a "full" mbarrier (the producer's

@@ -8,7 +8,8 @@
  *   consumers wait on the phase parity. Empty/full rings use one barrier per stage.
  * - TMA [cp.async.bulk.tensor]: one thread copies a whole tile global -> shared, described by a
  *   CUtensorMap (kernels/gpu/tensor_map.cuh) passed as a __grid_constant__ kernel parameter.
- *   Rows outside the tensor are zero-filled. [cp.async.bulk] copies contiguous bytes;
+ *   Rows outside the tensor are zero-filled on loads and left alone on stores (tma_store_3d,
+ *   shared -> global, a bulk async group). [cp.async.bulk] copies contiguous bytes;
  *   [cp.reduce.async.bulk .add.f32] adds a contiguous shared fp32 range into global memory.
  * - wgmma [wgmma.mma_async]: a warpgroup (4 consecutive warps) computes D(64xN, fp32) (+)= A B.
  *   B is always a shared-memory tile given by a matrix descriptor; A is a descriptor or four
@@ -92,6 +93,17 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* tensor_map
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+
+/// Shared memory -> the tile of a 3-D tensor map at coordinates (c0 innermost, c1, c2), by the
+/// copy engine (bulk async group). Rows outside the tensor are not written.
+__device__ __forceinline__ void tma_store_3d(const void* tensor_map, uint32_t src, int c0, int c1,
+                                             int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+          reinterpret_cast<uint64_t>(tensor_map)),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }
 
