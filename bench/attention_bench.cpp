@@ -232,7 +232,8 @@ bool time_kernel(const BenchKernel& kernel, int B, int T, int NH, int HS, int se
     gpu::attention_hopper_forward_phases(phases);  // clears what the timing left
     for (int i = 0; i < repeats; ++i) forward(i);
     gpu::attention_hopper_forward_phases(phases);
-    // Items and the consumers' total are counted by the persistent kernel only (T <= 1024).
+    // Items and the consumers' total are counted by the persistent kernel only (by default
+    // T <= kHopperForwardPersistentMaxT).
     const double items = double(phases[gpu::kPhaseItems]);
     const double total = double(phases[gpu::kPhaseConsumerTotal]);
     if (items == 0 || total == 0) {

@@ -40,7 +40,7 @@ void forward_typed(const AttentionConfig& c, const AttentionTensors& t, const Co
       if constexpr (std::is_same_v<T_, bf16>) {
         attention_hopper_forward(out, static_cast<float*>(t.saved), qkv, c.B, c.T, c.C, c.NH,
                                  t.workspace, c.forward_shape, ctx.stream(), c.rows,
-                                 c.forward_max_blocks);
+                                 c.forward_max_blocks, c.forward_persistent_max_t);
         return;
       }
       break;
@@ -73,7 +73,8 @@ void backward_typed(const AttentionConfig& c, const AttentionTensors& t, const C
         attention_hopper_backward(dqkv, dout, qkv, static_cast<const bf16*>(t.out),
                                   static_cast<const float*>(t.saved), c.B, c.T, c.C, c.NH,
                                   t.workspace, fixed_order, c.backward_max_blocks, ctx.stream(),
-                                  c.rows, c.backward_converts_dq_from_t);
+                                  c.rows, c.backward_converts_dq_from_t,
+                                  c.backward_stages_grads_max_t);
         return;
       }
       break;

@@ -89,6 +89,18 @@ constexpr int kHopperRacingFromT = 1025;
 /// either way.
 constexpr int kHopperConvertsDqFromT = 1024;
 
+/// The longest T at which the Hopper forward's shapes with a producer run persistent (a work
+/// queue over as many blocks as the SMs hold); a block an item above. Since the two-consumer
+/// forward stores O by TMA (H100: persistent +5% at 2K at both head sizes, +1% at 4K, -0.5 to
+/// -2.5% at 8K-16K; bench/NOTES.md, session seventeen).
+constexpr int kHopperForwardPersistentMaxT = 4096;
+
+/// The longest T at which the Hopper backward at head size 128 writes dK and dV through shared
+/// memory (16-byte row pieces) rather than from registers: H100, +12-15% at 512-1K, +6% at
+/// 2K, -2.5% at 4K (bench/NOTES.md, session seventeen). The same bits either way; head size 64
+/// stages at every T (+2-12%).
+constexpr int kHopperStagesGradsMaxT = 2048;
+
 /// One attention call's shape and options. B and T may change between calls (sampling runs
 /// shorter sequences) as long as the workspace was sized for the largest.
 struct AttentionConfig {
@@ -103,12 +115,19 @@ struct AttentionConfig {
   // Hopper backward, fixed order at head size 64: dQ to bf16 in the main kernel from this T up
   // (kHopperConvertsDqFromT). Tests set 1 to check the conversion on small shapes.
   int backward_converts_dq_from_t = kHopperConvertsDqFromT;
+  // Hopper backward at head size 128: dK and dV through shared memory up to this T
+  // (kHopperStagesGradsMaxT). Tests set 0 or a large T to check both stores on small shapes.
+  int backward_stages_grads_max_t = kHopperStagesGradsMaxT;
   // Hopper backward: most blocks of its persistent grid (0: one per SM). Tests set a few, so
   // that small shapes give every block many work items.
   int backward_max_blocks = 0;
   // Hopper forward (the shapes with a producer, persistent): most blocks of its grid (0: as
   // many as the SMs hold), for tests too.
   int forward_max_blocks = 0;
+  // Hopper forward: persistent up to this T, a block an item above; -1: the default
+  // (kHopperForwardPersistentMaxT, or GPT2_HOPPER_FORWARD_PERSISTENT_MAX_T when set). Tests set
+  // it to check both kernels on small shapes.
+  int forward_persistent_max_t = -1;
   HopperForwardShape forward_shape = HopperForwardShape::kAuto;
   QueryRows rows;  // all of them unless set
   // false: forward calls only (inference): the workspace holds what the forward uses and

@@ -32,14 +32,16 @@ bool attention_hopper_compiled();
 
 /// workspace: attention_hopper_workspace_bytes(B, T, C, NH) (or more) of device memory, or
 /// kHopperForwardWorkspaceBytes, of which the forward uses the work counter only, and only when
-/// persistent (a shape with a producer at T <= 1024, or max_blocks > 0); otherwise none, and it
-/// may be null.
+/// persistent (a shape with a producer at T <= persistent_max_t, or max_blocks > 0); otherwise
+/// none, and it may be null.
+/// persistent_max_t: -1 for the default (kHopperForwardPersistentMaxT, or the environment's
+/// GPT2_HOPPER_FORWARD_PERSISTENT_MAX_T when set).
 /// shape: the forward's block shape; kAuto picks attention_hopper_forward_shape(T, head size).
 /// rows: the query rows computed (attention.cuh's QueryRows; count 0: all).
 void attention_hopper_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B,
                               int T, int C, int NH, void* workspace, HopperForwardShape shape,
                               cudaStream_t stream, const QueryRows& rows = {},
-                              int max_blocks = 0);
+                              int max_blocks = 0, int persistent_max_t = -1);
 
 /// Profiling build only (-DGPT2_FORWARD_PHASES): the persistent forward's SM cycles per phase,
 /// summed over its consumer warpgroups (the producer's: kPhaseProducerQEmpty), since the last
@@ -65,12 +67,15 @@ HopperForwardShape attention_hopper_forward_shape(int T, int head_size);
 /// deterministic: the dQ additions in a fixed order (the same bits on every run).
 /// converts_dq_from_t: deterministic at head size 64, dQ goes to bf16 inside the main kernel
 /// from this T up, else in a third launch (the same bits).
+/// stages_grads_max_t: at head size 128, dK and dV go out through shared memory up to this T,
+/// from registers above (the same bits; at head size 64 always through shared memory).
 void attention_hopper_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout,
                                const __nv_bfloat16* qkv, const __nv_bfloat16* out,
                                const float* lse, int B, int T, int C, int NH, void* workspace,
                                bool deterministic, int max_blocks, cudaStream_t stream,
                                const QueryRows& rows = {},
-                               int converts_dq_from_t = kHopperConvertsDqFromT);
+                               int converts_dq_from_t = kHopperConvertsDqFromT,
+                               int stages_grads_max_t = kHopperStagesGradsMaxT);
 
 size_t attention_hopper_workspace_bytes(int B, int T, int C, int NH);
 

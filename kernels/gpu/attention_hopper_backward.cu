@@ -38,7 +38,9 @@
  *     on items taken before it (so by running blocks), and only its writer thread waits. (Key
  *     block 0 storing in racing mode too would make every other key block wait for it: at 16K,
  *     where the items in flight hold ~30 key blocks of a head, that cost 4% of the kernel.)
- *     dK (times the scale) and dV are written from registers. With converts_dq (deterministic
+ *     dK (times the scale) and dV go out through the consumer's free dS^T buffer in 16-byte
+ *     row pieces (Traits::kStagesGrads: head size 64, and 128 up to T = 2048), or from
+ *     registers (head size 128 above 2048). With converts_dq (deterministic
  *     mode at head size 64, from T = 1024), the writer that adds a tile's last block (its
  *     diagonal key block's) queues the tile, once the addition has landed, for warp 3 of the
  *     producer warpgroup, which converts it as launch 3 would (the same bits) while the
@@ -141,11 +143,17 @@ struct HopperBackwardParams {
   float scale_log2;  // scale * log2(e)
 };
 
-template <int kHeadDim_, bool kDeterministic_>
+template <int kHeadDim_, bool kDeterministic_, bool kStagesGrads_ = true>
 struct HopperBackwardTraits {
   static constexpr int kHeadDim = kHeadDim_;
   // The dQ additions in a fixed order (write_dq), the query tiles walked down (first_tile).
   static constexpr bool kDeterministic = kDeterministic_;
+  // dK and dV out through shared memory (16-byte row pieces), or from registers (4-byte pieces
+  // of 8 rows a warp store). Staged, the backward measured +9-12% at 512-1K, +6% at 2K, +2-4%
+  // from 4K at head size 64, and at 128 +12-15% at 512-1K, +6% at 2K, but -2.5% at 4K (H100,
+  // bench/NOTES.md, session seventeen): at head size 128 the launcher stages up to
+  // kHopperStagesGradsMaxT (AttentionConfig::backward_stages_grads_max_t).
+  static constexpr bool kStagesGrads = kStagesGrads_;
   static constexpr int kConsumers = 2;             // consumer warpgroups, 64 keys each
   static constexpr int kBlockN = 64 * kConsumers;  // keys per block
   static constexpr int kBlockM = query_tile_rows(kHeadDim);  // queries per step
@@ -557,6 +565,83 @@ struct HopperBackwardBlock {
     }
   }
 
+  /// dK (times the scale) and dV of consumer c's 64 keys of the item, from its accumulators,
+  /// through the consumer's dS^T buffer that the last step did not use (Traits::kStagesGrads):
+  /// both warpgroups' dQ wgmma last read it two steps ago (see consume), and the next step
+  /// writes it after this. Each warp puts its 16 rows of [dK | dV] there by stmatrix, a
+  /// buffer's width (kBlockM columns) a round, and reads them back as 16-byte row pieces, so
+  /// each store to global memory writes whole 128-byte lines of 4 rows. From registers, each
+  /// warp's 4-byte stores touched 8 rows at once (the forward's epilogue took a quarter of an
+  /// item's time at 1K that way; bench/NOTES.md, session seventeen).
+  template <int kGradRegs>
+  __device__ __forceinline__ void store_grads_staged(const Item& item, int c, int step,
+                                                     float (&dk_acc)[kGradRegs],
+                                                     const float (&dv_acc)[kGradRegs]) const {
+    const int lane = threadIdx.x % 32;
+    const int warp = (threadIdx.x % 128) / 32;
+    const int store_row = 16 * warp + lane % 8 + 8 * ((lane / 8) % 2);  // by stmatrix
+    const int store_col = 8 * (lane / 16);
+    constexpr int kChunksPerRow = kBlockM / 8;  // 16-byte pieces of a staged row
+#pragma unroll
+    for (int i = 0; i < kGradRegs; ++i) dk_acc[i] *= p.scale;
+    const DsTile staging = ds_tile(step % Traits::kDsBuffers, c);
+    bf16* const key_rows = p.dqkv + static_cast<int64_t>(item.b) * p.T * 3 * p.C + p.C +
+                           item.h * kHeadDim;  // dK of key 0; dV at + C
+#pragma unroll
+    for (int round = 0; round < 2 * kHeadDim / kBlockM; ++round) {
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk) {
+        const int column = round * kBlockM + 16 * kk;  // of [dK | dV]
+        uint32_t frag[4];
+        if (column < kHeadDim) {
+          hopper::accumulators_to_a_fragment(frag, dk_acc, column / 16);
+        } else {
+          hopper::accumulators_to_a_fragment(frag, dv_acc, (column - kHeadDim) / 16);
+        }
+        hopper::stmatrix_x4(staging.element(store_row, 16 * kk + store_col), frag);
+      }
+      __syncwarp();
+#pragma unroll
+      for (int piece = lane; piece < 16 * kChunksPerRow; piece += 32) {
+        const int row = 16 * warp + piece / kChunksPerRow;
+        const int chunk = piece % kChunksPerRow;
+        const int column = round * kBlockM + 8 * chunk;  // of [dK | dV]
+        const int key = item.n0 + 64 * c + row;
+        const uint4 v = hopper::ld_shared_16(staging.element(row, 8 * chunk));
+        if (key < p.T) {
+          bf16* dst = key_rows + static_cast<int64_t>(key) * 3 * p.C +
+                      (column < kHeadDim ? column : p.C + column - kHeadDim);
+          *reinterpret_cast<uint4*>(dst) = v;
+        }
+      }
+      __syncwarp();  // the pieces are read before the next round (or step) rewrites them
+    }
+  }
+
+  /// dK (times the scale) and dV from registers: this thread's keys key0 and key0 + 8, columns
+  /// 8 j + col_pair, + 1 (Traits::kStagesGrads off).
+  template <int kGradRegs>
+  __device__ __forceinline__ void store_grads_from_registers(
+      const Item& item, int key0, int col_pair, const float (&dk_acc)[kGradRegs],
+      const float (&dv_acc)[kGradRegs]) const {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int key = key0 + 8 * r;
+      if (key < p.T) {
+        bf16* dk_row = p.dqkv + (static_cast<int64_t>(item.b) * p.T + key) * 3 * p.C + p.C +
+                       item.h * kHeadDim;
+        bf16* dv_row = dk_row + p.C;
+#pragma unroll
+        for (int i = 0; i < kGradRegs; i += 4) {
+          *reinterpret_cast<__nv_bfloat162*>(dk_row + 2 * i + col_pair) = __floats2bfloat162_rn(
+              dk_acc[i + 2 * r] * p.scale, dk_acc[i + 2 * r + 1] * p.scale);
+          *reinterpret_cast<__nv_bfloat162*>(dv_row + 2 * i + col_pair) =
+              __floats2bfloat162_rn(dv_acc[i + 2 * r], dv_acc[i + 2 * r + 1]);
+        }
+      }
+    }
+  }
+
   __device__ __forceinline__ void consume(int c) const {
     const int tid = threadIdx.x % 128;
     const int lane = threadIdx.x % 32;
@@ -705,25 +790,15 @@ struct HopperBackwardBlock {
         hopper::mbarrier_arrive(dq_ring(c).full(step));
       }
 
-      // dK = scale * dS^T Q and dV, rows = this thread's keys (while the loader fetches the next
-      // item's K and V).
-    #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int key = key0 + 8 * r;
-        if (key < p.T) {
-          bf16* dk_row = p.dqkv + (static_cast<int64_t>(item.b) * p.T + key) * 3 * p.C + p.C +
-                         item.h * kHeadDim;
-          bf16* dv_row = dk_row + p.C;
-    #pragma unroll
-          for (int i = 0; i < kGradRegs; i += 4) {
-            *reinterpret_cast<__nv_bfloat162*>(dk_row + 2 * i + col_pair) = __floats2bfloat162_rn(
-                dk_acc[i + 2 * r] * p.scale, dk_acc[i + 2 * r + 1] * p.scale);
-            *reinterpret_cast<__nv_bfloat162*>(dv_row + 2 * i + col_pair) =
-                __floats2bfloat162_rn(dv_acc[i + 2 * r], dv_acc[i + 2 * r + 1]);
-          }
-        }
+      // dK = scale * dS^T Q and dV, rows = this warpgroup's keys (while the loader fetches the
+      // next item's K and V).
+      if constexpr (Traits::kStagesGrads) {
+        store_grads_staged(item, c, step, dk_acc, dv_acc);
+      } else {
+        store_grads_from_registers(item, key0, col_pair, dk_acc, dv_acc);
       }
     }
+
     // The end marks for the writers, staged like blocks by consumer 0.
     if (c == 0) {
     #pragma unroll
@@ -888,7 +963,8 @@ int* attention_hopper_work_counter(void* workspace, int B, int T, int C, int NH)
 void attention_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                                const float* lse, int B, int T, int C, int NH, void* workspace,
                                bool deterministic, int max_blocks, cudaStream_t stream,
-                               const QueryRows& rows, int converts_dq_from_t) {
+                               const QueryRows& rows, int converts_dq_from_t,
+                               int stages_grads_max_t) {
   const int head_size = flash::checked_head_size(B, T, C, NH);
   auto launch = [&](auto traits) {
     launch_hopper_backward<decltype(traits)>(dqkv, dout, qkv, out, lse, B, T, C, NH, workspace,
@@ -897,9 +973,12 @@ void attention_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, co
   if (head_size == 64) {
     deterministic ? launch(HopperBackwardTraits<64, true>{})
                   : launch(HopperBackwardTraits<64, false>{});
-  } else {
+  } else if (T <= stages_grads_max_t) {
     deterministic ? launch(HopperBackwardTraits<128, true>{})
                   : launch(HopperBackwardTraits<128, false>{});
+  } else {
+    deterministic ? launch(HopperBackwardTraits<128, true, false>{})
+                  : launch(HopperBackwardTraits<128, false, false>{});
   }
 }
 

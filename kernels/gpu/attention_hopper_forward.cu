@@ -9,24 +9,24 @@
  *    about two waves of items), a group's items longest row first and heads interleaved, so
  *    the K and V tiles that a group's items re-read stay in L2 (ordered by row alone, a wave at
  *    short T spans every head, and the re-reads came from DRAM: 1K was 20% slower);
- *  - the shapes with a producer at T <= 1024 (persistent_max_t), or at any T when the caller
- *    caps the grid (max_blocks > 0), run persistent (HopperForwardTraits::kPersistent): as many
- *    blocks as the SMs hold, each taking its next item from a work queue (WorkQueue: a counter
- *    in the workspace, zeroed on the stream before the launch) until none is left, its rings
- *    and barriers running on from item to item, so the next item's Q and first K and V tiles
- *    load while the consumers finish the last one and write its output. A queue, not a fixed
+ *  - the shapes with a producer at T <= 4096 (kHopperForwardPersistentMaxT), or at any T when
+ *    the caller caps the grid (max_blocks > 0), run persistent (HopperForwardTraits::
+ *    kPersistent): as many blocks as the SMs hold, each taking its next item from a work
+ *    queue (WorkQueue: a counter in the workspace, zeroed on the stream before the launch)
+ *    until none is left, its rings and barriers running on from item to item, so the next
+ *    item's Q and first K and V tiles load while the consumers finish the last one and write
+ *    its output. A queue, not a fixed
  *    order of items per block: items differ in length and head groups do not align with waves
  *    of blocks (a fixed order gave some blocks two long items in a row, bench/NOTES.md);
  *  - otherwise (longer T, and the shape without a producer at any T) one block an item, unit
  *    blockIdx.x, its rings from use 0, no queue and no workspace: the persistent kernel
- *    measured slower from T = 2K up; this kernel's machine code is the one from before the
- *    persistent kernel existed (tools/same_machine_code.py);
+ *    measured 0.5-2.5% slower from T = 8K up;
  *  - warpgroup 0 is the producer: one thread issues TMA copies of the item's Q tile and of a
  *    ring of kStages K and V tiles (kBlockN keys each, key tiles from the diagonal down), gives
  *    its registers away (setmaxnreg) and waits on the ring's empty barriers; persistent, it
  *    takes each item from the queue, hands it to the consumers through shared memory with the
- *    Q tile's barrier, and copies its Q tile into one of two Q stages once the consumers are
- *    done with the item before the last (q_ring);
+ *    Q tile's barrier, and copies its Q tile into a ring of Q stages (two, or three where O
+ *    goes out through the Q tile) once the consumers are done with the stage (q_ring);
  *  - the other warpgroups are consumers, 64 query rows each: S = Q K^T by wgmma from shared
  *    memory into fp32 registers, the online softmax in registers (log2 domain, exp2 with the
  *    scale folded into one FMA), P packed to bf16 in registers as the A operand of O += P V.
@@ -681,13 +681,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 #endif
 }
 
-// The longest T whose forward runs persistent (the shapes with a producer): 1024 (+10-18%
-// there on an H100, a block an item as fast or faster from 2K up, bench/NOTES.md), or
-// GPT2_HOPPER_FORWARD_PERSISTENT_MAX_T for the benchmark's A/B of the two kernels on one build
-// (read once; a value that is not a whole number is an error).
-int persistent_max_t() {
-  static const int max_t =
-      attention_hopper_env_knob("GPT2_HOPPER_FORWARD_PERSISTENT_MAX_T", 1024);
+// The longest T whose forward runs persistent (the shapes with a producer) by default:
+// kHopperForwardPersistentMaxT, or GPT2_HOPPER_FORWARD_PERSISTENT_MAX_T for the benchmark's A/B
+// of the two kernels on one build (read once; a value that is not a whole number is an error).
+int default_persistent_max_t() {
+  static const int max_t = attention_hopper_env_knob("GPT2_HOPPER_FORWARD_PERSISTENT_MAX_T",
+                                                     kHopperForwardPersistentMaxT);
   return max_t;
 }
 
@@ -789,21 +788,24 @@ HopperForwardShape attention_hopper_forward_shape(int /*T*/, int head_size) {
 
 void attention_hopper_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
                               void* workspace, HopperForwardShape shape, cudaStream_t stream,
-                              const QueryRows& rows, int max_blocks) {
+                              const QueryRows& rows, int max_blocks, int persistent_max_t) {
   const int head_size = flash::checked_head_size(B, T, C, NH);
   GPT2_CHECK(max_blocks >= 0, "the Hopper forward's max_blocks must be >= 0 (got ", max_blocks,
              ")");
+  GPT2_CHECK(persistent_max_t >= -1, "the Hopper forward's persistent_max_t must be >= -1 (got ",
+             persistent_max_t, ")");
+  if (persistent_max_t < 0) persistent_max_t = default_persistent_max_t();
   if (shape == HopperForwardShape::kAuto) shape = attention_hopper_forward_shape(T, head_size);
   auto launch_traits = [&](auto traits) {
     launch_hopper_forward<decltype(traits)>(out, lse, qkv, B, T, C, NH, workspace, rows,
                                             max_blocks, stream);
   };
-  // The shapes with a producer run persistent at T <= persistent_max_t() or when the caller
+  // The shapes with a producer run persistent at T <= persistent_max_t or when the caller
   // caps the grid; otherwise, and without a producer, a block an item.
   auto launch = [&](auto traits) {
     using Traits = decltype(traits);
     if constexpr (Traits::kProducer) {
-      if (max_blocks > 0 || T <= persistent_max_t())
+      if (max_blocks > 0 || T <= persistent_max_t)
         return launch_traits(
             HopperForwardTraits<Traits::kHeadDim, Traits::kConsumers, true, true>{});
     }

@@ -79,8 +79,10 @@ struct HopperKnobs {
   bool deterministic = true;
   int racing_from_t = kHopperRacingFromT;
   int converts_dq_from_t = kHopperConvertsDqFromT;
+  int stages_grads_max_t = kHopperStagesGradsMaxT;
   int backward_max_blocks = 0;
   int forward_max_blocks = 0;
+  int forward_persistent_max_t = -1;
   HopperForwardShape forward_shape = HopperForwardShape::kAuto;
   QueryRows rows;  // all rows unless set
 };
@@ -103,8 +105,10 @@ AttentionResult run_attention(AttentionKernel kernel, const std::vector<float>& 
   config.deterministic = knobs.deterministic;
   config.backward_racing_from_t = knobs.racing_from_t;
   config.backward_converts_dq_from_t = knobs.converts_dq_from_t;
+  config.backward_stages_grads_max_t = knobs.stages_grads_max_t;
   config.backward_max_blocks = knobs.backward_max_blocks;
   config.forward_max_blocks = knobs.forward_max_blocks;
+  config.forward_persistent_max_t = knobs.forward_persistent_max_t;
   config.forward_shape = knobs.forward_shape;
   config.rows = knobs.rows;
   DeviceBuffer<T_> d_qkv(3 * n_out), d_dout(n_out), d_out(n_out), d_dqkv(3 * n_out);
@@ -348,7 +352,8 @@ const std::vector<RowsCase>& rows_cases() {
       {{1, 1000, 3, 64, 1.0}, {1, {256, 0}, {640, 0}}},
       {{2, 513, 3, 128, 1.0}, {2, {0, 256}, {128, 513}}},
       {{1, 1024, 3, 128, 2.0}, {2, {256, 768}, {512, 896}}},
-      // Above the default persistent_max_t (1024): the forward's blocks take an item each.
+      // Rows past 1024 in the persistent forward (up to kHopperForwardPersistentMaxT); a block
+      // an item: T = 4200 below.
       {{1, 1300, 3, 64, 1.0}, {2, {256, 1024}, {640, 1300}}}};
   return cases;
 }
@@ -523,6 +528,42 @@ TEST(GpuAttentionHopper, InKernelDqConversionGivesTheThirdLaunchsBits) {
   }
 }
 
+// The backward at head size 128 writes dK and dV through shared memory (up to
+// kHopperStagesGradsMaxT) or from registers: the same bits, in both modes, with blocks that
+// take many items (3) and one a block's share (0), on a ragged T and with rows past T in the
+// last key block; each against fp64 as well. (Head size 64 always stages: every other test.)
+TEST(GpuAttentionHopper, StagedGradientsGiveTheRegisterStoresBits) {
+  GPT2_REQUIRE_GPU();
+  GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, 128);
+  for (const int T : {300, 1100}) {
+    const AttentionShape s{2, T, 3, 128, 1.0};
+    const int64_t n_out = static_cast<int64_t>(s.B) * s.T * s.NH * s.HS;
+    const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 61));
+    const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 62));
+    Context ctx;
+    for (const int max_blocks : {3, 0}) {
+      HopperKnobs staged, from_registers;
+      staged.stages_grads_max_t = 1 << 30;
+      from_registers.stages_grads_max_t = 0;
+      staged.backward_max_blocks = from_registers.backward_max_blocks = max_blocks;
+      const AttentionResult a =
+          run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx, staged);
+      const AttentionResult b =
+          run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx, from_registers);
+      EXPECT_EQ(a.dqkv, b.dqkv) << describe(s) << ", blocks " << max_blocks;
+    }
+    for (const int max_t : {1 << 30, 0}) {
+      HopperKnobs knobs;
+      knobs.stages_grads_max_t = max_t;
+      knobs.deterministic = false;
+      knobs.racing_from_t = 1;
+      check_attention<bf16>(AttentionKernel::kFlashHopper, s, 63, knobs);
+      knobs.deterministic = true;
+      check_attention<bf16>(AttentionKernel::kFlashHopper, s, 64, knobs);
+    }
+  }
+}
+
 // Rows of out and dQ at a few query positions, from the fp64 definition, for shapes too large
 // for a full reference: out_t = sum_j P_tj V_j, dQ_t = scale sum_j P_tj (dP_tj - D_t) K_j.
 void reference_rows(const std::vector<float>& qkv, const std::vector<float>& dout, int T, int NH,
@@ -690,7 +731,7 @@ TEST(GpuAttentionHopper, FewPersistentBlocksTakeManyItemsEach) {
 // launcher zeroes it), each block's rings, barriers, item slots and consumers' turns running on
 // from item to item, including items of one key tile; every shape with a producer against
 // fp64, and the same bits as the launcher's own choice: at T = 777 the persistent kernel on as
-// many blocks as the SMs hold, at T = 1100 (above the default persistent_max_t, 1024) the
+// many blocks as the SMs hold, at T = 1100 (above the persistent_max_t it is given, 1024) the
 // kernel of a block an item, without the queue (a row's arithmetic depends on neither the block
 // that computes it nor the kernel).
 TEST(GpuAttentionHopper, ForwardPersistentBlocksTakeManyItemsEach) {
@@ -710,6 +751,7 @@ TEST(GpuAttentionHopper, ForwardPersistentBlocksTakeManyItemsEach) {
         HopperKnobs few, own;
         few.forward_shape = own.forward_shape = shape;
         few.forward_max_blocks = 3;
+        own.forward_persistent_max_t = 1024;
         check_attention<bf16>(AttentionKernel::kFlashHopper, s, 47, few);
         const AttentionResult a = run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout,
                                                       s, ctx, few);
@@ -726,7 +768,7 @@ TEST(GpuAttentionHopper, ForwardPersistentBlocksTakeManyItemsEach) {
 // per row, so out and lse agree bit for bit: at head size 64 all three (128-key tiles); at 128
 // the two 64-row shapes (64-key tiles; the 128-row shape tiles keys by 128 and agrees only to
 // rounding, as checked above). At T = 1000 the shapes with a producer run persistent, at
-// T = 1500 (above the default persistent_max_t, 1024) a block an item.
+// T = 1500 (above the persistent_max_t they are given, 1024) a block an item.
 TEST(GpuAttentionHopper, ForwardBlockShapesOfTheSameTilesGiveIdenticalBits) {
   GPT2_REQUIRE_GPU();
   for (const int head_size : {64, 128}) {
@@ -738,6 +780,8 @@ TEST(GpuAttentionHopper, ForwardBlockShapesOfTheSameTilesGiveIdenticalBits) {
       const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 52));
       Context ctx;
       HopperKnobs rows64, rows128, no_producer;
+      for (HopperKnobs* knobs : {&rows64, &rows128, &no_producer})
+        knobs->forward_persistent_max_t = 1024;
       rows64.forward_shape = HopperForwardShape::kRows64;
       rows128.forward_shape = HopperForwardShape::kRows128;
       no_producer.forward_shape = HopperForwardShape::kRows64NoProducer;
