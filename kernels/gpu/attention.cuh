@@ -78,10 +78,12 @@ struct QueryRows {
 constexpr int kQueryRowsGranule = 128;
 
 /// The shortest T at which the Hopper backward's racing dQ order beats the fixed order. Below
-/// it the fixed order is faster (H100, B·T = 16K: 7-19% at T = 512 and 1024, level at 2048;
-/// bench/NOTES.md): its first key block stores the dQ tiles rather than adding into a zeroed
-/// accumulator, and its head groups are smaller. So racing mode takes it there, bit-identical.
-constexpr int kHopperRacingFromT = 1025;
+/// it the fixed order is faster (H100, B·T = 16K: 7-19% at T = 512 and 1024, session
+/// fifteen; at 2K +3% at head size 64 and +1% at 128, session seventeen, where at 4K the two
+/// were level at 64 and racing 3% ahead at 128; bench/NOTES.md): its first key block stores
+/// the dQ tiles rather than adding into a zeroed accumulator, and its head groups are smaller.
+/// So racing mode takes it there, bit-identical.
+constexpr int kHopperRacingFromT = 2049;
 
 /// The shortest T at which the deterministic Hopper backward converts dQ to bf16 inside its main
 /// kernel at head size 64 (no third launch). Below it one converter warp falls behind tiles that

@@ -472,25 +472,29 @@ TEST(GpuAttentionHopper, NondeterministicModeMatchesFp64Reference) {
 }
 
 // Racing mode takes the fixed dQ order below kHopperRacingFromT (the faster one there): the
-// same bits as deterministic mode at T = 777, and the racing kernel from the threshold up (at
-// T = 1100 a racing run against fp64, the bits left to the race).
+// same bits as deterministic mode at T = 777 and 1100, and the racing kernel from the threshold
+// up (a threshold of 1100 here, and at T = 1100 a racing run against fp64, the bits left to
+// the race).
 TEST(GpuAttentionHopper, RacingModeTakesTheFixedOrderBelowItsThreshold) {
   GPT2_REQUIRE_GPU();
-  static_assert(kHopperRacingFromT > 777 && kHopperRacingFromT <= 1100);
+  static_assert(kHopperRacingFromT > 1100);
   for (const int head_size : {64, 128}) {
     GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, head_size);
-    const AttentionShape s{2, 777, 3, head_size, 1.0};
-    const int64_t n_out = static_cast<int64_t>(s.B) * s.T * s.NH * s.HS;
-    const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 51));
-    const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 52));
-    Context ctx;
     HopperKnobs racing;
     racing.deterministic = false;
-    const AttentionResult fixed =
-        run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx);
-    const AttentionResult raced =
-        run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx, racing);
-    EXPECT_EQ(raced.dqkv, fixed.dqkv) << describe(s);
+    for (const int T : {777, 1100}) {
+      const AttentionShape s{2, T, 3, head_size, 1.0};
+      const int64_t n_out = static_cast<int64_t>(s.B) * s.T * s.NH * s.HS;
+      const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 51));
+      const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 52));
+      Context ctx;
+      const AttentionResult fixed =
+          run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx);
+      const AttentionResult raced =
+          run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx, racing);
+      EXPECT_EQ(raced.dqkv, fixed.dqkv) << describe(s);
+    }
+    racing.racing_from_t = 1100;
     check_attention<bf16>(AttentionKernel::kFlashHopper, AttentionShape{1, 1100, 3, head_size, 1.0},
                           53, racing);
   }
