@@ -139,6 +139,31 @@ AttentionResult run_attention(AttentionKernel kernel, const std::vector<float>& 
   return result;
 }
 
+// Random bf16-representable inputs of a shape: qkv from `seed`, dO from seed + 1.
+struct RandomInputs {
+  std::vector<float> qkv, dout;
+};
+RandomInputs random_inputs(const AttentionShape& s, uint64_t seed) {
+  const int64_t n_out = static_cast<int64_t>(s.B) * s.T * s.NH * s.HS;
+  return {round_through<bf16>(random_normal(3 * n_out, seed)),
+          round_through<bf16>(random_normal(n_out, seed + 1))};
+}
+
+// The same dqkv bits from two settings of the Hopper kernels, each run with blocks that take
+// many items (3) and with one a block's share (0).
+void expect_same_gradients(const AttentionShape& s, uint64_t seed, HopperKnobs a, HopperKnobs b) {
+  const auto [qkv, dout] = random_inputs(s, seed);
+  Context ctx;
+  for (const int max_blocks : {3, 0}) {
+    a.backward_max_blocks = b.backward_max_blocks = max_blocks;
+    const AttentionResult from_a =
+        run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx, a);
+    const AttentionResult from_b =
+        run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx, b);
+    EXPECT_EQ(from_a.dqkv, from_b.dqkv) << describe(s) << ", blocks " << max_blocks;
+  }
+}
+
 /// Skips the calling test (with the reason) when `kernel` cannot run here with storage T_.
 template <typename T_>
 bool kernel_runs_here(AttentionKernel kernel, int head_size, std::string* why) {
@@ -484,9 +509,7 @@ TEST(GpuAttentionHopper, RacingModeTakesTheFixedOrderBelowItsThreshold) {
     racing.deterministic = false;
     for (const int T : {777, 1100}) {
       const AttentionShape s{2, T, 3, head_size, 1.0};
-      const int64_t n_out = static_cast<int64_t>(s.B) * s.T * s.NH * s.HS;
-      const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 51));
-      const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 52));
+      const auto [qkv, dout] = random_inputs(s, 51);
       Context ctx;
       const AttentionResult fixed =
           run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx);
@@ -510,23 +533,10 @@ TEST(GpuAttentionHopper, InKernelDqConversionGivesTheThirdLaunchsBits) {
     GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, head_size);
     for (const int T : {777, 1100}) {
       const AttentionShape s{2, T, 3, head_size, 1.0};
-      const int64_t n_out = static_cast<int64_t>(s.B) * s.T * s.NH * s.HS;
-      const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 55));
-      const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 56));
-      Context ctx;
-      for (const int max_blocks : {3, 0}) {
-        HopperKnobs in_kernel, third_launch;
-        in_kernel.converts_dq_from_t = 1;
-        third_launch.converts_dq_from_t = 1 << 30;
-        in_kernel.backward_max_blocks = third_launch.backward_max_blocks = max_blocks;
-        const AttentionResult a =
-            run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx, in_kernel);
-        const AttentionResult b =
-            run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx, third_launch);
-        EXPECT_EQ(a.dqkv, b.dqkv) << describe(s) << ", blocks " << max_blocks;
-      }
-      HopperKnobs in_kernel;
+      HopperKnobs in_kernel, third_launch;
       in_kernel.converts_dq_from_t = 1;
+      third_launch.converts_dq_from_t = 1 << 30;
+      expect_same_gradients(s, 55, in_kernel, third_launch);
       check_attention<bf16>(AttentionKernel::kFlashHopper, s, 57, in_kernel);
     }
   }
@@ -541,21 +551,10 @@ TEST(GpuAttentionHopper, StagedGradientsGiveTheRegisterStoresBits) {
   GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, 128);
   for (const int T : {300, 1100}) {
     const AttentionShape s{2, T, 3, 128, 1.0};
-    const int64_t n_out = static_cast<int64_t>(s.B) * s.T * s.NH * s.HS;
-    const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 61));
-    const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 62));
-    Context ctx;
-    for (const int max_blocks : {3, 0}) {
-      HopperKnobs staged, from_registers;
-      staged.stages_grads_max_t = 1 << 30;
-      from_registers.stages_grads_max_t = 0;
-      staged.backward_max_blocks = from_registers.backward_max_blocks = max_blocks;
-      const AttentionResult a =
-          run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx, staged);
-      const AttentionResult b =
-          run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx, from_registers);
-      EXPECT_EQ(a.dqkv, b.dqkv) << describe(s) << ", blocks " << max_blocks;
-    }
+    HopperKnobs staged, from_registers;
+    staged.stages_grads_max_t = 1 << 30;
+    from_registers.stages_grads_max_t = 0;
+    expect_same_gradients(s, 61, staged, from_registers);
     for (const int max_t : {1 << 30, 0}) {
       HopperKnobs knobs;
       knobs.stages_grads_max_t = max_t;
@@ -684,10 +683,7 @@ TEST(GpuAttentionDeterminism, HopperDeterministicModeGivesIdenticalBits) {
   for (const AttentionShape s :
        {AttentionShape{2, 2048, 5, 64, 1.0}, AttentionShape{1, 1531, 3, 128, 1.0},
         AttentionShape{1, 4100, 3, 64, 1.0}, AttentionShape{1, 4100, 2, 128, 1.0}}) {
-    const int C = s.NH * s.HS;
-    const int64_t n_out = static_cast<int64_t>(s.B) * s.T * C;
-    const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 15));
-    const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 16));
+    const auto [qkv, dout] = random_inputs(s, 15);
     Context ctx;
     const AttentionResult a = run_attention<bf16>(AttentionKernel::kFlashHopper, qkv, dout, s, ctx);
     for (int repeat = 0; repeat < 3; ++repeat) {
@@ -715,10 +711,7 @@ TEST(GpuAttentionHopper, FewPersistentBlocksTakeManyItemsEach) {
       knobs.backward_max_blocks = 3;
       check_attention<bf16>(AttentionKernel::kFlashHopper, s, 41, knobs);
     }
-    const int C = s.NH * s.HS;
-    const int64_t n_out = static_cast<int64_t>(s.B) * s.T * C;
-    const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 43));
-    const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 44));
+    const auto [qkv, dout] = random_inputs(s, 43);
     Context ctx;
     HopperKnobs three_blocks;
     three_blocks.backward_max_blocks = 3;
@@ -744,10 +737,7 @@ TEST(GpuAttentionHopper, ForwardPersistentBlocksTakeManyItemsEach) {
     GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, head_size);
     for (const int T : {777, 1100}) {
       const AttentionShape s{2, T, 5, head_size, 1.0};
-      const int C = s.NH * s.HS;
-      const int64_t n_out = static_cast<int64_t>(s.B) * s.T * C;
-      const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 45));
-      const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 46));
+      const auto [qkv, dout] = random_inputs(s, 45);
       Context ctx;
       for (const HopperForwardShape shape : hopper_forward_shapes()) {
         if (shape == HopperForwardShape::kRows64NoProducer) continue;  // one item a block
@@ -779,9 +769,7 @@ TEST(GpuAttentionHopper, ForwardBlockShapesOfTheSameTilesGiveIdenticalBits) {
     GPT2_REQUIRE_ATTENTION_KERNEL(bf16, AttentionKernel::kFlashHopper, head_size);
     for (const int T : {1000, 1500}) {
       const AttentionShape s{3, T, 5, head_size, 1.0};
-      const int64_t n_out = static_cast<int64_t>(s.B) * s.T * s.NH * s.HS;
-      const std::vector<float> qkv = round_through<bf16>(random_normal(3 * n_out, 51));
-      const std::vector<float> dout = round_through<bf16>(random_normal(n_out, 52));
+      const auto [qkv, dout] = random_inputs(s, 51);
       Context ctx;
       HopperKnobs rows64, rows128, no_producer;
       for (HopperKnobs* knobs : {&rows64, &rows128, &no_producer})
