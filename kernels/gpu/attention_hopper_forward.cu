@@ -15,9 +15,9 @@
  *    queue (WorkQueue: a counter in the workspace, zeroed on the stream before the launch)
  *    until none is left, its rings and barriers running on from item to item, so the next
  *    item's Q and first K and V tiles load while the consumers finish the last one and write
- *    its output. A queue, not a fixed
- *    order of items per block: items differ in length and head groups do not align with waves
- *    of blocks (a fixed order gave some blocks two long items in a row, bench/NOTES.md);
+ *    its output. A queue, not a fixed order of items per block: items differ in length and
+ *    head groups do not align with waves of blocks (a fixed order gave some blocks two long
+ *    items in a row, bench/NOTES.md);
  *  - otherwise (longer T, and the shape without a producer at any T) one block an item, unit
  *    blockIdx.x, its rings from use 0, no queue and no workspace: the persistent kernel
  *    measured 0.5-2.5% slower from T = 8K up;
@@ -35,8 +35,8 @@
  *    warpgroup only the row maxima overlap P V; the exponentials overlap the other consumer's
  *    GEMMs (the SM's other block, or the turns below). Keeping them under P V, and issuing
  *    S(j + 1) before the softmax of tile j, both measured slower (bench/NOTES.md: the
- *    forward's softmax against its GEMMs). The epilogue writes O into the consumer's rows of
- *    the Q tile (stmatrix) and one thread stores them with TMA (o_map).
+ *    forward's softmax against its GEMMs). With two consumers the epilogue writes O into each
+ *    consumer's rows of the Q tile (stmatrix) and one thread stores them with TMA (o_map).
  * Three shapes of block: 128 query rows (two consumers, one block per SM: every K/V tile serves
  * 128 rows), 64 (one consumer, two blocks per SM, so one block's prologue, first tile and
  * epilogue overlap the other's main loop), or 64 rows without the producer, thread 0 of the
@@ -379,7 +379,7 @@ struct HopperForwardBlock {
     for (int i = 0; i < kORegs; ++i)
       o_acc[i] *= inv_sum[hopper::AccumulatorLayout::row_offset(i) / 8];
     // stmatrix per 16 x 16 block: lane l addresses row l % 8 (+ 8 for matrices 1 and 3) and
-    // column 8 (l / 16) of the block.
+    // column 8 (l / 16) of the block (as the backward's dS^T).
     const int store_row = 64 * c + 16 * warp + lane % 8 + 8 * ((lane / 8) % 2);
     const int store_col = 8 * (lane / 16);
 #pragma unroll
@@ -389,8 +389,7 @@ struct HopperForwardBlock {
       hopper::stmatrix_x4(q_tile.element(store_row, 16 * kk + store_col), o_frag);
     }
     hopper::fence_proxy_async_shared();
-    // (c is 0 with one consumer: a compile-time id, so ptxas reserves no other barriers.)
-    hopper::named_barrier_sync(kEpilogueBarrier + (Traits::kConsumers == 1 ? 0 : c), 128);
+    hopper::named_barrier_sync(kEpilogueBarrier + c, 128);
     if (storer) {
       q_tile.store(o_map, 64 * c, item.head_col, item.m0 + 64 * c, item.b);
       hopper::bulk_commit_group();
