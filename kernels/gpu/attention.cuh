@@ -117,9 +117,10 @@ struct AttentionConfig {
   // Hopper backward, fixed order at head size 64: dQ to bf16 in the main kernel from this T up
   // (kHopperConvertsDqFromT). Tests set 1 to check the conversion on small shapes.
   int backward_converts_dq_from_t = kHopperConvertsDqFromT;
-  // Hopper backward at head size 128: dK and dV through shared memory up to this T
-  // (kHopperStagesGradsMaxT). Tests set 0 or a large T to check both stores on small shapes.
-  int backward_stages_grads_max_t = kHopperStagesGradsMaxT;
+  // Hopper backward at head size 128: dK and dV through shared memory up to this T; -1: the
+  // default (kHopperStagesGradsMaxT, or GPT2_HOPPER_BACKWARD_STAGES_GRADS_MAX_T when set).
+  // Tests set 0 or a large T to check both stores on small shapes.
+  int backward_stages_grads_max_t = -1;
   // Hopper backward: most blocks of its persistent grid (0: one per SM). Tests set a few, so
   // that small shapes give every block many work items.
   int backward_max_blocks = 0;

@@ -68,14 +68,16 @@ HopperForwardShape attention_hopper_forward_shape(int T, int head_size);
 /// converts_dq_from_t: deterministic at head size 64, dQ goes to bf16 inside the main kernel
 /// from this T up, else in a third launch (the same bits).
 /// stages_grads_max_t: at head size 128, dK and dV go out through shared memory up to this T,
-/// from registers above (the same bits; at head size 64 always through shared memory).
+/// from registers above (the same bits; at head size 64 always through shared memory); -1 for
+/// the default (kHopperStagesGradsMaxT, or the environment's
+/// GPT2_HOPPER_BACKWARD_STAGES_GRADS_MAX_T when set).
 void attention_hopper_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout,
                                const __nv_bfloat16* qkv, const __nv_bfloat16* out,
                                const float* lse, int B, int T, int C, int NH, void* workspace,
                                bool deterministic, int max_blocks, cudaStream_t stream,
                                const QueryRows& rows = {},
                                int converts_dq_from_t = kHopperConvertsDqFromT,
-                               int stages_grads_max_t = kHopperStagesGradsMaxT);
+                               int stages_grads_max_t = -1);
 
 size_t attention_hopper_workspace_bytes(int B, int T, int C, int NH);
 

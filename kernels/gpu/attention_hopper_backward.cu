@@ -950,6 +950,15 @@ void launch_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const
   }
 }
 
+// The longest T at which head size 128 stages dK and dV by default: kHopperStagesGradsMaxT, or
+// GPT2_HOPPER_BACKWARD_STAGES_GRADS_MAX_T for the benchmark's A/B of the two stores on one
+// build (read once).
+int default_stages_grads_max_t() {
+  static const int max_t = attention_hopper_env_knob("GPT2_HOPPER_BACKWARD_STAGES_GRADS_MAX_T",
+                                                     kHopperStagesGradsMaxT);
+  return max_t;
+}
+
 }  // namespace
 
 size_t attention_hopper_workspace_bytes(int B, int T, int C, int NH) {
@@ -970,10 +979,12 @@ void attention_hopper_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, co
     launch_hopper_backward<decltype(traits)>(dqkv, dout, qkv, out, lse, B, T, C, NH, workspace,
                                              max_blocks, rows, converts_dq_from_t, stream);
   };
+  const int staged_max_t =
+      stages_grads_max_t >= 0 ? stages_grads_max_t : default_stages_grads_max_t();
   if (head_size == 64) {
     deterministic ? launch(HopperBackwardTraits<64, true>{})
                   : launch(HopperBackwardTraits<64, false>{});
-  } else if (T <= stages_grads_max_t) {
+  } else if (T <= staged_max_t) {
     deterministic ? launch(HopperBackwardTraits<128, true>{})
                   : launch(HopperBackwardTraits<128, false>{});
   } else {
