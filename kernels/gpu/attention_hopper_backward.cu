@@ -24,10 +24,16 @@
  *     writer (below). Warpgroups 1 and 2 own 64 keys each and, per query tile:
  *       S^T = K Q^T and dP^T = V dO^T        (wgmma, both operands in shared memory)
  *       P^T = exp2(S^T scale log2e - lse2), dS^T = P^T (dP^T - D)   (registers)
- *       dV += P^T dO, dK += dS^T Q            (wgmma, P^T and dS^T as register A operands)
+ *       dV += P^T dO                          (wgmma, P^T as the register A operand)
  *       dS^T to shared memory (double-buffered), one barrier between the two warpgroups, then
  *       each computes one 64 x 64 block of dQ = dS K over all 128 keys: the block of its query
- *       half at head size 64 (kBlockM = 128), of its head-dim half at 128 (kBlockM = 64).
+ *       half at head size 64 (kBlockM = 128), of its head-dim half at 128 (kBlockM = 64);
+ *       dK += dS^T Q is issued after dQ, so that the dQ block is staged while dK runs (as
+ *       FlashAttention-3 orders them; +3-9% from 4K against dK issued with dV).
+ *     The consumer index and item are broadcast from lane 0, so that the compiler keeps the
+ *     tiles' wgmma descriptors in uniform registers, each sub-tile's one add from its tile's
+ *     (SmemTile): with per-thread descriptors moved over at every wgmma, issuing the 16 wgmma of
+ *     S^T and dP^T took a third of the loop at head size 128 (ncu, bench/NOTES.md).
  *     Each warpgroup stages its block in its own fp32 slot, and the writer moves it into the
  *     fp32 accumulator with one bulk copy (copy engine), so the consumers never wait on global
  *     memory. Racing mode: every key block adds its blocks (bulk reduce-add) into the zeroed
@@ -662,7 +668,10 @@ struct HopperBackwardBlock {
     int step = 0;  // query tiles processed so far, over all items (ring stages and phases)
     for (int count = 0;; ++count) {
       kv_ring.wait_full(count);
-      const int w = item_slot[count % 2];
+      // Read by every lane, broadcast from lane 0 so that the compiler knows the item (and with
+      // it the loop over query tiles) is warp-uniform: the tiles' wgmma descriptors are then
+      // uniform-register arithmetic, not per-thread values moved over (R2UR) at each wgmma.
+      const int w = __shfl_sync(0xffffffffu, item_slot[count % 2], 0);
       if (w < 0) break;
       const Item item = item_of(w);
       const int key0 = item.n0 + 64 * c + 16 * warp + fragment.row;  // keys key0, key0 + 8
@@ -741,9 +750,6 @@ struct HopperBackwardBlock {
     #pragma unroll
         for (int kk = 0; kk < kSlabs; ++kk)
           hopper::wgmma_rs<kHeadDim, 1>(dv_acc, p_frag[kk], do_tile(s).mn_major(16 * kk), true);
-    #pragma unroll
-        for (int kk = 0; kk < kSlabs; ++kk)
-          hopper::wgmma_rs<kHeadDim, 1>(dk_acc, ds_frag[kk], q_tile(s).mn_major(16 * kk), true);
         hopper::wgmma_commit_group();
 
         // dS^T to shared memory (rows = keys, columns = queries) for dQ = dS K. This buffer was
@@ -770,12 +776,13 @@ struct HopperBackwardBlock {
                                        k_tile.mn_major(64 * w2 + 16 * kk, k_column_block),
                                        w2 > 0 || kk > 0);
         hopper::wgmma_commit_group();
-        hopper::wgmma_wait_group<0>();
+        // dK after dQ, as FlashAttention-3 orders them: the dQ block is staged while dK runs.
+    #pragma unroll
+        for (int kk = 0; kk < kSlabs; ++kk)
+          hopper::wgmma_rs<kHeadDim, 1>(dk_acc, ds_frag[kk], q_tile(s).mn_major(16 * kk), true);
+        hopper::wgmma_commit_group();
+        hopper::wgmma_wait_group<1>();  // dV and dQ
         hopper::fence_operands(dq);
-        hopper::fence_operands(dk_acc);
-        hopper::fence_operands(dv_acc);
-        q_ring.release(step);  // Q, dO and the stats of this stage are consumed
-        if (last_tile(bound, m)) kv_ring.release(count);  // K and V are free
 
         // Stage the block (fragment order: float2 j of this thread at [j * 128 + tid]).
         dq_ring(c).wait_empty(step);
@@ -788,6 +795,11 @@ struct HopperBackwardBlock {
         }
         hopper::fence_proxy_async_shared();
         hopper::mbarrier_arrive(dq_ring(c).full(step));
+        hopper::wgmma_wait_group<0>();  // dK
+        hopper::fence_operands(dk_acc);
+        hopper::fence_operands(dv_acc);
+        q_ring.release(step);  // Q, dO and the stats of this stage are consumed
+        if (last_tile(bound, m)) kv_ring.release(count);  // K and V are free
       }
 
       // dK = scale * dS^T Q and dV, rows = this warpgroup's keys (while the loader fetches the
@@ -823,7 +835,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const HopperBackwardBlock<Traits> block(p, smem_raw);
   if (threadIdx.x == 0) block.init_barriers();
   __syncthreads();
-  const int warpgroup = threadIdx.x / 128;
+  const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);  // warp-uniform
   if (warpgroup == 0) {
     hopper::setmaxnreg_dec<Traits::kProducerRegisters>();
     if (threadIdx.x == 0) {

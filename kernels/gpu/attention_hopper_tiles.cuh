@@ -55,14 +55,16 @@ struct SmemTile {
 
   uint32_t base;  // shared-memory address, 1024-byte aligned
 
+  // The descriptors are the tile's base descriptor moved by the sub-tile's offset, so that the
+  // base one is computed once and each sub-tile's costs one add.
   __device__ __forceinline__ uint64_t k_major(int row0, int kk) const {
-    return smem_descriptor(base + (kk / 4) * kColumnBlockBytes + row0 * 128 + (kk % 4) * 32, 16,
-                           1024);
+    return descriptor_moved(smem_descriptor(base, 16, 1024),
+                            (kk / 4) * kColumnBlockBytes + row0 * 128 + (kk % 4) * 32);
   }
 
   __device__ __forceinline__ uint64_t mn_major(int row0, int column_block = 0) const {
-    return smem_descriptor(base + column_block * kColumnBlockBytes + row0 * 128,
-                           kColumnBlockBytes, 1024);
+    return descriptor_moved(smem_descriptor(base, kColumnBlockBytes, 1024),
+                            column_block * kColumnBlockBytes + row0 * 128);
   }
 
   /// Byte address of element (row, col) (for ordinary loads and stores of the swizzled layout).

@@ -197,6 +197,16 @@ __device__ __forceinline__ uint64_t smem_descriptor(uint32_t addr, uint32_t lbo,
          (static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32) | (uint64_t{1} << 62);
 }
 
+/// desc moved `bytes` further in shared memory (a multiple of 16): the same descriptor as one
+/// built at the moved address, since shared addresses stay below 2^18, so the start-address
+/// field (bits 0-13: address / 16) takes the sum without a carry. One add of the low word in
+/// place of a descriptor's masks and shifts at every wgmma (the backward issued 16 instructions
+/// a wgmma that way).
+__device__ __forceinline__ uint64_t descriptor_moved(uint64_t desc, uint32_t bytes) {
+  const uint32_t low = static_cast<uint32_t>(desc) + (bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | low;
+}
+
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
