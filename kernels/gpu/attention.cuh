@@ -99,9 +99,10 @@ constexpr int kHopperForwardPersistentMaxT = 4096;
 
 /// The longest T at which the Hopper backward at head size 128 writes dK and dV through shared
 /// memory (16-byte row pieces) rather than from registers: H100, +12-15% at 512-1K, +6% at
-/// 2K, -2.5% at 4K (bench/NOTES.md, session seventeen). The same bits either way; head size 64
-/// stages at every T (+2-12%).
-constexpr int kHopperStagesGradsMaxT = 2048;
+/// 2K (session seventeen); with the loop of session eighteen +4% at 4K in both modes, mixed at
+/// 8K (-3% / +5%), level at 16K (bench/NOTES.md). The same bits either way; head size 64 stages
+/// at every T (+2-12%).
+constexpr int kHopperStagesGradsMaxT = 4096;
 
 /// One attention call's shape and options. B and T may change between calls (sampling runs
 /// shorter sequences) as long as the workspace was sized for the largest.

@@ -45,8 +45,8 @@
  *     block 0 storing in racing mode too would make every other key block wait for it: at 16K,
  *     where the items in flight hold ~30 key blocks of a head, that cost 4% of the kernel.)
  *     dK (times the scale) and dV go out through the consumer's free dS^T buffer in 16-byte
- *     row pieces (Traits::kStagesGrads: head size 64, and 128 up to T = 2048), or from
- *     registers (head size 128 above 2048). With converts_dq (deterministic
+ *     row pieces (Traits::kStagesGrads: head size 64, and 128 up to T = 4096), or from
+ *     registers (head size 128 above 4096). With converts_dq (deterministic
  *     mode at head size 64, from T = 1024), the writer that adds a tile's last block (its
  *     diagonal key block's) queues the tile, once the addition has landed, for warp 3 of the
  *     producer warpgroup, which converts it as launch 3 would (the same bits) while the
@@ -156,9 +156,9 @@ struct HopperBackwardTraits {
   static constexpr bool kDeterministic = kDeterministic_;
   // dK and dV out through shared memory (16-byte row pieces), or from registers (4-byte pieces
   // of 8 rows a warp store). Staged, the backward measured +9-12% at 512-1K, +6% at 2K, +2-4%
-  // from 4K at head size 64, and at 128 +12-15% at 512-1K, +6% at 2K, but -2.5% at 4K (H100,
-  // bench/NOTES.md, session seventeen): at head size 128 the launcher stages up to
-  // kHopperStagesGradsMaxT (AttentionConfig::backward_stages_grads_max_t).
+  // from 4K at head size 64, and at 128 +12-15% at 512-1K, +6% at 2K, +4% at 4K, mixed above
+  // (H100, bench/NOTES.md, sessions seventeen and eighteen): at head size 128 the launcher
+  // stages up to kHopperStagesGradsMaxT (AttentionConfig::backward_stages_grads_max_t).
   static constexpr bool kStagesGrads = kStagesGrads_;
   static constexpr int kConsumers = 2;             // consumer warpgroups, 64 keys each
   static constexpr int kBlockN = 64 * kConsumers;  // keys per block
