@@ -18,7 +18,10 @@ convention: forward 4 B NH T^2 HS / 2 (causal), backward 2.5x, both 3.5x.
 
 With --ours CSV (written by gpt2-attention-bench in the same run on the same device) it prints one
 table of TFLOP/s with the ratios ours / FlashAttention-2 and ours / cuDNN, and writes it as
-Markdown (--markdown) and CSV (--csv). A comparison only: the trainer never imports PyTorch.
+Markdown (--markdown) and CSV (--csv). --compare CSV makes that table from this script's CSV of
+an earlier run instead of timing (tools/attention_check.sh with PASSES: both CSVs the medians of
+the passes, tools/bench_csv_median.py; --passes N says so in the table's title). A comparison
+only: the trainer never imports PyTorch.
 """
 import argparse
 import csv
@@ -154,12 +157,33 @@ def main():
     parser.add_argument("--ours", help="gpt2-attention-bench CSV of the same run, to compare")
     parser.add_argument("--csv", default="out/pytorch_attention.csv")
     parser.add_argument("--markdown", help="write the comparison table here (Markdown)")
+    parser.add_argument("--compare", help="no timing: compare --ours with this script's CSV")
+    parser.add_argument("--passes", type=int, default=1,
+                        help="passes whose medians the CSVs hold (the table's title)")
     args = parser.parse_args()
     if args.repeats < 1 or args.burst < 1 or args.warmup < 0:
         sys.exit("pytorch_attention.py: need --repeats >= 1, --burst >= 1, --warmup >= 0")
     if args.ours and not os.path.isfile(args.ours):
         sys.exit(f"pytorch_attention.py: --ours {args.ours}: no such file (run "
                  "gpt2-attention-bench first, or leave --ours out)")
+    if args.passes < 1:
+        sys.exit("pytorch_attention.py: need --passes >= 1")
+    if args.compare:
+        if not args.ours or not os.path.isfile(args.compare):
+            sys.exit("pytorch_attention.py: --compare takes an existing CSV of this script, "
+                     "and needs --ours")
+        with open(args.compare) as f:
+            rows = list(csv.DictReader(f))
+        if not rows:
+            sys.exit(f"pytorch_attention.py: --compare {args.compare}: no rows")
+        for row in rows:
+            for key in ("head_size", "seq_len"):
+                row[key] = int(row[key])
+            for key in ("fwd_tflops", "bwd_tflops", "fwdbwd_tflops"):
+                row[key] = float(row[key])
+        args.layout, args.timing = rows[0]["layout"], rows[0]["timing"]
+        compare(args, rows, rows[0]["device"])
+        return
     if not torch.cuda.is_available():
         sys.exit("pytorch_attention.py: no CUDA device")
     device = torch.cuda.get_device_name()
@@ -207,8 +231,9 @@ def compare(args, torch_rows, device):
     lines = [f"Attention kernels, TFLOP/s (forward / backward / forward+backward), causal, bf16, "
              f"NH={args.heads}, B·T={args.tokens}, PyTorch's q/k/v layout: {args.layout}, "
              f"{args.timing} timing; {device}, "
-             f"{datetime.date.today().isoformat()}, one run (ours and PyTorch "
-             f"{torch.__version__} in the same device call).", ""]
+             f"{datetime.date.today().isoformat()}, "
+             f"{'one run' if args.passes == 1 else f'the median of {args.passes} passes'} "
+             f"(ours and PyTorch {torch.__version__} in the same device call).", ""]
     header = "| HS | T | " + " | ".join(f"{k} f/b/f+b" for k in kernels) + \
         " | torch-fa2 f/b/f+b | torch-cudnn f/b/f+b | " + \
         " | ".join(f"{k} / fa2, / cudnn (f+b)" for k in kernels) + " |"

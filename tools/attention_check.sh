@@ -16,8 +16,10 @@
 # q/k/v as views of GPT-2's qkv, as our kernels read it, and as contiguous tensors, its kernels'
 # best case),
 # TEST_FILTER (attention and Hopper tests), SANITIZE (unset: none; 1: memcheck, racecheck and
-# synccheck on the small attention tests). The benchmarks log SM clock and power
-# (OUT_DIR/clocks.csv, summarized per program by tools/clock_summary.py).
+# synccheck on the small attention tests), PASSES (1: ours then PyTorch once; N: N such passes
+# in turn, each pass's files named _pN, and the tables made from the medians of the passes,
+# tools/bench_csv_median.py). The benchmarks log SM clock and power (OUT_DIR/clocks.csv,
+# summarized per program and pass by tools/clock_summary.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +31,10 @@ HEAD_SIZES=${HEAD_SIZES:-64,128}
 REPEATS=${REPEATS:-10}
 TORCH_LAYOUTS=${TORCH_LAYOUTS:-gpt2,separate}
 TEST_FILTER=${TEST_FILTER:-*Attention*:*Hopper*:*CudaModelStep*}
+PASSES=${PASSES:-1}
+case "$PASSES" in
+  ''|*[!0-9]*|0) echo "attention_check: PASSES must be a whole number >= 1" >&2; exit 2 ;;
+esac
 mkdir -p "$OUT_DIR"
 failed=0
 
@@ -96,23 +102,43 @@ if [ -z "${SKIP_BENCH:-}" ]; then
       -lms 100 >"$OUT_DIR/clocks.csv" 2>/dev/null &
     clock_logger=$!
   fi
-  mark ours start
-  timeout 900 "$BUILD_DIR/gpt2-attention-bench" --seq-lens "$SEQ_LENS" --head-sizes "$HEAD_SIZES" \
-    --repeats "$REPEATS" ${KERNELS:+--kernels "$KERNELS"} --csv "$OUT_DIR/attention_bench.csv" \
-    >"$OUT_DIR/attention_bench.log" 2>&1 || failed=1
-  mark ours end
-  cat "$OUT_DIR/attention_bench.log"
-  for layout in ${TORCH_LAYOUTS//,/ }; do
-    suffix=$([ "$layout" = gpt2 ] && echo "" || echo "_$layout")
-    mark "pytorch-$layout" start
-    PYTHONUNBUFFERED=1 timeout 900 python3 bench/pytorch_attention.py --seq-lens "$SEQ_LENS" \
-      --head-sizes "$HEAD_SIZES" --repeats "$REPEATS" --layout "$layout" \
-      --ours "$OUT_DIR/attention_bench.csv" --csv "$OUT_DIR/pytorch_attention$suffix.csv" \
-      --markdown "$OUT_DIR/attention_vs_pytorch$suffix.md" \
-      >"$OUT_DIR/pytorch_attention$suffix.log" 2>&1 || failed=1
-    mark "pytorch-$layout" end
-    cat "$OUT_DIR/pytorch_attention$suffix.log"
+  for pass in $(seq 1 "$PASSES"); do
+    p=$([ "$PASSES" -eq 1 ] && echo "" || echo "_p$pass")
+    [ "$PASSES" -gt 1 ] && section "pass $pass of $PASSES"
+    mark "ours$p" start
+    timeout 900 "$BUILD_DIR/gpt2-attention-bench" --seq-lens "$SEQ_LENS" \
+      --head-sizes "$HEAD_SIZES" --repeats "$REPEATS" ${KERNELS:+--kernels "$KERNELS"} \
+      --csv "$OUT_DIR/attention_bench$p.csv" >"$OUT_DIR/attention_bench$p.log" 2>&1 || failed=1
+    mark "ours$p" end
+    cat "$OUT_DIR/attention_bench$p.log"
+    for layout in ${TORCH_LAYOUTS//,/ }; do
+      suffix=$([ "$layout" = gpt2 ] && echo "" || echo "_$layout")
+      mark "pytorch-$layout$p" start
+      PYTHONUNBUFFERED=1 timeout 900 python3 bench/pytorch_attention.py --seq-lens "$SEQ_LENS" \
+        --head-sizes "$HEAD_SIZES" --repeats "$REPEATS" --layout "$layout" \
+        --ours "$OUT_DIR/attention_bench$p.csv" --csv "$OUT_DIR/pytorch_attention$suffix$p.csv" \
+        --markdown "$OUT_DIR/attention_vs_pytorch$suffix$p.md" \
+        >"$OUT_DIR/pytorch_attention$suffix$p.log" 2>&1 || failed=1
+      mark "pytorch-$layout$p" end
+      cat "$OUT_DIR/pytorch_attention$suffix$p.log"
+    done
   done
+  if [ "$PASSES" -gt 1 ]; then
+    section "the medians of $PASSES passes"
+    passes_of() { for pass in $(seq 1 "$PASSES"); do echo "$OUT_DIR/$1_p$pass.csv"; done; }
+    # shellcheck disable=SC2046
+    python3 tools/bench_csv_median.py --out "$OUT_DIR/attention_bench.csv" \
+      $(passes_of attention_bench) || failed=1
+    for layout in ${TORCH_LAYOUTS//,/ }; do
+      suffix=$([ "$layout" = gpt2 ] && echo "" || echo "_$layout")
+      # shellcheck disable=SC2046
+      python3 tools/bench_csv_median.py --out "$OUT_DIR/pytorch_attention$suffix.csv" \
+        $(passes_of "pytorch_attention$suffix") &&
+        python3 bench/pytorch_attention.py --compare "$OUT_DIR/pytorch_attention$suffix.csv" \
+          --ours "$OUT_DIR/attention_bench.csv" --passes "$PASSES" \
+          --markdown "$OUT_DIR/attention_vs_pytorch$suffix.md" || failed=1
+    done
+  fi
   if [ -n "$clock_logger" ]; then
     kill "$clock_logger" 2>/dev/null || true
     section "SM clock and power while each ran ($OUT_DIR/clocks.csv)"
