@@ -34,6 +34,8 @@
 
 #include <cuda_bf16.h>
 
+#include "kernels/gpu/wgmma_descriptor.h"
+
 namespace gpt2::gpu::hopper {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -189,23 +191,7 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
 // ---------------------------------------------------------------------------------------------
 // wgmma
 
-/// Descriptor of a 128-byte-swizzled shared tile. lbo: bytes between 64-column groups of an
-/// MN-major operand (unused for K-major); sbo: bytes between groups of 8 rows (1024 here).
-__device__ __forceinline__ uint64_t smem_descriptor(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) |
-         (static_cast<uint64_t>((lbo & 0x3FFFF) >> 4) << 16) |
-         (static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32) | (uint64_t{1} << 62);
-}
-
-/// desc moved `bytes` further in shared memory (a multiple of 16): the same descriptor as one
-/// built at the moved address, since shared addresses stay below 2^18, so the start-address
-/// field (bits 0-13: address / 16) takes the sum without a carry. One add of the low word in
-/// place of a descriptor's masks and shifts at every wgmma (the backward issued 16 instructions
-/// a wgmma that way).
-__device__ __forceinline__ uint64_t descriptor_moved(uint64_t desc, uint32_t bytes) {
-  const uint32_t low = static_cast<uint32_t>(desc) + (bytes >> 4);
-  return (desc & 0xFFFFFFFF00000000ull) | low;
-}
+// smem_descriptor and descriptor_moved: wgmma_descriptor.h (host code too, for its tests).
 
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
