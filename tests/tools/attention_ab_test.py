@@ -11,7 +11,8 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tool_checks import ROOT, Checks
+
 SUMMARY = os.path.join(ROOT, "tools", "attention_ab_summary.py")
 SCRIPT = os.path.join(ROOT, "tools", "attention_ab.sh")
 HEADER = ("device,head_size,seq_len,batch,heads,kernel,deterministic,sets,fwd_ms,bwd_ms,"
@@ -24,12 +25,8 @@ def row(head_size, seq_len, kernel, fwd, bwd, fwdbwd, digest, device="GPU A"):
             f"nan,nan,aaaa,{digest}\n")
 
 
-failures = []
-
-
-def check(condition, what):
-    if not condition:
-        failures.append(what)
+checks = Checks("attention_ab checks")
+check = checks.check
 
 
 def run(command):
@@ -162,7 +159,4 @@ chmod +x "$2/gpt2-attention-bench"
     check(os.path.isfile(os.path.join(out_dir, "base-src", "CMakeLists.txt")),
           "flow: the revision unpacked into OUT_DIR/base-src")
 
-for failure in failures:
-    print("FAILED:", failure)
-print("attention_ab checks:", "all passed" if not failures else f"{len(failures)} failed")
-sys.exit(1 if failures else 0)
+checks.finish()

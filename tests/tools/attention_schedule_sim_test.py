@@ -10,17 +10,14 @@ import subprocess
 import sys
 import tempfile
 
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                     "bench")
+from tool_checks import Checks, repo_path
+
+BENCH = repo_path("bench")
 sys.path.insert(0, BENCH)
 import attention_schedule_sim as sim  # noqa: E402
 
-failures = []
-
-
-def check(condition, what):
-    if not condition:
-        failures.append(what)
+checks = Checks("attention_schedule_sim --fit")
+check = checks.check
 
 
 HEADER = ("device,head_size,seq_len,batch,heads,kernel,deterministic,sets,fwd_ms,bwd_ms,"
@@ -70,7 +67,4 @@ with tempfile.TemporaryDirectory() as tmp:
         check(run.returncode == 2 and expected in run.stderr,
               f"{bad}: exit {run.returncode}, {run.stderr}")
 
-for failure in failures:
-    print("FAILED:", failure)
-print("attention_schedule_sim --fit:", "FAILED" if failures else "all checks passed")
-sys.exit(1 if failures else 0)
+checks.finish()

@@ -6,12 +6,11 @@ point missing from one pass; columns that differ, a missing file and no --out ex
 when every check holds."""
 import csv
 import os
-import subprocess
-import sys
 import tempfile
 
-TOOL = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                    "tools", "bench_csv_median.py")
+from tool_checks import Checks, repo_path, run_python
+
+TOOL = repo_path("tools", "bench_csv_median.py")
 HEADER = ["device", "head_size", "seq_len", "kernel", "fwd_ms", "bwd_ms", "fwd_tflops",
           "bwd_tflops", "rel_err_out", "dqkv_digest"]
 # Work: forward 100 (TFLOP/s x ms), backward 250.
@@ -25,16 +24,12 @@ PASSES = [
      ["H100", 64, 1024, "flash-hopper-det", 0.5, 1.0, 200.0, 250.0, 0, "bb"]],
 ]
 
-failures = []
-
-
-def check(condition, what):
-    if not condition:
-        failures.append(what)
+checks = Checks("bench_csv_median_test")
+check = checks.check
 
 
 def run(*args):
-    return subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True)
+    return run_python(TOOL, *args)
 
 
 with tempfile.TemporaryDirectory() as tmp:
@@ -71,7 +66,4 @@ with tempfile.TemporaryDirectory() as tmp:
     check(run("--out", out, os.path.join(tmp, "missing.csv")).returncode == 2, "missing file")
     check(run(paths[0]).returncode == 2, "no --out accepted")
 
-for failure in failures:
-    print("FAILED:", failure)
-print("bench_csv_median_test:", "FAILED" if failures else "passed")
-sys.exit(1 if failures else 0)
+checks.finish()

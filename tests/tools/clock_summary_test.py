@@ -4,12 +4,11 @@ holds them (medians, lowest and highest clock, median power), an unreadable line
 skipped, a phase without samples says so, and a missing argument or a bad phase line exits 2.
 Exits 0 when every check holds."""
 import os
-import subprocess
-import sys
 import tempfile
 
-TOOL = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                    "tools", "clock_summary.py")
+from tool_checks import Checks, repo_path, run_python
+
+TOOL = repo_path("tools", "clock_summary.py")
 
 CLOCKS = """2026/11/26 21:15:01.000, 1980, 300.0
 2026/11/26 21:15:01.100, 1900, 500.5
@@ -26,16 +25,12 @@ PHASES = """2026/11/26 21:15:01.050000000 ours start
 2026/11/26 21:15:03.500000000 idle end
 """
 
-failures = []
-
-
-def check(condition, what):
-    if not condition:
-        failures.append(what)
+checks = Checks("clock_summary_test")
+check = checks.check
 
 
 def run(*args):
-    return subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True)
+    return run_python(TOOL, *args)
 
 
 with tempfile.TemporaryDirectory() as tmp:
@@ -56,7 +51,4 @@ with tempfile.TemporaryDirectory() as tmp:
     check(result.returncode == 2 and "bad.txt:1" in result.stderr, f"bad phases: {result}")
     check(run(clocks, os.path.join(tmp, "missing.txt")).returncode == 2, "missing file accepted")
 
-for failure in failures:
-    print("FAILED:", failure)
-print("clock_summary_test:", "FAILED" if failures else "passed")
-sys.exit(1 if failures else 0)
+checks.finish()

@@ -7,12 +7,11 @@ columns and bad options exit 2. Exits 0 when every check holds."""
 import csv
 import gzip
 import os
-import subprocess
-import sys
 import tempfile
 
-TOOL = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                    "tools", "ncu_stalls.py")
+from tool_checks import Checks, repo_path, run_python
+
+TOOL = repo_path("tools", "ncu_stalls.py")
 HEADER = ["Address", "Source", "Warp Stall Sampling (All Samples)",
           "Warp Stall Sampling (Not-issued Samples)", "Instructions Executed", "stall_barrier",
           "stall_long_sb", "stall_math", "stall_barrier (Not Issued)"]
@@ -26,16 +25,12 @@ ROWS = [("LDC R1, c[0x0][0x28]", 10, 4, 0, 10, 0),
         ("@P0 BRA 0x100", 5, 7, 0, 5, 0),
         ("SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R7], R4", 185, 50, 0, 185, 0)]
 
-failures = []
-
-
-def check(condition, what):
-    if not condition:
-        failures.append(what)
+checks = Checks("ncu_stalls_test")
+check = checks.check
 
 
 def run(*args):
-    return subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True)
+    return run_python(TOOL, *args)
 
 
 def region_lines(out):
@@ -83,7 +78,4 @@ with tempfile.TemporaryDirectory() as tmp:
     check(result.returncode == 2 and "no 'Warp Stall" in result.stderr, f"no columns: {result}")
     check(run(os.path.join(tmp, "missing.csv")).returncode == 2, "missing file accepted")
 
-for failure in failures:
-    print("FAILED:", failure)
-print("ncu_stalls_test:", "FAILED" if failures else "passed")
-sys.exit(1 if failures else 0)
+checks.finish()

@@ -10,8 +10,9 @@ import subprocess
 import sys
 import tempfile
 
-TOOL = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                    "tools", "same_machine_code.py")
+from tool_checks import Checks, repo_path
+
+TOOL = repo_path("tools", "same_machine_code.py")
 
 KERNEL = """// scale: y = a * x
 template <int kUnroll>
@@ -25,13 +26,8 @@ template __global__ void scale<1>(float*, const float*, float, int);
 RENAMED = KERNEL.replace("template <int kUnroll>", "template <int kUnroll, bool kExtra = false>")
 RENAMED = RENAMED.replace("scale<1>(", "scale<1, false>(")
 
-failures = []
-
-
-def check(condition, what):
-    if not condition:
-        failures.append(what)
-        print("FAILED:", what)
+checks = Checks("same_machine_code_test", echo=True)
+check = checks.check
 
 
 def run(args, cwd):
@@ -90,8 +86,7 @@ def main():
         result = run(["shifted.cu"], repo)
         check(result.returncode == 1 and "DIFFERENT" in result.stdout,
               f"a header's change: rc {result.returncode}, {result.stdout}{result.stderr}")
-    print("same_machine_code_test:", "FAILED" if failures else "all checks passed")
-    return 1 if failures else 0
+    return checks.status()
 
 
 if __name__ == "__main__":
