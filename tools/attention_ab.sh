@@ -9,14 +9,18 @@
 #   tools/attention_ab.sh BASE [gpt2-attention-bench options]
 #   tools/attention_ab.sh before --seq-lens 1024,16384 --kernels flash-hopper,flash-hopper-det
 #   PASSES=3 tools/attention_ab.sh 1becf86 --head-sizes 128
+#   VARIANTS="v1=p1.diff v2=p2.diff" tools/attention_ab.sh before --seq-lens 8192,16384
 #
 # BASE: a directory holding the base sources (e.g. made here with `git archive REV | tar -x -C
 # before`, and carried to the GPU machine), or a revision of this repository (git archive of it;
 # on a machine whose copy of .git may lag the working tree, a directory is the sure way).
 # Environment: PASSES (2), OUT_DIR (out/attention-ab), CUDA_ARCH (90a), RUN_TIMEOUT (seconds a
 # benchmark run may take, 600: a pass over 512-16K at both head sizes takes 30-70 s a kernel;
-# a run cut short keeps the points it measured, as the benchmark rewrites its CSV after each T).
-# The options go to both builds' benchmark (--csv is the tool's own).
+# a run cut short keeps the points it measured, as the benchmark rewrites its CSV after each T),
+# VARIANTS ("NAME=PATCH ...": more trees, each this tree with a patch applied (git apply), built
+# beside the two and run in the same passes, each summarized against base as well: several
+# versions of an idea A/B'd in one call).
+# The options go to every build's benchmark (--csv is the tool's own).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,32 +57,59 @@ fi
 [ -f "$base_src/CMakeLists.txt" ] ||
   { echo "attention_ab: $base_src holds no CMakeLists.txt" >&2; exit 2; }
 
+# The variants: each this tree's files (git's tracked and untracked-not-ignored ones, or where
+# this copy has no .git every file but out/ and build*/) with its patch applied.
+variants=()
+for entry in ${VARIANTS:-}; do
+  name=${entry%%=*}
+  patch=${entry#*=}
+  case "$name" in
+    ''|base|new|*[!A-Za-z0-9_-]*)
+      echo "attention_ab: VARIANTS takes NAME=PATCH, NAME of letters, digits, _ and - but not" \
+        "base or new (got '$entry')" >&2; exit 2 ;;
+  esac
+  [ "$name" != "$entry" ] && [ -f "$patch" ] ||
+    { echo "attention_ab: VARIANTS: '$entry': no patch file '$patch'" >&2; exit 2; }
+  src=$OUT_DIR/src-$name
+  rm -rf "$src" && mkdir -p "$src"
+  if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -x -C "$src"
+  else
+    tar --exclude=./out --exclude='./build*' --exclude=./.git -cf - . | tar -x -C "$src"
+  fi
+  (cd "$src" && git apply "$(cd "$(dirname "$patch")" && pwd)/$(basename "$patch")") ||
+    { echo "attention_ab: VARIANTS: $patch does not apply to this tree" >&2; exit 1; }
+  variants+=("$name")
+done
+
 jobs=$(nproc)
+trees=(new base "${variants[@]}")
+tree_jobs=$(( jobs / ${#trees[@]} > 0 ? jobs / ${#trees[@]} : 1 ))
 build() {  # source dir, build dir, jobs, log
   cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" \
     >"$4" 2>&1 && cmake --build "$2" -j "$3" --target gpt2-attention-bench >>"$4" 2>&1
 }
-echo "==== building base ($base_src) and new (this tree) side by side"
-build "$base_src" "$OUT_DIR/build-base" $(( (jobs + 1) / 2 )) "$OUT_DIR/build-base.log" &
-base_pid=$!
-new_status=0
-build . "$OUT_DIR/build-new" $(( jobs / 2 > 0 ? jobs / 2 : 1 )) "$OUT_DIR/build-new.log" ||
-  new_status=$?
-base_status=0
-wait "$base_pid" || base_status=$?
-for side in base new; do
-  status_var=${side}_status
-  if [ "${!status_var}" -ne 0 ]; then
-    echo "attention_ab: the $side build failed ($OUT_DIR/build-$side.log):" >&2
-    grep -E "error" "$OUT_DIR/build-$side.log" | head -20 >&2
+source_of() {
+  case "$1" in base) echo "$base_src" ;; new) echo . ;; *) echo "$OUT_DIR/src-$1" ;; esac
+}
+echo "==== building ${trees[*]} side by side (base: $base_src; new: this tree)"
+pids=()
+for side in "${trees[@]}"; do
+  build "$(source_of "$side")" "$OUT_DIR/build-$side" "$tree_jobs" "$OUT_DIR/build-$side.log" &
+  pids+=($!)
+done
+for i in "${!trees[@]}"; do
+  if ! wait "${pids[$i]}"; then
+    echo "attention_ab: the ${trees[$i]} build failed ($OUT_DIR/build-${trees[$i]}.log):" >&2
+    grep -E "error" "$OUT_DIR/build-${trees[$i]}.log" | head -20 >&2
     exit 1
   fi
 done
 
 failed=0
 for pass in $(seq 1 "$PASSES"); do
-  order="new base"
-  [ $((pass % 2)) -eq 0 ] && order="base new"
+  order="${trees[*]}"  # odd passes in this order, even ones reversed
+  [ $((pass % 2)) -eq 0 ] && order=$(printf '%s\n' "${trees[@]}" | tac | tr '\n' ' ')
   for side in $order; do
     echo "==== pass $pass: $side"
     status=0
@@ -94,11 +125,19 @@ done
 csvs() { for pass in $(seq 1 "$PASSES"); do
   [ -s "$OUT_DIR/${1}_$pass.csv" ] && echo "$OUT_DIR/${1}_$pass.csv"; done; }
 mapfile -t base_csvs < <(csvs base)
-mapfile -t new_csvs < <(csvs new)
-if [ ${#base_csvs[@]} -eq 0 ] || [ ${#new_csvs[@]} -eq 0 ]; then
-  echo "attention_ab: no complete pass on one side; nothing to compare" >&2
-  exit 1
-fi
-python3 tools/attention_ab_summary.py --base "${base_csvs[@]}" --new "${new_csvs[@]}" \
-  --markdown "$OUT_DIR/summary.md"
+for side in new "${variants[@]}"; do
+  mapfile -t side_csvs < <(csvs "$side")
+  if [ ${#base_csvs[@]} -eq 0 ] || [ ${#side_csvs[@]} -eq 0 ]; then
+    echo "attention_ab: no complete pass of base or $side; nothing to compare" >&2
+    failed=1
+    continue
+  fi
+  summary=$OUT_DIR/summary.md
+  if [ "$side" != new ]; then
+    summary=$OUT_DIR/summary_$side.md
+    echo "==== variant $side against base"
+  fi
+  python3 tools/attention_ab_summary.py --base "${base_csvs[@]}" --new "${side_csvs[@]}" \
+    --markdown "$summary" || failed=1
+done
 exit "$failed"

@@ -130,6 +130,10 @@ here = os.path.dirname(sys.argv[1])
 with open(os.path.join(here, "source")) as f:
     source = f.read().strip()
 bwd = 220 if source == "." else 200  # the working tree is built from "."
+mark = os.path.join(source, "variant_bwd")  # a variant's patch adds this file
+if source != "." and os.path.isfile(mark):
+    with open(mark) as f:
+        bwd = int(f.read())
 csv_path = sys.argv[sys.argv.index("--csv") + 1]
 with open(os.path.join(os.path.dirname(csv_path), "order.txt"), "a") as f:
     f.write(here + "\\n")
@@ -158,5 +162,33 @@ chmod +x "$2/gpt2-attention-bench"
                     "build-base"], f"flow order: {order}")
     check(os.path.isfile(os.path.join(out_dir, "base-src", "CMakeLists.txt")),
           "flow: the revision unpacked into OUT_DIR/base-src")
+
+    # VARIANTS: a third tree, this one plus a patch, built and run in the same passes (the
+    # order reversed in the second) and summarized against base; bad entries exit 2.
+    patch = os.path.join(tmp, "faster.diff")
+    write(patch, "diff --git a/variant_bwd b/variant_bwd\nnew file mode 100644\n--- /dev/null\n"
+                 "+++ b/variant_bwd\n@@ -0,0 +1 @@\n+240\n")
+    out_dir = os.path.join(tmp, "variants")
+    env = {**os.environ, "PATH": fake_bin + os.pathsep + os.environ["PATH"], "OUT_DIR": out_dir,
+           "PASSES": "2"}
+    result = subprocess.run(["bash", SCRIPT, "HEAD", "--seq-lens", "1024"], capture_output=True,
+                            text=True, cwd=ROOT, env={**env, "VARIANTS": f"fast={patch}"})
+    check(result.returncode == 0, f"variants: exit {result.returncode}: {result.stderr[-300:]}")
+    new_part, _, fast_part = result.stdout.partition("==== variant fast against base")
+    check(table(new_part).get(("64", "1024", "det"), [])[5:6] == ["1.100"],
+          f"variants, new: {new_part[-600:]}")
+    check(table(fast_part).get(("64", "1024", "det"), [])[5:6] == ["1.200"],
+          f"variants, fast: {fast_part[-600:]}")
+    check(os.path.isfile(os.path.join(out_dir, "summary_fast.md")), "variants: summary_fast.md")
+    with open(os.path.join(out_dir, "order.txt")) as f:
+        order = [os.path.basename(line.strip()) for line in f]
+    check(order == ["build-new", "build-base", "build-fast", "build-fast", "build-base",
+                    "build-new"], f"variants order: {order}")
+    for entry, expect in (("base=" + patch, "NAME"), ("v1=" + os.path.join(tmp, "none.diff"),
+                                                      "no patch file"), ("v1", "no patch file")):
+        result = subprocess.run(["bash", SCRIPT, "HEAD"], capture_output=True, text=True,
+                                cwd=ROOT, env={**env, "VARIANTS": entry})
+        check(result.returncode == 2 and expect in result.stderr,
+              f"VARIANTS={entry}: {result.returncode} {result.stderr[-200:]}")
 
 checks.finish()
