@@ -601,7 +601,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
   if constexpr (Traits::kPersistent) {
     if (threadIdx.x == 0) block.init_barriers();
     __syncthreads();
-    const int warpgroup = threadIdx.x / 128;
+    // Broadcast from lane 0, as the item below: warp-uniform values keep the consumers' wgmma
+    // descriptors in uniform registers (see the backward).
+    const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
     if (warpgroup == 0) {
       // Producer: item j's unit goes to the consumers in slot j % kQStages, written before
       // the producer's arrival on item j's Q full barrier (the same stage): mbarrier.arrive is
@@ -642,7 +644,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
       // The item's unit, from the producer's slot once its Q tile has landed.
       const long long wait_from = phase_clock();
       block.q_ring.wait_full(j);
-      const int unit = block.item_slot[j % Traits::kItemSlots];
+      const int unit = __shfl_sync(0xffffffffu, block.item_slot[j % Traits::kItemSlots], 0);
       phase_add(kPhaseQWait, wait_from, phase_clock());
       if (unit < 0) break;
       phase_add(kPhaseItems, 0, 1);
@@ -662,7 +664,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     if (threadIdx.x == 0) block.init_barriers();
     __syncthreads();
     block.set_head_col(item);
-    const int warpgroup = threadIdx.x / 128;
+    const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);  // warp-uniform
     if constexpr (Traits::kProducer) {
       if (warpgroup == 0) {
         hopper::setmaxnreg_dec<Traits::kProducerRegisters>();
