@@ -168,13 +168,35 @@ struct Timing {
   int sets = 0;
 };
 
+/// Which timings a run takes (--measure): a forward-only A/B skips the other two.
+struct Measured {
+  bool fwd = true, bwd = true, fwdbwd = true;
+};
+
+/// --measure's comma-separated list of fwd, bwd and fwdbwd.
+Measured parse_measured(const std::string& list) {
+  Measured measured{false, false, false};
+  std::stringstream stream_list(list);
+  std::string item;
+  while (std::getline(stream_list, item, ',')) {
+    if (item == "fwd") measured.fwd = true;
+    else if (item == "bwd") measured.bwd = true;
+    else if (item == "fwdbwd") measured.fwdbwd = true;
+    else GPT2_USAGE_FAIL("--measure takes fwd, bwd and fwdbwd (got '", item, "')");
+  }
+  if (!measured.fwd && !measured.bwd && !measured.fwdbwd)
+    GPT2_USAGE_FAIL("--measure names nothing to time");
+  return measured;
+}
+
 /// One kernel's timings at one shape (B, T, NH, HS over `sets` rotated input sets, as many as
-/// fit), then a forward and backward on set 0 whose out and dqkv land in *out and *dqkv for the
-/// validation; false (a NaN row) when even one set does not fit in free memory.
+/// fit; those not in `measured` stay NaN), then a forward and backward on set 0 whose out and
+/// dqkv land in *out and *dqkv for the validation; false (a NaN row) when even one set does not
+/// fit in free memory.
 bool time_kernel(const BenchKernel& kernel, int B, int T, int NH, int HS, int sets,
                  const std::vector<uint16_t>& random_values, int warmup, int repeats, int burst,
-                 const gpu::Context& ctx, Timing* timing, std::vector<float>* out,
-                 std::vector<float>* dqkv) {
+                 const Measured& measured, const gpu::Context& ctx, Timing* timing,
+                 std::vector<float>* out, std::vector<float>* dqkv) {
   const int C = NH * HS;
   const size_t n_out = size_t(B) * T * C;
   cudaStream_t stream = ctx.stream();
@@ -220,10 +242,11 @@ bool time_kernel(const BenchKernel& kernel, int B, int T, int NH, int HS, int se
   auto backward = [&](int i) { gpu::attention_backward(config, tensors_of(i), ctx); };
   for (int i = 0; i < kernel_sets; ++i) forward(i);  // every set holds its forward outputs
   timing->sets = kernel_sets;
-  timing->fwd_ms = median_ms(forward, warmup, repeats, burst, stream);
-  timing->bwd_ms = median_ms(backward, warmup, repeats, burst, stream);
-  timing->fwdbwd_ms = median_ms([&](int i) { forward(i); backward(i); }, warmup, repeats,
-                                burst, stream);
+  if (measured.fwd) timing->fwd_ms = median_ms(forward, warmup, repeats, burst, stream);
+  if (measured.bwd) timing->bwd_ms = median_ms(backward, warmup, repeats, burst, stream);
+  if (measured.fwdbwd)
+    timing->fwdbwd_ms = median_ms([&](int i) { forward(i); backward(i); }, warmup, repeats,
+                                  burst, stream);
 #if defined(GPT2_FORWARD_PHASES)
   if (kernel.kernel == gpu::AttentionKernel::kFlashHopper) {
     // Profiling build: the forward's phases over `repeats` calls, per item and as shares of
@@ -271,7 +294,8 @@ cxxopts::Options bench_command_line() {
       ("heads", "NH", cxxopts::value<int>()->default_value("12"))
       ("head-sizes", "comma-separated HS (64, 128)", cxxopts::value<std::string>()->default_value("64,128"))
       ("kernels", "comma-separated: naive, flash-portable, flash-hopper, flash-hopper-det (deterministic dQ), flash-hopper-racing (racing dQ at every T), the last three with /fwd128, /fwd64 or /fwd64w1 (64 rows, no producer warpgroup) to force the forward's block shape; default: all that run here", cxxopts::value<std::string>()->default_value(""))
-      ("sets", "input sets rotated between runs (0: enough to exceed 4x the L2 cache)", cxxopts::value<int>()->default_value("0"));
+      ("sets", "input sets rotated between runs (0: enough to exceed 4x the L2 cache)", cxxopts::value<int>()->default_value("0"))
+      ("measure", "comma-separated timings to take: fwd, bwd, fwdbwd (the others NaN; the validation runs both)", cxxopts::value<std::string>()->default_value("fwd,bwd,fwdbwd"));
   bench::add_timing_options(cli, 3, 10, "out/attention_bench.csv");
   return cli;
 }
@@ -292,6 +316,7 @@ int bench_main(int argc, char** argv) {
     GPT2_USAGE_FAIL("need --heads >= 1, --repeats >= 1, --burst >= 1, --warmup >= 0, --sets >= 0");
   for (int hs : head_sizes)
     if (hs != 64 && hs != 128) GPT2_USAGE_FAIL("--head-sizes takes 64 and 128 (got ", hs, ")");
+  const Measured measured = parse_measured(args["measure"].as<std::string>());
   // An explicit --kernels list is checked before the device is touched.
   std::vector<BenchKernel> listed_kernels;
   {
@@ -345,7 +370,7 @@ int bench_main(int argc, char** argv) {
         // Validation on set 0 (fresh outputs), against the first kernel that ran.
         std::vector<float> out, dqkv;
         if (!time_kernel(kernels[k], B, T, NH, HS, sets, random_values, warmup, repeats, burst,
-                         ctx, &timings[k], &out, &dqkv))
+                         measured, ctx, &timings[k], &out, &dqkv))
           continue;
         Timing& timing = timings[k];
         timing.out_digest = bit_digest(out);
