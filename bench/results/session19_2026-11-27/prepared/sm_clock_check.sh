@@ -1,6 +1,7 @@
 #!/bin/bash
 # Session nineteen, call h9: gpu::sm_clock_mhz and the bench's clock columns: the tests,
-# memcheck of them, and the bench at head size 128, 4K and 8K (both modes, all three timings).
+# memcheck of them, and the bench at head sizes 64 and 128,
+# 4K and 8K (both modes, all three timings).
 set -u
 # Prepared in session nineteen (not run: the device time was spent). Apply the patch first:
 # git apply bench/results/session19_2026-11-27/prepared/sm_clock.diff
