@@ -164,6 +164,9 @@ struct InputSet {
 
 struct Timing {
   double fwd_ms = NAN, bwd_ms = NAN, fwdbwd_ms = NAN, err_out = NAN, err_dqkv = NAN;
+  // The SM clock (MHz) read right after each timing's last run (median_ms): under the power cap
+  // it moves with what ran before, so a timing far from its neighbours can be told apart.
+  double fwd_mhz = NAN, bwd_mhz = NAN, fwdbwd_mhz = NAN;
   uint64_t out_digest = 0, dqkv_digest = 0;  // of set 0's results; 0 when the kernel did not run
   int sets = 0;
 };
@@ -242,11 +245,13 @@ bool time_kernel(const BenchKernel& kernel, int B, int T, int NH, int HS, int se
   auto backward = [&](int i) { gpu::attention_backward(config, tensors_of(i), ctx); };
   for (int i = 0; i < kernel_sets; ++i) forward(i);  // every set holds its forward outputs
   timing->sets = kernel_sets;
-  if (measured.fwd) timing->fwd_ms = median_ms(forward, warmup, repeats, burst, stream);
-  if (measured.bwd) timing->bwd_ms = median_ms(backward, warmup, repeats, burst, stream);
+  if (measured.fwd)
+    timing->fwd_ms = median_ms(forward, warmup, repeats, burst, stream, &timing->fwd_mhz);
+  if (measured.bwd)
+    timing->bwd_ms = median_ms(backward, warmup, repeats, burst, stream, &timing->bwd_mhz);
   if (measured.fwdbwd)
     timing->fwdbwd_ms = median_ms([&](int i) { forward(i); backward(i); }, warmup, repeats,
-                                  burst, stream);
+                                  burst, stream, &timing->fwdbwd_mhz);
 #if defined(GPT2_FORWARD_PHASES)
   if (kernel.kernel == gpu::AttentionKernel::kFlashHopper) {
     // Profiling build: the forward's phases over `repeats` calls, per item and as shares of
@@ -332,12 +337,13 @@ int bench_main(int argc, char** argv) {
   GPT2_CUDA_CHECK(cudaGetDeviceProperties(&prop, ctx.device()));
   std::printf("gpt2-attention-bench on %s: bf16, causal, NH=%d, median of %d runs of %d calls "
               "after %d\n", ctx.device_name().c_str(), NH, repeats, burst, warmup);
-  std::printf("%4s %6s %3s %-15s | %9s %9s %9s | %8s %8s %8s | %9s %9s\n", "HS", "T", "B",
+  std::printf("%4s %6s %3s %-15s | %9s %9s %9s | %8s %8s %8s | %9s %9s | %s\n", "HS", "T", "B",
               "kernel", "fwd ms", "bwd ms", "f+b ms", "fwd TF/s", "bwd TF/s", "f+b TF/s",
-              "err out", "err dqkv");
+              "err out", "err dqkv", "SM MHz f/b/f+b");
   std::ostringstream csv;
   csv << "device,head_size,seq_len,batch,heads,kernel,deterministic,sets,fwd_ms,bwd_ms,fwdbwd_ms,"
-         "fwd_tflops,bwd_tflops,fwdbwd_tflops,rel_err_out,rel_err_dqkv,out_digest,dqkv_digest\n";
+         "fwd_tflops,bwd_tflops,fwdbwd_tflops,rel_err_out,rel_err_dqkv,out_digest,dqkv_digest,"
+         "fwd_mhz,bwd_mhz,fwdbwd_mhz\n";
 
   for (int HS : head_sizes) {
     std::vector<BenchKernel> kernels = listed_kernels;
@@ -387,16 +393,18 @@ int bench_main(int argc, char** argv) {
       for (size_t k = 0; k < kernels.size(); ++k) {
         const Timing& t = timings[k];
         const char* name = kernels[k].name.c_str();
-        std::printf("%4d %6d %3d %-15s | %9.3f %9.3f %9.3f | %8.1f %8.1f %8.1f | %9.2e %9.2e\n", HS,
-                    T, B, name, t.fwd_ms, t.bwd_ms, t.fwdbwd_ms, tflops(fwd_flops, t.fwd_ms),
-                    tflops(2.5 * fwd_flops, t.bwd_ms), tflops(3.5 * fwd_flops, t.fwdbwd_ms),
-                    t.err_out, t.err_dqkv);
+        std::printf("%4d %6d %3d %-15s | %9.3f %9.3f %9.3f | %8.1f %8.1f %8.1f | %9.2e %9.2e | "
+                    "%.0f/%.0f/%.0f\n", HS, T, B, name, t.fwd_ms, t.bwd_ms, t.fwdbwd_ms,
+                    tflops(fwd_flops, t.fwd_ms), tflops(2.5 * fwd_flops, t.bwd_ms),
+                    tflops(3.5 * fwd_flops, t.fwdbwd_ms), t.err_out, t.err_dqkv, t.fwd_mhz,
+                    t.bwd_mhz, t.fwdbwd_mhz);
         csv << '"' << ctx.device_name() << "\"," << HS << ',' << T << ',' << B << ',' << NH << ','
             << name << ',' << (kernels[k].deterministic ? 1 : 0) << ',' << t.sets << ','
             << t.fwd_ms << ',' << t.bwd_ms << ',' << t.fwdbwd_ms << ',' << tflops(fwd_flops, t.fwd_ms) << ','
             << tflops(2.5 * fwd_flops, t.bwd_ms) << ',' << tflops(3.5 * fwd_flops, t.fwdbwd_ms)
             << ',' << t.err_out << ',' << t.err_dqkv << ',' << hex_digest(t.out_digest) << ','
-            << hex_digest(t.dqkv_digest) << '\n';
+            << hex_digest(t.dqkv_digest) << ',' << t.fwd_mhz << ',' << t.bwd_mhz << ','
+            << t.fwdbwd_mhz << '\n';
       }
       if (!ref_name.empty())
         std::printf("%4s %6s %3s (errors: rel L2 against %s on the same inputs)\n", "", "", "",

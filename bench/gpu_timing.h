@@ -14,6 +14,7 @@
 #include <cxxopts.hpp>
 
 #include "base/error.h"
+#include "kernels/gpu/sm_clock.cuh"
 
 namespace gpt2::bench {
 
@@ -44,9 +45,13 @@ inline void add_timing_options(cxxopts::Options& cli, int warmup, int repeats,
 }
 
 /// Median over `repeats` event-timed runs of `burst` back-to-back calls launch(i) (per call),
-/// after `warmup` untimed calls; i counts every call, so the input sets rotate.
+/// after `warmup` untimed calls; i counts every call, so the input sets rotate. With
+/// end_sm_mhz, also the SM clock read once right after the last run (gpu::sm_clock_mhz, outside
+/// the timed spans, so the runs keep the duty cycle PyTorch's script gives its kernels): the
+/// clock the power cap left the timing at.
 template <typename F>
-double median_ms(F&& launch, int warmup, int repeats, int burst, cudaStream_t stream) {
+double median_ms(F&& launch, int warmup, int repeats, int burst, cudaStream_t stream,
+                 double* end_sm_mhz = nullptr) {
   cudaEvent_t start, stop;
   GPT2_CUDA_CHECK(cudaEventCreate(&start));
   GPT2_CUDA_CHECK(cudaEventCreate(&stop));
@@ -62,6 +67,7 @@ double median_ms(F&& launch, int warmup, int repeats, int burst, cudaStream_t st
     GPT2_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     times.push_back(ms / burst);
   }
+  if (end_sm_mhz) *end_sm_mhz = gpu::sm_clock_mhz(stream);
   GPT2_CUDA_CHECK(cudaEventDestroy(start));
   GPT2_CUDA_CHECK(cudaEventDestroy(stop));
   std::sort(times.begin(), times.end());

@@ -8,6 +8,7 @@ columns in every pass). A row's point is every column but the measured ones; per
   X_ms       the median over the passes that measured it (NaN skipped; NaN when none did);
   X_tflops   the same work over that median time (tflops x ms is the row's work in any pass),
              so that the two columns stay consistent with an even number of passes;
+  X_mhz      the median over the passes (gpt2-attention-bench's SM clock after the timing);
   rel_err_*  the largest (the worst pass);
   *_digest   the value when every pass agrees, else "differs".
 Rows come in the first pass's order; a point missing from a later pass uses the passes that
@@ -27,7 +28,7 @@ def fail(message):
 
 def measured(column):
     return (column.endswith("_ms") or column.endswith("_tflops") or column.startswith("rel_err")
-            or column.endswith("_digest"))
+            or column.endswith("_digest") or column.endswith("_mhz"))
 
 
 def number(text):
@@ -51,6 +52,9 @@ def merge(header, rows):
                 works = [number(r[rate]) * t for r, t in zip(rows, times)]
                 work = next((w for w in works if math.isfinite(w)), math.nan)
                 merged[rate] = f"{work / median:.6g}" if finite else "nan"
+        elif column.endswith("_mhz"):
+            clocks = [c for c in (number(r[column]) for r in rows) if math.isfinite(c)]
+            merged[column] = f"{statistics.median(clocks):.6g}" if clocks else "nan"
         elif column.startswith("rel_err"):
             errors = [number(r[column]) for r in rows]
             finite = [e for e in errors if math.isfinite(e)]

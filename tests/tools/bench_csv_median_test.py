@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """tools/bench_csv_median.py on made-up passes of gpt2-attention-bench: per point the median time
 (an even count: the mean of the middle two), TFLOP/s as the same work over it, NaN passes
-skipped, the worst relative error, digests kept when the passes agree and "differs" when not, a
-point missing from one pass; columns that differ, a missing file and no --out exit 2. Exits 0
+skipped, the worst relative error, digests kept when the passes agree and "differs" when not, the
+median SM clock (which differs per pass, so it is no part of the point), a point missing from one
+pass; columns that differ, a missing file and no --out exit 2. Exits 0
 when every check holds."""
 import csv
 import os
@@ -12,16 +13,16 @@ from tool_checks import Checks, repo_path, run_python
 
 TOOL = repo_path("tools", "bench_csv_median.py")
 HEADER = ["device", "head_size", "seq_len", "kernel", "fwd_ms", "bwd_ms", "fwd_tflops",
-          "bwd_tflops", "rel_err_out", "dqkv_digest"]
+          "bwd_tflops", "rel_err_out", "dqkv_digest", "fwd_mhz"]
 # Work: forward 100 (TFLOP/s x ms), backward 250.
 PASSES = [
-    [["H100", 64, 1024, "flash-hopper", 1.0, 2.0, 100.0, 125.0, 0.001, "aa"],
-     ["H100", 64, 1024, "flash-hopper-det", 1.0, 2.5, 100.0, 100.0, 0, "bb"]],
-    [["H100", 64, 1024, "flash-hopper", 2.0, "nan", 50.0, "nan", 0.003, "cc"],
-     ["H100", 64, 1024, "flash-hopper-det", 1.5, 2.0, 66.6667, 125.0, 0, "bb"],
-     ["H100", 128, 2048, "flash-hopper", 4.0, 10.0, 25.0, 25.0, "nan", "dd"]],
-    [["H100", 64, 1024, "flash-hopper", 4.0, 5.0, 25.0, 50.0, 0.002, "aa"],
-     ["H100", 64, 1024, "flash-hopper-det", 0.5, 1.0, 200.0, 250.0, 0, "bb"]],
+    [["H100", 64, 1024, "flash-hopper", 1.0, 2.0, 100.0, 125.0, 0.001, "aa", 1980],
+     ["H100", 64, 1024, "flash-hopper-det", 1.0, 2.5, 100.0, 100.0, 0, "bb", 1700]],
+    [["H100", 64, 1024, "flash-hopper", 2.0, "nan", 50.0, "nan", 0.003, "cc", 1740],
+     ["H100", 64, 1024, "flash-hopper-det", 1.5, 2.0, 66.6667, 125.0, 0, "bb", "nan"],
+     ["H100", 128, 2048, "flash-hopper", 4.0, 10.0, 25.0, 25.0, "nan", "dd", 1900]],
+    [["H100", 64, 1024, "flash-hopper", 4.0, 5.0, 25.0, 50.0, 0.002, "aa", 1800],
+     ["H100", 64, 1024, "flash-hopper-det", 0.5, 1.0, 200.0, 250.0, 0, "bb", 1760]],
 ]
 
 checks = Checks("bench_csv_median_test")
@@ -58,6 +59,8 @@ with tempfile.TemporaryDirectory() as tmp:
           f"digests: {racing['dqkv_digest']} {det['dqkv_digest']}")
     check(float(det["bwd_ms"]) == 2.0 and float(det["bwd_tflops"]) == 125.0, f"det: {det}")
     check(float(wide["fwd_ms"]) == 4.0 and wide["rel_err_out"] == "nan", f"one pass: {wide}")
+    check(float(racing["fwd_mhz"]) == 1800 and float(det["fwd_mhz"]) == 1730 and
+          float(wide["fwd_mhz"]) == 1900, f"clocks: {racing} {det} {wide}")
     other = os.path.join(tmp, "other.csv")
     with open(other, "w") as f:
         f.write("device,seq_len,fwd_ms\nH100,1024,1.0\n")
