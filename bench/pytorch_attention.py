@@ -13,7 +13,12 @@ enough sets to overflow the L2 cache. --timing kernels (default): the GPU time o
 kernels and copies as the CUDA profiler (CUPTI, through torch.profiler) records them, summed, so
 Python's and the dispatcher's host time (which at short T exceeds the kernels' and varies
 between machines) is not counted, nor the gaps between kernels (which this project's timings
-include); --timing eager: CUDA events around the Python calls. FLOPs by FlashAttention's
+include); --timing eager: CUDA events around the Python calls; --timing graph: each burst
+captured once as a CUDA graph and CUDA events around its replays, so PyTorch's kernels run back
+to back with no host time between them, exactly as ours are timed. The summed kernel time leaves
+the GPU idle between bursts while the profiler collects (PyTorch's kernels then run at higher
+clocks under the power cap than back-to-back ones do: bench/NOTES.md, session twenty); the graph
+timing keeps the load of our bursts without counting host time. FLOPs by FlashAttention's
 convention: forward 4 B NH T^2 HS / 2 (causal), backward 2.5x, both 3.5x.
 
 With --ours CSV (written by gpt2-attention-bench in the same run on the same device) it prints one
@@ -89,6 +94,27 @@ def median_time(measure, fn, warmup, repeats, burst, prepare=None):
     return statistics.median(times)
 
 
+def graph_median_ms(burst_calls, warmup, repeats, burst, stream):
+    """Median over repeats of one replay of a CUDA graph of burst_calls() (burst calls), timed
+    with CUDA events, per call, after warmup replays. burst_calls runs twice on `stream` before
+    the capture (autograd's and the backends' lazy set-up stays out of the graph), and is
+    captured on it: a backward runs on its forward's stream, so forwards made outside the graph
+    must have been made on `stream` for their backward to be captured."""
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            burst_calls()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        burst_calls()
+    for _ in range(warmup):
+        graph.replay()
+    times = [event_ms(graph.replay) / burst for _ in range(repeats)]
+    del graph
+    return statistics.median(times)
+
+
 def make_inputs(layout, B, T, NH, HS):
     """One set of leaf tensors and the function giving q, k, v (B, NH, T, HS) from them."""
     if layout == "gpt2":
@@ -120,6 +146,8 @@ def time_backend(backend, layout, B, T, NH, HS, sets, warmup, repeats, burst, ti
         clear_grads(i)
         attend(i).backward(douts[i % sets])
 
+    if timing == "graph":
+        return graph_times(inputs, douts, sets, attend, forward, warmup, repeats, burst)
     measure = kernel_ms if timing == "kernels" else event_ms
     fwd = median_time(measure, forward, warmup, repeats, burst)
     both = median_time(measure, forward_backward, warmup, repeats, burst)
@@ -138,6 +166,33 @@ def time_backend(backend, layout, B, T, NH, HS, sets, warmup, repeats, burst, ti
     return fwd, bwd, both
 
 
+def graph_times(inputs, douts, sets, attend, forward, warmup, repeats, burst):
+    """time_backend's three timings with --timing graph: bursts of calls 0 .. burst - 1 (the
+    input sets rotating as in the other timings) as CUDA graphs, all on one side stream. The
+    gradients come from torch.autograd.grad (new tensors from the graph's pool) rather than
+    .grad; the backward's forwards run once before its capture, their graphs kept
+    (retain_graph) for every replay."""
+    calls = range(burst)
+    stream = torch.cuda.Stream()
+
+    def leaves(i):
+        return inputs[i % sets][0]
+
+    fwd = graph_median_ms(lambda: [forward(i) for i in calls], warmup, repeats, burst, stream)
+    both = graph_median_ms(
+        lambda: [torch.autograd.grad(attend(i), leaves(i), douts[i % sets]) for i in calls],
+        warmup, repeats, burst, stream)
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        outs = [attend(i) for i in calls]
+    bwd = graph_median_ms(
+        lambda: [torch.autograd.grad(outs[i], leaves(i), douts[i % sets], retain_graph=True)
+                 for i in calls], warmup, repeats, burst, stream)
+    del inputs[:], douts[:], outs
+    torch.cuda.empty_cache()
+    return fwd, bwd, both
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seq-lens", default="512,1024,2048,4096,8192,16384,32768,65536")
@@ -151,9 +206,10 @@ def main():
     parser.add_argument("--layout", choices=("gpt2", "separate"), default="gpt2",
                         help="q, k, v as views of GPT-2's (B,T,3,NH,HS) qkv, or 3 contiguous "
                         "(B,NH,T,HS) tensors")
-    parser.add_argument("--timing", choices=("kernels", "eager"), default="kernels",
-                        help="the device time of the kernels (CUDA profiler) or CUDA events "
-                        "around the eager Python calls")
+    parser.add_argument("--timing", choices=("kernels", "eager", "graph"), default="kernels",
+                        help="the device time of the kernels (CUDA profiler), CUDA events "
+                        "around the eager Python calls, or around replays of each burst "
+                        "captured as a CUDA graph")
     parser.add_argument("--ours", help="gpt2-attention-bench CSV of the same run, to compare")
     parser.add_argument("--csv", default="out/pytorch_attention.csv")
     parser.add_argument("--markdown", help="write the comparison table here (Markdown)")

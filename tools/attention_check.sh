@@ -14,7 +14,9 @@
 # HEAD_SIZES (64,128), REPEATS (10), KERNELS (gpt2-attention-bench --kernels; unset: every
 # kernel that runs, which takes minutes at 32K-64K), TORCH_LAYOUTS (gpt2,separate: PyTorch's
 # q/k/v as views of GPT-2's qkv, as our kernels read it, and as contiguous tensors, its kernels'
-# best case),
+# best case), TORCH_TIMINGS (kernels: bench/pytorch_attention.py's --timing, a comma list; each
+# timing but kernels adds _TIMING to the file names: graph times PyTorch's bursts as CUDA graph
+# replays, back to back as ours),
 # TEST_FILTER (attention and Hopper tests), SANITIZE (unset: none; 1: memcheck, racecheck and
 # synccheck on the small attention tests), PASSES (1: ours then PyTorch once; N: N such passes
 # in turn, each pass's files named _pN, and the tables made from the medians of the passes,
@@ -30,6 +32,7 @@ SEQ_LENS=${SEQ_LENS:-512,1024,2048,4096,8192,16384,32768,65536}
 HEAD_SIZES=${HEAD_SIZES:-64,128}
 REPEATS=${REPEATS:-10}
 TORCH_LAYOUTS=${TORCH_LAYOUTS:-gpt2,separate}
+TORCH_TIMINGS=${TORCH_TIMINGS:-kernels}
 TEST_FILTER=${TEST_FILTER:-*Attention*:*Hopper*:*CudaModelStep*}
 PASSES=${PASSES:-1}
 case "$PASSES" in
@@ -39,6 +42,11 @@ mkdir -p "$OUT_DIR"
 failed=0
 
 section() { printf '\n==== %s ====\n' "$*"; }
+# The file-name suffix of PyTorch's results: the layout's (none for gpt2), then the timing's
+# (none for kernels).
+torch_suffix() {
+  echo "$([ "$1" = gpt2 ] || echo "_$1")$([ "$2" = kernels ] || echo "_$2")"
+}
 
 section "GPU"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
@@ -46,7 +54,11 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm 
 section "configure and build ($BUILD_DIR, sm_$CUDA_ARCH)"
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" \
   >"$OUT_DIR/configure.log" 2>&1 || { cat "$OUT_DIR/configure.log"; exit 1; }
-cmake --build "$BUILD_DIR" -j "$(nproc)" --target test_gpu gpt2-attention-bench gpt2-train \
+# The tests' targets only when the tests run (SKIP_TESTS: the benchmark alone, a minute sooner).
+targets="gpt2-attention-bench"
+[ -n "${SKIP_TESTS:-}" ] || targets="test_gpu gpt2-attention-bench gpt2-train"
+# shellcheck disable=SC2086
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target $targets \
   >"$OUT_DIR/build.log" 2>&1 || { grep -E "error|Error" "$OUT_DIR/build.log" | head -40; exit 1; }
 grep -E "warning|C75[0-9][0-9]" "$OUT_DIR/build.log" || true
 
@@ -112,15 +124,17 @@ if [ -z "${SKIP_BENCH:-}" ]; then
     mark "ours$p" end
     cat "$OUT_DIR/attention_bench$p.log"
     for layout in ${TORCH_LAYOUTS//,/ }; do
-      suffix=$([ "$layout" = gpt2 ] && echo "" || echo "_$layout")
-      mark "pytorch-$layout$p" start
-      PYTHONUNBUFFERED=1 timeout 900 python3 bench/pytorch_attention.py --seq-lens "$SEQ_LENS" \
-        --head-sizes "$HEAD_SIZES" --repeats "$REPEATS" --layout "$layout" \
-        --ours "$OUT_DIR/attention_bench$p.csv" --csv "$OUT_DIR/pytorch_attention$suffix$p.csv" \
-        --markdown "$OUT_DIR/attention_vs_pytorch$suffix$p.md" \
-        >"$OUT_DIR/pytorch_attention$suffix$p.log" 2>&1 || failed=1
-      mark "pytorch-$layout$p" end
-      cat "$OUT_DIR/pytorch_attention$suffix$p.log"
+      for timing in ${TORCH_TIMINGS//,/ }; do
+        suffix=$(torch_suffix "$layout" "$timing")
+        mark "pytorch$suffix$p" start
+        PYTHONUNBUFFERED=1 timeout 900 python3 bench/pytorch_attention.py --seq-lens "$SEQ_LENS" \
+          --head-sizes "$HEAD_SIZES" --repeats "$REPEATS" --layout "$layout" --timing "$timing" \
+          --ours "$OUT_DIR/attention_bench$p.csv" --csv "$OUT_DIR/pytorch_attention$suffix$p.csv" \
+          --markdown "$OUT_DIR/attention_vs_pytorch$suffix$p.md" \
+          >"$OUT_DIR/pytorch_attention$suffix$p.log" 2>&1 || failed=1
+        mark "pytorch$suffix$p" end
+        cat "$OUT_DIR/pytorch_attention$suffix$p.log"
+      done
     done
   done
   if [ "$PASSES" -gt 1 ]; then
@@ -130,13 +144,15 @@ if [ -z "${SKIP_BENCH:-}" ]; then
     python3 tools/bench_csv_median.py --out "$OUT_DIR/attention_bench.csv" \
       $(passes_of attention_bench) || failed=1
     for layout in ${TORCH_LAYOUTS//,/ }; do
-      suffix=$([ "$layout" = gpt2 ] && echo "" || echo "_$layout")
-      # shellcheck disable=SC2046
-      python3 tools/bench_csv_median.py --out "$OUT_DIR/pytorch_attention$suffix.csv" \
-        $(passes_of "pytorch_attention$suffix") &&
-        python3 bench/pytorch_attention.py --compare "$OUT_DIR/pytorch_attention$suffix.csv" \
-          --ours "$OUT_DIR/attention_bench.csv" --passes "$PASSES" \
-          --markdown "$OUT_DIR/attention_vs_pytorch$suffix.md" || failed=1
+      for timing in ${TORCH_TIMINGS//,/ }; do
+        suffix=$(torch_suffix "$layout" "$timing")
+        # shellcheck disable=SC2046
+        python3 tools/bench_csv_median.py --out "$OUT_DIR/pytorch_attention$suffix.csv" \
+          $(passes_of "pytorch_attention$suffix") &&
+          python3 bench/pytorch_attention.py --compare "$OUT_DIR/pytorch_attention$suffix.csv" \
+            --ours "$OUT_DIR/attention_bench.csv" --passes "$PASSES" \
+            --markdown "$OUT_DIR/attention_vs_pytorch$suffix.md" || failed=1
+      done
     done
   fi
   if [ -n "$clock_logger" ]; then
