@@ -147,20 +147,22 @@ def time_backend(backend, layout, B, T, NH, HS, sets, warmup, repeats, burst, ti
         attend(i).backward(douts[i % sets])
 
     if timing == "graph":
-        return graph_times(inputs, douts, sets, attend, forward, warmup, repeats, burst)
-    measure = kernel_ms if timing == "kernels" else event_ms
-    fwd = median_time(measure, forward, warmup, repeats, burst)
-    both = median_time(measure, forward_backward, warmup, repeats, burst)
-    # Backward alone: the forwards (and their autograd graphs) of a burst run unmeasured before
-    # it; clearing .grad is host work only.
-    outs = []
+        fwd, bwd, both = graph_times(inputs, douts, sets, attend, forward, warmup, repeats,
+                                     burst)
+    else:
+        measure = kernel_ms if timing == "kernels" else event_ms
+        fwd = median_time(measure, forward, warmup, repeats, burst)
+        both = median_time(measure, forward_backward, warmup, repeats, burst)
+        # Backward alone: the forwards (and their autograd graphs) of a burst run unmeasured
+        # before it; clearing .grad is host work only.
+        outs = []
 
-    def backward(i):
-        clear_grads(i)
-        outs.pop(0).backward(douts[i % sets])
+        def backward(i):
+            clear_grads(i)
+            outs.pop(0).backward(douts[i % sets])
 
-    bwd = median_time(measure, backward, warmup, repeats, burst,
-                      prepare=lambda i: outs.append(attend(i)))
+        bwd = median_time(measure, backward, warmup, repeats, burst,
+                          prepare=lambda i: outs.append(attend(i)))
     del inputs, douts
     torch.cuda.empty_cache()
     return fwd, bwd, both
@@ -188,8 +190,6 @@ def graph_times(inputs, douts, sets, attend, forward, warmup, repeats, burst):
     bwd = graph_median_ms(
         lambda: [torch.autograd.grad(outs[i], leaves(i), douts[i % sets], retain_graph=True)
                  for i in calls], warmup, repeats, burst, stream)
-    del inputs[:], douts[:], outs
-    torch.cuda.empty_cache()
     return fwd, bwd, both
 
 
