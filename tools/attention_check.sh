@@ -20,8 +20,10 @@
 # TEST_FILTER (attention and Hopper tests), SANITIZE (unset: none; 1: memcheck, racecheck and
 # synccheck on the small attention tests), PASSES (1: ours then PyTorch once; N: N such passes
 # in turn, each pass's files named _pN, and the tables made from the medians of the passes,
-# tools/bench_csv_median.py). The benchmarks log SM clock and power (OUT_DIR/clocks.csv,
-# summarized per program and pass by tools/clock_summary.py).
+# tools/bench_csv_median.py; the even passes run PyTorch first and our KERNELS in reverse
+# order, since under the power cap whatever runs later meets a GPU that has drawn the cap for
+# longer, and the medians then hold each order once). The benchmarks log SM clock and power
+# (OUT_DIR/clocks.csv, summarized per program and pass by tools/clock_summary.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -65,6 +67,7 @@ grep -E "warning|C75[0-9][0-9]" "$OUT_DIR/build.log" || true
 section "SASS of the Hopper kernels (HGMMA = wgmma, UTMALDG = TMA loads, spills)"
 if command -v cuobjdump >/dev/null 2>&1; then
   for obj in "$BUILD_DIR"/kernels/CMakeFiles/gpt2_kernels_gpu.dir/gpu/attention_hopper_*.o; do
+    [ -e "$obj" ] || continue  # no Hopper objects (a build without sm_90a)
     cuobjdump -sass "$obj" >"$OUT_DIR/$(basename "$obj").sass" 2>&1 || true
     printf '%-40s HGMMA %5d  UTMALDG %3d  UBLKRED %3d  LDL/STL %3d\n' "$(basename "$obj")" \
       "$(grep -c HGMMA "$OUT_DIR/$(basename "$obj").sass")" \
@@ -114,28 +117,54 @@ if [ -z "${SKIP_BENCH:-}" ]; then
       -lms 100 >"$OUT_DIR/clocks.csv" 2>/dev/null &
     clock_logger=$!
   fi
-  for pass in $(seq 1 "$PASSES"); do
-    p=$([ "$PASSES" -eq 1 ] && echo "" || echo "_p$pass")
-    [ "$PASSES" -gt 1 ] && section "pass $pass of $PASSES"
-    mark "ours$p" start
+  # One program's runs in pass file suffix $1 (ours: with the kernels $2).
+  run_ours() {
+    mark "ours$1" start
     timeout 900 "$BUILD_DIR/gpt2-attention-bench" --seq-lens "$SEQ_LENS" \
-      --head-sizes "$HEAD_SIZES" --repeats "$REPEATS" ${KERNELS:+--kernels "$KERNELS"} \
-      --csv "$OUT_DIR/attention_bench$p.csv" >"$OUT_DIR/attention_bench$p.log" 2>&1 || failed=1
-    mark "ours$p" end
-    cat "$OUT_DIR/attention_bench$p.log"
+      --head-sizes "$HEAD_SIZES" --repeats "$REPEATS" ${2:+--kernels "$2"} \
+      --csv "$OUT_DIR/attention_bench$1.csv" >"$OUT_DIR/attention_bench$1.log" 2>&1 || failed=1
+    mark "ours$1" end
+    cat "$OUT_DIR/attention_bench$1.log"
+  }
+  run_pytorch() {
     for layout in ${TORCH_LAYOUTS//,/ }; do
       for timing in ${TORCH_TIMINGS//,/ }; do
         suffix=$(torch_suffix "$layout" "$timing")
-        mark "pytorch$suffix$p" start
+        mark "pytorch$suffix$1" start
         PYTHONUNBUFFERED=1 timeout 900 python3 bench/pytorch_attention.py --seq-lens "$SEQ_LENS" \
           --head-sizes "$HEAD_SIZES" --repeats "$REPEATS" --layout "$layout" --timing "$timing" \
-          --ours "$OUT_DIR/attention_bench$p.csv" --csv "$OUT_DIR/pytorch_attention$suffix$p.csv" \
-          --markdown "$OUT_DIR/attention_vs_pytorch$suffix$p.md" \
-          >"$OUT_DIR/pytorch_attention$suffix$p.log" 2>&1 || failed=1
-        mark "pytorch$suffix$p" end
-        cat "$OUT_DIR/pytorch_attention$suffix$p.log"
+          --csv "$OUT_DIR/pytorch_attention$suffix$1.csv" \
+          >"$OUT_DIR/pytorch_attention$suffix$1.log" 2>&1 || failed=1
+        mark "pytorch$suffix$1" end
+        cat "$OUT_DIR/pytorch_attention$suffix$1.log"
       done
     done
+  }
+  # The comparison tables of the pass (or, with $2, of the medians of that many passes).
+  compare_pass() {
+    for layout in ${TORCH_LAYOUTS//,/ }; do
+      for timing in ${TORCH_TIMINGS//,/ }; do
+        suffix=$(torch_suffix "$layout" "$timing")
+        python3 bench/pytorch_attention.py --compare "$OUT_DIR/pytorch_attention$suffix$1.csv" \
+          --ours "$OUT_DIR/attention_bench$1.csv" ${2:+--passes "$2"} \
+          --markdown "$OUT_DIR/attention_vs_pytorch$suffix$1.md" || failed=1
+      done
+    done
+  }
+  # "a,b,c" -> "c,b,a"
+  reversed_list() { tr ',' '\n' <<<"$1" | tac | paste -sd, -; }
+  for pass in $(seq 1 "$PASSES"); do
+    p=$([ "$PASSES" -eq 1 ] && echo "" || echo "_p$pass")
+    if [ $((pass % 2)) -eq 1 ]; then
+      [ "$PASSES" -gt 1 ] && section "pass $pass of $PASSES: ours, then PyTorch"
+      run_ours "$p" "${KERNELS:-}"
+      run_pytorch "$p"
+    else
+      section "pass $pass of $PASSES: PyTorch, then ours${KERNELS:+ (kernels in reverse order)}"
+      run_pytorch "$p"
+      run_ours "$p" "$(reversed_list "${KERNELS:-}")"
+    fi
+    compare_pass "$p"
   done
   if [ "$PASSES" -gt 1 ]; then
     section "the medians of $PASSES passes"
@@ -148,12 +177,10 @@ if [ -z "${SKIP_BENCH:-}" ]; then
         suffix=$(torch_suffix "$layout" "$timing")
         # shellcheck disable=SC2046
         python3 tools/bench_csv_median.py --out "$OUT_DIR/pytorch_attention$suffix.csv" \
-          $(passes_of "pytorch_attention$suffix") &&
-          python3 bench/pytorch_attention.py --compare "$OUT_DIR/pytorch_attention$suffix.csv" \
-            --ours "$OUT_DIR/attention_bench.csv" --passes "$PASSES" \
-            --markdown "$OUT_DIR/attention_vs_pytorch$suffix.md" || failed=1
+          $(passes_of "pytorch_attention$suffix") || failed=1
       done
     done
+    compare_pass "" "$PASSES"
   fi
   if [ -n "$clock_logger" ]; then
     kill "$clock_logger" 2>/dev/null || true
