@@ -210,6 +210,9 @@ def main():
                         help="the device time of the kernels (CUDA profiler), CUDA events "
                         "around the eager Python calls, or around replays of each burst "
                         "captured as a CUDA graph")
+    parser.add_argument("--reverse-backends", action="store_true",
+                        help="at each point cuDNN before FA2 (tools/attention_check.sh's even "
+                        "passes: what runs later meets a GPU that has drawn the power cap longer)")
     parser.add_argument("--ours", help="gpt2-attention-bench CSV of the same run, to compare")
     parser.add_argument("--csv", default="out/pytorch_attention.csv")
     parser.add_argument("--markdown", help="write the comparison table here (Markdown)")
@@ -254,7 +257,8 @@ def main():
             fwd_flops = 4.0 * B * args.heads * T * T * HS / 2
             set_bytes = 4 * B * T * args.heads * HS * 2
             sets = max(1, min(8, 4 * l2 // set_bytes + 1))
-            for name, backend in BACKENDS.items():
+            backends = list(BACKENDS.items())
+            for name, backend in (backends[::-1] if args.reverse_backends else backends):
                 try:
                     fwd, bwd, both = time_backend(backend, args.layout, B, T, args.heads, HS,
                                                   sets, args.warmup, args.repeats, args.burst,

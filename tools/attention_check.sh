@@ -20,9 +20,9 @@
 # TEST_FILTER (attention and Hopper tests), SANITIZE (unset: none; 1: memcheck, racecheck and
 # synccheck on the small attention tests), PASSES (1: ours then PyTorch once; N: N such passes
 # in turn, each pass's files named _pN, and the tables made from the medians of the passes,
-# tools/bench_csv_median.py; the even passes run PyTorch first and our KERNELS in reverse
-# order, since under the power cap whatever runs later meets a GPU that has drawn the cap for
-# longer, and the medians then hold each order once). The benchmarks log SM clock and power
+# tools/bench_csv_median.py; the even passes run PyTorch first, its backends and our KERNELS
+# in reverse order, since under the power cap whatever runs later meets a GPU that has drawn
+# the cap for longer, and the medians then hold each order once). The benchmarks log SM clock and power
 # (OUT_DIR/clocks.csv, summarized per program and pass by tools/clock_summary.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -117,7 +117,7 @@ if [ -z "${SKIP_BENCH:-}" ]; then
       -lms 100 >"$OUT_DIR/clocks.csv" 2>/dev/null &
     clock_logger=$!
   fi
-  # One program's runs in pass file suffix $1 (ours: with the kernels $2).
+  # Our runs in pass file suffix $1, with the kernels $2.
   run_ours() {
     mark "ours$1" start
     timeout 900 "$BUILD_DIR/gpt2-attention-bench" --seq-lens "$SEQ_LENS" \
@@ -126,6 +126,7 @@ if [ -z "${SKIP_BENCH:-}" ]; then
     mark "ours$1" end
     cat "$OUT_DIR/attention_bench$1.log"
   }
+  # PyTorch's runs in pass file suffix $1 (with $2: its backends in reverse order).
   run_pytorch() {
     for layout in ${TORCH_LAYOUTS//,/ }; do
       for timing in ${TORCH_TIMINGS//,/ }; do
@@ -133,7 +134,7 @@ if [ -z "${SKIP_BENCH:-}" ]; then
         mark "pytorch$suffix$1" start
         PYTHONUNBUFFERED=1 timeout 900 python3 bench/pytorch_attention.py --seq-lens "$SEQ_LENS" \
           --head-sizes "$HEAD_SIZES" --repeats "$REPEATS" --layout "$layout" --timing "$timing" \
-          --csv "$OUT_DIR/pytorch_attention$suffix$1.csv" \
+          ${2:+--reverse-backends} --csv "$OUT_DIR/pytorch_attention$suffix$1.csv" \
           >"$OUT_DIR/pytorch_attention$suffix$1.log" 2>&1 || failed=1
         mark "pytorch$suffix$1" end
         cat "$OUT_DIR/pytorch_attention$suffix$1.log"
@@ -160,8 +161,8 @@ if [ -z "${SKIP_BENCH:-}" ]; then
       run_ours "$p" "${KERNELS:-}"
       run_pytorch "$p"
     else
-      section "pass $pass of $PASSES: PyTorch, then ours${KERNELS:+ (kernels in reverse order)}"
-      run_pytorch "$p"
+      section "pass $pass of $PASSES: PyTorch, then ours (each one's kernels in reverse order)"
+      run_pytorch "$p" reverse
       run_ours "$p" "$(reversed_list "${KERNELS:-}")"
     fi
     compare_pass "$p"

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """tools/attention_check.sh's benchmark flow with stand-ins for cmake, nvidia-smi, the
 benchmark and PyTorch's script: one pass runs ours, then PyTorch (each layout and timing); with
-two passes the second runs PyTorch first and our kernels in reverse order, every pass gets its
-comparison tables, and the medians of the passes get theirs. Exits 0 when every check holds."""
+two passes the second runs PyTorch first (its backends reversed) and our kernels in reverse
+order, every pass gets its comparison tables, and the medians of the passes get theirs. Exits 0
+when every check holds."""
 import os
 import subprocess
 import sys
@@ -56,7 +57,8 @@ with open({order!r}, "a") as f:
         with open(value("--markdown"), "w") as md:
             md.write("| table |\\n")
     else:
-        f.write("pytorch " + value("--layout") + " " + value("--timing") + "\\n")
+        f.write("pytorch " + value("--layout") + " " + value("--timing") +
+                (" reversed" if "--reverse-backends" in args else "") + "\\n")
         with open(value("--csv"), "w") as out:
             out.write({TORCH_HEADER!r})
             for k in ("torch-fa2", "torch-cudnn"):
@@ -107,12 +109,12 @@ chmod +x "$2/gpt2-attention-bench"
                        "compare pytorch_attention_separate_p1.csv attention_bench_p1.csv",
                        "compare pytorch_attention_separate_graph_p1.csv attention_bench_p1.csv"],
           f"pass 1: {runs[:5]}")
-    check(runs[5:10] == ["pytorch separate kernels", "pytorch separate graph",
+    check(runs[5:10] == ["pytorch separate kernels reversed", "pytorch separate graph reversed",
                          "ours flash-hopper-det,flash-hopper",
                          "compare pytorch_attention_separate_p2.csv attention_bench_p2.csv",
                          "compare pytorch_attention_separate_graph_p2.csv "
                          "attention_bench_p2.csv"],
-          f"pass 2, PyTorch first and our kernels reversed: {runs[5:10]}")
+          f"pass 2, PyTorch first and each one's kernels reversed: {runs[5:10]}")
     check(runs[10:] == ["compare pytorch_attention_separate.csv attention_bench.csv",
                         "compare pytorch_attention_separate_graph.csv attention_bench.csv"],
           f"the medians' tables: {runs[10:]}")
