@@ -22,8 +22,8 @@
 # in turn, each pass's files named _pN, and the tables made from the medians of the passes,
 # tools/bench_csv_median.py; the even passes run PyTorch first, its backends and our KERNELS
 # in reverse order, since under the power cap whatever runs later meets a GPU that has drawn
-# the cap for longer, and the medians then hold each order once). The benchmarks log SM clock and power
-# (OUT_DIR/clocks.csv, summarized per program and pass by tools/clock_summary.py).
+# the cap for longer, and the medians then hold each order once). The benchmarks log SM clock
+# and power (OUT_DIR/clocks.csv, summarized per program and pass by tools/clock_summary.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

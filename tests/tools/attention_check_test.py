@@ -43,7 +43,8 @@ with open({order!r}, "a") as f:
 with open(args[args.index("--csv") + 1], "w") as f:
     f.write({OURS_HEADER!r})
     for k in (kernels.split(",") if kernels != "all" else ["racing"]):
-        f.write('"GPU A",64,1024,16,12,%s,0,3,1,1,1,300,250,260,nan,nan,aa,bb,1980,1980,1980\\n' % k)
+        f.write('"GPU A",64,1024,16,12,%s,0,3,1,1,1,300,250,260,nan,nan,aa,bb,'
+                '1980,1980,1980\\n' % k)
 """)
     # PyTorch's script: logs each timing run and each comparison, writes its CSV or table.
     torch_script = os.path.join(fake_bin, "fake_pytorch_attention.py")

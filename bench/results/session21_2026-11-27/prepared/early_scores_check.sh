@@ -12,13 +12,9 @@
 # two consumers up to 4K and must read level; 8K is a block an item at both, also level).
 # About 550 s; the profiling build's phases (README) would need a second call.
 set -u
-S=$OUT/s; mkdir -p $S
-trap 'cp out/attention-ab/*.csv out/attention-ab/*.md $S/ 2>/dev/null; tar -czf $OUT/s.tgz -C $OUT s; rm -rf $S' EXIT
-nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader | tee $S/gpu.txt
-t0=$(date +%s)
-cmake -S . -B out/build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a > $S/cfg.log 2>&1
-cmake --build out/build -j 16 --target test_gpu > $S/build.log 2>&1 || { grep -E "error" $S/build.log | head; exit 1; }
-echo "build: $(( $(date +%s) - t0 )) s"; grep -E "warning|C75" $S/build.log | head -5
+source tools/device_call.sh
+call_begin
+call_build test_gpu || exit 1
 T=out/build/tests/test_gpu
 t0=$(date +%s)
 timeout 300 $T --gtest_filter='*Attention*:*Hopper*' > $S/tests.log 2>&1; echo "tests rc $? $(( $(date +%s) - t0 )) s"
@@ -33,3 +29,4 @@ t0=$(date +%s)
 PASSES=3 timeout 400 tools/attention_ab.sh before --seq-lens 512,1024,2048,4096,8192 --head-sizes 64,128 \
   --kernels flash-hopper --measure fwd > $S/ab.log 2>&1; echo "ab rc $? $(( $(date +%s) - t0 )) s"
 grep -E "^\|" $S/ab.log | head -20
+cp out/attention-ab/*.csv out/attention-ab/*.md $S/ 2>/dev/null
