@@ -161,7 +161,7 @@ if [ -z "${SKIP_BENCH:-}" ]; then
       run_ours "$p" "${KERNELS:-}"
       run_pytorch "$p"
     else
-      section "pass $pass of $PASSES: PyTorch, then ours (each one's kernels in reverse order)"
+      section "pass $pass of $PASSES: PyTorch, then ours (its backends and KERNELS reversed)"
       run_pytorch "$p" reverse
       run_ours "$p" "$(reversed_list "${KERNELS:-}")"
     fi
