@@ -51,7 +51,8 @@ torch_suffix() {
 }
 
 section "GPU"
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm \
+  --format=csv,noheader
 
 section "configure and build ($BUILD_DIR, sm_$CUDA_ARCH)"
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" \
@@ -80,11 +81,15 @@ fi
 if [ -z "${SKIP_TESTS:-}" ]; then
   section "attention tests ($TEST_FILTER)"
   status=0
-  timeout 600 "$BUILD_DIR/tests/test_gpu" --gtest_filter="$TEST_FILTER" >"$OUT_DIR/tests.log" 2>&1 ||
+  timeout 600 "$BUILD_DIR/tests/test_gpu" --gtest_filter="$TEST_FILTER" \
+    >"$OUT_DIR/tests.log" 2>&1 ||
     status=$?
   grep -E "^\[ attention\]|^\[ model|FAILED|PASSED|Failure|failed|error" "$OUT_DIR/tests.log" |
     grep -v "^\[  SKIPPED" | tail -n 150 || true
-  [ "$status" -eq 0 ] || { echo "attention_check: tests failed or timed out (status $status)"; failed=1; }
+  if [ "$status" -ne 0 ]; then
+    echo "attention_check: tests failed or timed out (status $status)"
+    failed=1
+  fi
 fi
 
 if [ -n "${SANITIZE:-}" ]; then
