@@ -132,6 +132,12 @@ struct HopperForwardTraits {
   // registers (through shared memory, head size 64 measured level: bench/NOTES.md, session
   // seventeen).
   static constexpr bool kStoresOByTma = kConsumers == 2;
+  // Persistent with one consumer: the next item's first S is issued as soon as this item's last
+  // P V is, so that GEMM runs under the P V and the epilogue, and the wait for the next item's
+  // Q and unit overlaps the P V; the next item then starts at its first softmax. (Persistent
+  // items are short: at head size 64, 1K, the Q wait, last P V and epilogue were a fifth of an
+  // item, bench/NOTES.md session seventeen.) Two consumers keep their turns.
+  static constexpr bool kEarlyScores = kPersistent && kConsumers == 1;
   // Query tiles: persistent, more than one, so the next item's Q is copied while this item
   // runs (its copy is issued once the producer has issued this item's K and V, two key tiles
   // before the item's end, instead of after its last S); three where O is stored through the
@@ -211,6 +217,14 @@ struct HopperForwardBlock {
   static constexpr int kStages = Traits::kStages;
   using QTile = typename Traits::QTile;
   using KVTile = typename Traits::KVTile;
+  static constexpr int kSRegs = kBlockN / 2;  // S accumulators (64 x kBlockN per warpgroup)
+
+  // Traits::kEarlyScores, between a consumer's items: in, whether the item's first S is
+  // already issued (into s_acc, by the item before); out, the next item's unit (-1: none).
+  struct LookAhead {
+    bool scores_issued = false;
+    int next_unit = -1;
+  };
 
   const CUtensorMap* q_map;
   const CUtensorMap* kv_map;
@@ -404,21 +418,25 @@ struct HopperForwardBlock {
   /// Consumer warpgroup c: query rows item.m0 + 64c .. + 63; this thread rows row0, row0 + 8.
   /// first_use: the rings' uses of the block's items before this one; j: the item's index in
   /// the block (its Q tile); first_item: whether it is the block's first item. For one item a
-  /// block, compile-time 0, 0 and true.
+  /// block, compile-time 0, 0 and true. Traits::kEarlyScores: carried_s_acc, the caller's S
+  /// accumulators, and look, so that the item before issues this item's first S and this item
+  /// the next's; otherwise both null and the S accumulators are the item's own (passed in by
+  /// reference, they changed the two-consumer kernel's code: 1-2% at head size 128, 2K-4K).
   template <typename Use, typename First>
   __device__ __forceinline__ void consume(const ForwardItem& item, int c, Use first_use, Use j,
-                                          First first_item) const {
+                                          First first_item, float (*carried_s_acc)[kSRegs],
+                                          LookAhead* look) const {
     const QTile q_tile = this->q_tile(j);
     const int lane = threadIdx.x % 32;
     const int warp = (threadIdx.x % 128) / 32;
     const hopper::AccumulatorLayout fragment(lane);
     const int row0 = item.m0 + 64 * c + 16 * warp + fragment.row;
     const int col_pair = fragment.col;
-    constexpr int kSRegs = kBlockN / 2;   // S accumulators (64 x kBlockN per warpgroup)
     constexpr int kORegs = kHeadDim / 2;  // O accumulators (64 x kHeadDim)
     constexpr int kPSlabs = kBlockN / 16;
 
-    float s_acc[kSRegs];
+    float own_s_acc[kSRegs];
+    float (&s_acc)[kSRegs] = Traits::kEarlyScores ? *carried_s_acc : own_s_acc;
     float o_acc[kORegs];
 #pragma unroll
     for (int i = 0; i < kORegs; ++i) o_acc[i] = 0.f;
@@ -436,12 +454,13 @@ struct HopperForwardBlock {
     // Consumer 0's turn comes first: once a block, in its first item (each consumer takes
     // n_blocks + 1 turns an item and both take the same items, so the turns stay in step).
     if (first_item && Traits::kPingPong && c == 1) pass_turn();
-    auto issue_scores = [&](int s) {
+    auto issue_scores_of = [&](const QTile& q, int s) {
 #pragma unroll
       for (int kk = 0; kk < kHeadDim / 16; ++kk)
-        hopper::wgmma_ss<kBlockN, 0, 0>(s_acc, q_tile.k_major(64 * c, kk), k_tile(s).k_major(0, kk),
+        hopper::wgmma_ss<kBlockN, 0, 0>(s_acc, q.k_major(64 * c, kk), k_tile(s).k_major(0, kk),
                                         kk > 0);
     };
+    auto issue_scores = [&](int s) { issue_scores_of(q_tile, s); };
     auto issue_pv = [&](int s) {
 #pragma unroll
       for (int kk = 0; kk < kPSlabs; ++kk)
@@ -490,12 +509,16 @@ struct HopperForwardBlock {
     // First key tile (the diagonal one, possibly ragged at T): masked.
     const long long phase_start = phase_clock();
     {
-      k_ring.wait_full(first_use + 0);
-      wait_turn();
-      hopper::wgmma_fence();
-      issue_scores(k_ring.stage(first_use + 0));
-      hopper::wgmma_commit_group();
-      pass_turn();
+      bool issued = false;  // by the item before (Traits::kEarlyScores)
+      if constexpr (Traits::kEarlyScores) issued = look->scores_issued;
+      if (!issued) {
+        k_ring.wait_full(first_use + 0);
+        wait_turn();
+        hopper::wgmma_fence();
+        issue_scores(k_ring.stage(first_use + 0));
+        hopper::wgmma_commit_group();
+        pass_turn();
+      }
       release_last_q();
       hopper::wgmma_wait_group<0>();
       hopper::fence_operands(s_acc);
@@ -552,7 +575,24 @@ struct HopperForwardBlock {
       issue_pv(v_ring.stage(first_use + item.n_blocks - 1));
       hopper::wgmma_commit_group();
       pass_turn();
-      hopper::wgmma_wait_group<0>();
+      if constexpr (Traits::kEarlyScores) {
+        // The next item's unit and first S (its Q tile j + 1, the key tile of the rings' next
+        // use) while this P V runs; s_acc is free: this item's last P was packed into p_frag.
+        // With no next item the S is issued all the same, over tiles no copy will change any
+        // more (Q stage j + 1 holds an older tile or none, and the producer has left), and
+        // never read: a branch around the wgmma made ptxas serialize them (C7515, C7517).
+        q_ring.wait_full(j + 1);
+        look->next_unit = __shfl_sync(0xffffffffu, item_slot[(j + 1) % Traits::kItemSlots], 0);
+        look->scores_issued = look->next_unit >= 0;
+        const int next_use = first_use + item.n_blocks;
+        if (look->scores_issued) k_ring.wait_full(next_use);
+        hopper::wgmma_fence();
+        issue_scores_of(this->q_tile(j + 1), k_ring.stage(next_use));
+        hopper::wgmma_commit_group();
+        hopper::wgmma_wait_group<1>();  // this P V is done; the next S still runs
+      } else {
+        hopper::wgmma_wait_group<0>();
+      }
       hopper::fence_operands(o_acc);
       // Persistent: the next item's copies wait on this stage; one item a block, none do.
       if constexpr (Traits::kPersistent) v_ring.release(first_use + item.n_blocks - 1);
@@ -583,6 +623,12 @@ struct HopperForwardBlock {
         }
       }
     }
+    // The next item's first S ran under the epilogue; waited for here, so no accumulator is in
+    // flight across the consumer's loop (ptxas serializes the wgmma otherwise, C7515).
+    if constexpr (Traits::kEarlyScores) {
+      hopper::wgmma_wait_group<0>();
+      hopper::fence_operands(s_acc);
+    }
     phase_add(kPhaseEpilogue, phase_last, phase_clock());
   }
 };
@@ -596,8 +642,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
   const uint32_t smem = (hopper::smem_addr(smem_raw) + 1023u) & ~1023u;
-  const HopperForwardBlock<Traits> block(&q_map, &kv_map, &o_map, p, smem,
-                                         smem_raw + (smem - hopper::smem_addr(smem_raw)));
+  using Block = HopperForwardBlock<Traits>;
+  const Block block(&q_map, &kv_map, &o_map, p, smem,
+                    smem_raw + (smem - hopper::smem_addr(smem_raw)));
   if constexpr (Traits::kPersistent) {
     if (threadIdx.x == 0) block.init_barriers();
     __syncthreads();
@@ -640,18 +687,30 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     hopper::setmaxnreg_inc<Traits::kConsumerRegisters>();
     int first_use = 0;
     const long long consumer_start = phase_clock();
+    // Early scores: the S accumulators carry the next item's first S from item to item (unused
+    // otherwise; consume's own are the item's).
+    float carried_s_acc[Block::kSRegs];
+    typename Block::LookAhead look;
     for (int j = 0;; ++j) {
-      // The item's unit, from the producer's slot once its Q tile has landed.
-      const long long wait_from = phase_clock();
-      block.q_ring.wait_full(j);
-      const int unit = __shfl_sync(0xffffffffu, block.item_slot[j % Traits::kItemSlots], 0);
-      phase_add(kPhaseQWait, wait_from, phase_clock());
+      // The item's unit, from the producer's slot once its Q tile has landed (early scores:
+      // read by the item before, but for the first; that wait then counts in its last P V).
+      int unit;
+      if (Traits::kEarlyScores && j > 0) {
+        unit = look.next_unit;
+      } else {
+        const long long wait_from = phase_clock();
+        block.q_ring.wait_full(j);
+        unit = __shfl_sync(0xffffffffu, block.item_slot[j % Traits::kItemSlots], 0);
+        phase_add(kPhaseQWait, wait_from, phase_clock());
+      }
       if (unit < 0) break;
       phase_add(kPhaseItems, 0, 1);
       ForwardItem item = block.item_of(unit);
       block.set_head_col(item);
       // Item j's Q phase is already complete: consume's wait returns at once.
-      block.consume(item, warpgroup - 1, first_use, j, j == 0);
+      block.consume(item, warpgroup - 1, first_use, j, j == 0,
+                    Traits::kEarlyScores ? &carried_s_acc : nullptr,
+                    Traits::kEarlyScores ? &look : nullptr);
       first_use += item.n_blocks;
     }
     // The block's last TMA store of O reads shared memory until this wait returns.
@@ -675,7 +734,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
     } else if (threadIdx.x == 0) {
       block.prefill(item);
     }
-    block.consume(item, Traits::kProducer ? warpgroup - 1 : 0, kNoUses, kNoUses, std::true_type{});
+    block.consume(item, Traits::kProducer ? warpgroup - 1 : 0, kNoUses, kNoUses, std::true_type{},
+                  nullptr, nullptr);
   }
 #else
   __trap();  // built without sm_90a code: the dispatch never launches this
