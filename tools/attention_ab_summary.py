@@ -8,7 +8,9 @@ Each CSV is one pass of `gpt2-attention-bench --csv` (tools/attention_ab.sh runs
 base and new taking turns). Per head size, T and kernel: the forward, backward and
 forward+backward TFLOP/s of each pass, base then new, the ratio of their medians (new / base),
 and whether the two builds' digests of out and dqkv agree in every pass ("same bits"), which for
-a deterministic kernel shows that a change left its results bit for bit, or differ. A point that
+a deterministic kernel shows that a change left its results bit for bit; else per tensor "same",
+"differ", or "varies in base" where the base's own passes disagree (the racing backward's dqkv
+from 4K). A point that
 one side lacks, or that a pass did not time (NaN: it ran out of memory or its time), is listed
 as missing rather than compared. Exit 0; 2 for a missing or unreadable file, a CSV without the
 bench's columns or with a row it does not write, or one device name in base and another in new
@@ -81,10 +83,27 @@ def compare(base, new):
             cells.append("/".join(f"{v:.1f}" for v in b) or "-")
             cells.append("/".join(f"{v:.1f}" for v in n) or "-")
             cells.append(f"{statistics.median(n) / statistics.median(b):.3f}" if b and n else "-")
-        digests = {(r["out_digest"], r["dqkv_digest"]) for r in base[key] + new[key]}
-        cells.append("same bits" if len(digests) == 1 else "differ")
+        cells.append(bits(base[key], new[key]))
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def bits(base_rows, new_rows):
+    """Whether the two builds' results agree bit for bit at one point: "same bits" when every
+    pass of both has one out digest and one dqkv digest; else per tensor, "same", "varies in
+    base" (the base build's own passes disagree: a kernel that accumulates atomically, such as
+    the racing backward, whose bits say nothing about the change) or "differ"."""
+    states = []
+    for column in ("out_digest", "dqkv_digest"):
+        if len({r[column] for r in base_rows + new_rows}) == 1:
+            states.append("same")
+        elif len({r[column] for r in base_rows}) > 1:
+            states.append("varies in base")
+        else:
+            states.append("differ")
+    if states == ["same", "same"]:
+        return "same bits"
+    return f"out {states[0]}, dqkv {states[1]}"
 
 
 def main(argv):
