@@ -9,10 +9,11 @@ namespace's hash aside) and their code (.text), attributes (.nv.info), parameter
 (.nv.constant0) and static shared memory (.nv.shared) compared byte for byte. Exits 0 when
 every kernel is identical, 1 otherwise (listing them).
 
-  tools/same_machine_code.py [--map REGEX=REPLACEMENT] FILE.cu [BASE_REVISION]
-      (default HEAD: the working tree against HEAD; --map renames the working tree's kernels
-      before matching, e.g. a template parameter added with its default:
-      --map 'ELb1ELb0E=ELb1E')
+  tools/same_machine_code.py [--map REGEX=REPLACEMENT] FILE.cu [BASE]
+      (BASE: a revision, default HEAD, or a directory holding a source tree, e.g. `before/`
+      made with git archive and a patch applied, as tools/attention_ab.sh takes; --map renames
+      the working tree's kernels before matching, e.g. a template parameter added with its
+      default: --map 'ELb1ELb0E=ELb1E')
 
 A change to a header is compared by giving a .cu file that includes it. (Until 2026-11-26 both
 sides took the working tree's headers, so a header's change went unseen.) Example:
@@ -140,26 +141,40 @@ def main():
         return 2
     root = toplevel.stdout.strip()
     relative = os.path.relpath(os.path.realpath(source), os.path.realpath(root))
-    shown = subprocess.run(["git", "-C", root, "show", f"{base}:{relative}"],
-                           capture_output=True, text=True)
-    if shown.returncode != 0:
-        print(f"same_machine_code: {base}:{relative}: {shown.stderr.strip()}", file=sys.stderr)
-        return 2
+    base_is_tree = os.path.isdir(base)
+    if base_is_tree:
+        base_file = os.path.join(base, relative)
+        if not os.path.isfile(base_file):
+            print(f"same_machine_code: the base tree {base} has no {relative}", file=sys.stderr)
+            return 2
+        with open(base_file, encoding="utf-8") as f:
+            base_text = f.read()
+    else:
+        shown = subprocess.run(["git", "-C", root, "show", f"{base}:{relative}"],
+                               capture_output=True, text=True)
+        if shown.returncode != 0:
+            print(f"same_machine_code: {base}:{relative}: {shown.stderr.strip()}",
+                  file=sys.stderr)
+            return 2
+        base_text = shown.stdout
     with open(source, encoding="utf-8") as f:
         current = f.read()
     work_dir = tempfile.mkdtemp(prefix="same_machine_code_")
     try:
-        base_root = os.path.join(work_dir, "base-tree")
-        os.makedirs(base_root)
-        archive = subprocess.run(["git", "-C", root, "archive", base], capture_output=True)
-        unpacked = subprocess.run(["tar", "-x", "-C", base_root], input=archive.stdout,
-                                  capture_output=True)
-        if archive.returncode != 0 or unpacked.returncode != 0:
-            print(f"same_machine_code: unpacking {base}: "
-                  f"{(archive.stderr + unpacked.stderr).decode(errors='replace').strip()}",
-                  file=sys.stderr)
-            return 2
-        before = kernel_code(compile_cubin(shown.stdout, base_root, relative, work_dir, "base"))
+        if base_is_tree:
+            base_root = os.path.abspath(base)
+        else:
+            base_root = os.path.join(work_dir, "base-tree")
+            os.makedirs(base_root)
+            archive = subprocess.run(["git", "-C", root, "archive", base], capture_output=True)
+            unpacked = subprocess.run(["tar", "-x", "-C", base_root], input=archive.stdout,
+                                      capture_output=True)
+            if archive.returncode != 0 or unpacked.returncode != 0:
+                print(f"same_machine_code: unpacking {base}: "
+                      f"{(archive.stderr + unpacked.stderr).decode(errors='replace').strip()}",
+                      file=sys.stderr)
+                return 2
+        before = kernel_code(compile_cubin(base_text, base_root, relative, work_dir, "base"))
         after = kernel_code(compile_cubin(current, root, relative, work_dir, "tree"))
         for pattern, replacement in renames:
             after = {pattern.sub(replacement, key): code for key, code in after.items()}

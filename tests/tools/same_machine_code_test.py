@@ -3,7 +3,8 @@
 a comment-only change keeps the machine code (exit 0, "identical"), a changed constant does not
 (exit 1, "DIFFERENT"), nor does a changed header the file includes (each side compiles against
 its own revision's headers), a kernel renamed by a template parameter matches again under
---map, and bad arguments exit 2 with a message. Needs nvcc (NVCC, or /usr/local/cuda/bin/nvcc)
+--map, a directory as the base compiles against its own headers, and bad arguments exit 2 with
+a message. Needs nvcc (NVCC, or /usr/local/cuda/bin/nvcc)
 and git; ctest runs it where CMake found CUDA. Exits 0 when every check holds."""
 import os
 import subprocess
@@ -86,6 +87,26 @@ def main():
         result = run(["shifted.cu"], repo)
         check(result.returncode == 1 and "DIFFERENT" in result.stdout,
               f"a header's change: rc {result.returncode}, {result.stdout}{result.stderr}")
+
+        # A directory as the base: its own copy of the file and headers.
+        with tempfile.TemporaryDirectory() as tree:
+            with open(os.path.join(tree, "offset.h"), "w") as f:
+                f.write("constexpr float kOffset = 2.f;\n")
+            with open(shifted) as f, open(os.path.join(tree, "shifted.cu"), "w") as g:
+                g.write(f.read())
+            result = run(["shifted.cu", tree], repo)
+            check(result.returncode == 0 and "1 of 1 kernels identical" in result.stdout,
+                  f"a tree with the same header: rc {result.returncode}, {result.stdout}"
+                  f"{result.stderr}")
+            with open(os.path.join(tree, "offset.h"), "w") as f:
+                f.write("constexpr float kOffset = 0.f;\n")
+            result = run(["shifted.cu", tree], repo)
+            check(result.returncode == 1 and "DIFFERENT" in result.stdout,
+                  f"a tree with its own header: rc {result.returncode}, {result.stdout}"
+                  f"{result.stderr}")
+            result = run(["scale.cu", tree], repo)
+            check(result.returncode == 2 and "has no scale.cu" in result.stderr,
+                  f"a tree without the file: rc {result.returncode}, {result.stderr}")
     return checks.status()
 
 
