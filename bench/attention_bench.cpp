@@ -261,7 +261,7 @@ bool time_kernel(const BenchKernel& kernel, int B, int T, int NH, int HS, int se
     for (int i = 0; i < repeats; ++i) forward(i);
     gpu::attention_hopper_forward_phases(phases);
     // Items and the consumers' total are counted by the persistent kernel only (by default
-    // T <= kHopperForwardPersistentMaxT).
+    // T <= hopper_forward_persistent_max_t(HS)).
     const double items = double(phases[gpu::kPhaseItems]);
     const double total = double(phases[gpu::kPhaseConsumerTotal]);
     if (items == 0 || total == 0) {

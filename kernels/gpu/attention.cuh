@@ -92,10 +92,15 @@ constexpr int kHopperRacingFromT = 2049;
 constexpr int kHopperConvertsDqFromT = 1024;
 
 /// The longest T at which the Hopper forward's shapes with a producer run persistent (a work
-/// queue over as many blocks as the SMs hold); a block an item above. Since the two-consumer
-/// forward stores O by TMA (H100: persistent +5% at 2K at both head sizes, +1% at 4K, -0.5 to
-/// -2.5% at 8K-16K; bench/NOTES.md, session seventeen).
-constexpr int kHopperForwardPersistentMaxT = 4096;
+/// queue over as many blocks as the SMs hold); a block an item above. H100, the persistent
+/// kernel against a block an item: head size 64 +5% at 2K, +1% at 4K (session seventeen), -1% at
+/// 8K and -2.4% at 16K even with its early scores (session twenty-three); head size 128 +5% at
+/// 2K, and now +1.9% at 8K and +1.8% at 16K, -0.7% at 32K (session twenty-three, three passes;
+/// session seventeen read -0.6% and -2.5% before the two-consumer loop of later sessions).
+/// bench/NOTES.md has both.
+constexpr int hopper_forward_persistent_max_t(int head_size) {
+  return head_size == 128 ? 16384 : 4096;
+}
 
 /// The longest T at which the Hopper backward at head size 128 writes dK and dV through shared
 /// memory (16-byte row pieces) rather than from registers: H100, +12-15% at 512-1K, +6% at
@@ -129,7 +134,8 @@ struct AttentionConfig {
   // many as the SMs hold), for tests too.
   int forward_max_blocks = 0;
   // Hopper forward: persistent up to this T, a block an item above; -1: the default
-  // (kHopperForwardPersistentMaxT, or GPT2_HOPPER_FORWARD_PERSISTENT_MAX_T when set). Tests set
+  // (hopper_forward_persistent_max_t(head size), or GPT2_HOPPER_FORWARD_PERSISTENT_MAX_T when
+  // set). Tests set
   // it to check both kernels on small shapes.
   int forward_persistent_max_t = -1;
   HopperForwardShape forward_shape = HopperForwardShape::kAuto;

@@ -34,7 +34,7 @@ bool attention_hopper_compiled();
 /// kHopperForwardWorkspaceBytes, of which the forward uses the work counter only, and only when
 /// persistent (a shape with a producer at T <= persistent_max_t, or max_blocks > 0); otherwise
 /// none, and it may be null.
-/// persistent_max_t: -1 for the default (kHopperForwardPersistentMaxT, or the environment's
+/// persistent_max_t: -1 for the default (hopper_forward_persistent_max_t, or the environment's
 /// GPT2_HOPPER_FORWARD_PERSISTENT_MAX_T when set).
 /// shape: the forward's block shape; kAuto picks attention_hopper_forward_shape(T, head size).
 /// rows: the query rows computed (attention.cuh's QueryRows; count 0: all).

@@ -9,9 +9,9 @@
  *    about two waves of items), a group's items longest row first and heads interleaved, so
  *    the K and V tiles that a group's items re-read stay in L2 (ordered by row alone, a wave at
  *    short T spans every head, and the re-reads came from DRAM: 1K was 20% slower);
- *  - the shapes with a producer at T <= 4096 (kHopperForwardPersistentMaxT), or at any T when
- *    the caller caps the grid (max_blocks > 0), run persistent (HopperForwardTraits::
- *    kPersistent): as many blocks as the SMs hold, each taking its next item from a work
+ *  - the shapes with a producer at T <= 4096 at head size 64 and T <= 16384 at 128
+ *    (hopper_forward_persistent_max_t), or at any T when the caller caps the grid
+ *    (max_blocks > 0), run persistent (HopperForwardTraits::kPersistent): as many blocks as the SMs hold, each taking its next item from a work
  *    queue (WorkQueue: a counter in the workspace, zeroed on the stream before the launch)
  *    until none is left, its rings and barriers running on from item to item, so the next
  *    item's Q and first K and V tiles load while the consumers finish the last one and write
@@ -19,8 +19,8 @@
  *    head groups do not align with waves of blocks (a fixed order gave some blocks two long
  *    items in a row, bench/NOTES.md);
  *  - otherwise (longer T, and the shape without a producer at any T) one block an item, unit
- *    blockIdx.x, its rings from use 0, no queue and no workspace: the persistent kernel
- *    measured 0.5-2.5% slower from T = 8K up;
+ *    blockIdx.x, its rings from use 0, no queue and no workspace: there the persistent kernel
+ *    measured 1-2.4% slower (head size 64, 8K-16K) or level (128, 32K);
  *  - warpgroup 0 is the producer: one thread issues TMA copies of the item's Q tile and of a
  *    ring of kStages K and V tiles (kBlockN keys each, key tiles from the diagonal down), gives
  *    its registers away (setmaxnreg) and waits on the ring's empty barriers; persistent, it
@@ -743,12 +743,13 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kBlocksPerSm)
 }
 
 // The longest T whose forward runs persistent (the shapes with a producer) by default:
-// kHopperForwardPersistentMaxT, or GPT2_HOPPER_FORWARD_PERSISTENT_MAX_T for the benchmark's A/B
-// of the two kernels on one build (read once; a value that is not a whole number is an error).
-int default_persistent_max_t() {
-  static const int max_t = attention_hopper_env_knob("GPT2_HOPPER_FORWARD_PERSISTENT_MAX_T",
-                                                     kHopperForwardPersistentMaxT);
-  return max_t;
+// hopper_forward_persistent_max_t(head_size), or GPT2_HOPPER_FORWARD_PERSISTENT_MAX_T at every
+// head size for the benchmark's A/B of the two kernels on one build (read once; a value that is
+// not a whole number is an error).
+int default_persistent_max_t(int head_size) {
+  static const int from_env =
+      attention_hopper_env_knob("GPT2_HOPPER_FORWARD_PERSISTENT_MAX_T", -1);
+  return from_env >= 0 ? from_env : hopper_forward_persistent_max_t(head_size);
 }
 
 template <typename Traits>
@@ -855,7 +856,7 @@ void attention_hopper_forward(bf16* out, float* lse, const bf16* qkv, int B, int
              ")");
   GPT2_CHECK(persistent_max_t >= -1, "the Hopper forward's persistent_max_t must be >= -1 (got ",
              persistent_max_t, ")");
-  if (persistent_max_t < 0) persistent_max_t = default_persistent_max_t();
+  if (persistent_max_t < 0) persistent_max_t = default_persistent_max_t(head_size);
   if (shape == HopperForwardShape::kAuto) shape = attention_hopper_forward_shape(T, head_size);
   auto launch_traits = [&](auto traits) {
     launch_hopper_forward<decltype(traits)>(out, lse, qkv, B, T, C, NH, workspace, rows,

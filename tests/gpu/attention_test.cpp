@@ -377,8 +377,8 @@ const std::vector<RowsCase>& rows_cases() {
       {{1, 1000, 3, 64, 1.0}, {1, {256, 0}, {640, 0}}},
       {{2, 513, 3, 128, 1.0}, {2, {0, 256}, {128, 513}}},
       {{1, 1024, 3, 128, 2.0}, {2, {256, 768}, {512, 896}}},
-      // Rows past 1024 in the persistent forward (up to kHopperForwardPersistentMaxT); a block
-      // an item: T = 4200 below.
+      // Rows past 1024 in the persistent forward (head size 64: up to T = 4096,
+      // hopper_forward_persistent_max_t); a block an item: T = 4200 below.
       {{1, 1300, 3, 64, 1.0}, {2, {256, 1024}, {640, 1300}}}};
   return cases;
 }
