@@ -136,7 +136,9 @@ struct HopperForwardTraits {
   // P V is, so that GEMM runs under the P V and the epilogue, and the wait for the next item's
   // Q and unit overlaps the P V; the next item then starts at its first softmax. (Persistent
   // items are short: at head size 64, 1K, the Q wait, last P V and epilogue were a fifth of an
-  // item, bench/NOTES.md session seventeen.) Two consumers keep their turns.
+  // item, bench/NOTES.md session seventeen.) Two consumers keep their turns: early scores there
+  // measured level at 2K-16K and 2-3% slower at 1K, the S issued after the turn or within it
+  // (head size 128, session twenty-three).
   static constexpr bool kEarlyScores = kPersistent && kConsumers == 1;
   // Query tiles: persistent, more than one, so the next item's Q is copied while this item
   // runs (its copy is issued once the producer has issued this item's K and V, two key tiles
