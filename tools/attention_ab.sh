@@ -10,16 +10,21 @@
 #   tools/attention_ab.sh before --seq-lens 1024,16384 --kernels flash-hopper,flash-hopper-det
 #   PASSES=3 tools/attention_ab.sh 1becf86 --head-sizes 128
 #   VARIANTS="v1=p1.diff v2=p2.diff" tools/attention_ab.sh before --seq-lens 8192,16384
+#   NEW_ENV=GPT2_HOPPER_FORWARD_PERSISTENT_MAX_T=32768 tools/attention_ab.sh . --measure fwd
 #
 # BASE: a directory holding the base sources (e.g. made here with `git archive REV | tar -x -C
 # before`, and carried to the GPU machine), or a revision of this repository (git archive of it;
-# on a machine whose copy of .git may lag the working tree, a directory is the sure way).
+# on a machine whose copy of .git may lag the working tree, a directory is the sure way), or
+# `.`: this tree, whose one build then runs as both sides (an A/B of BASE_ENV against NEW_ENV,
+# or with neither, of the build against itself: the spread).
 # Environment: PASSES (2), OUT_DIR (out/attention-ab), CUDA_ARCH (90a), RUN_TIMEOUT (seconds a
 # benchmark run may take, 600: a pass over 512-16K at both head sizes takes 30-70 s a kernel;
 # a run cut short keeps the points it measured, as the benchmark rewrites its CSV after each T),
 # VARIANTS ("NAME=PATCH ...": more trees, each this tree with a patch applied (git apply), built
 # beside the two and run in the same passes, each summarized against base as well: several
-# versions of an idea A/B'd in one call).
+# versions of an idea A/B'd in one call), BASE_ENV and NEW_ENV ("NAME=VALUE ...": environment
+# variables for the base side's runs, and for the new side's and the variants', e.g. the Hopper
+# kernels' tuning knobs: an A/B of two settings on one build).
 # The options go to every build's benchmark (--csv is the tool's own).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +46,14 @@ RUN_TIMEOUT=${RUN_TIMEOUT:-600}
 case "$PASSES" in
   ''|*[!0-9]*|0) echo "attention_ab: PASSES must be a whole number >= 1" >&2; exit 2 ;;
 esac
+for entry in ${BASE_ENV:-} ${NEW_ENV:-}; do
+  case "$entry" in
+    [A-Za-z_]*=*) name=${entry%%=*}
+      case "$name" in *[!A-Za-z0-9_]*) ;; *) continue ;; esac ;;
+  esac
+  echo "attention_ab: BASE_ENV and NEW_ENV take NAME=VALUE entries (got '$entry')" >&2
+  exit 2
+done
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 
@@ -82,9 +95,14 @@ for entry in ${VARIANTS:-}; do
   variants+=("$name")
 done
 
+# BASE `.`: base runs the new side's build.
+shared_build=0
+[ "$base_src" = "$(pwd)" ] && shared_build=1
 jobs=$(nproc)
 trees=(new base "${variants[@]}")
-tree_jobs=$(( jobs / ${#trees[@]} > 0 ? jobs / ${#trees[@]} : 1 ))
+built=(new "${variants[@]}")
+[ "$shared_build" -eq 1 ] || built+=(base)
+tree_jobs=$(( jobs / ${#built[@]} > 0 ? jobs / ${#built[@]} : 1 ))
 build() {  # source dir, build dir, jobs, log
   cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" \
     >"$4" 2>&1 && cmake --build "$2" -j "$3" --target gpt2-attention-bench >>"$4" 2>&1
@@ -92,16 +110,24 @@ build() {  # source dir, build dir, jobs, log
 source_of() {
   case "$1" in base) echo "$base_src" ;; new) echo . ;; *) echo "$OUT_DIR/src-$1" ;; esac
 }
-echo "==== building ${trees[*]} side by side (base: $base_src; new: this tree)"
+binary_of() {
+  local side=$1
+  [ "$side" = base ] && [ "$shared_build" -eq 1 ] && side=new
+  echo "$OUT_DIR/build-$side/gpt2-attention-bench"
+}
+env_of() { if [ "$1" = base ]; then echo "${BASE_ENV:-}"; else echo "${NEW_ENV:-}"; fi; }
+echo "==== building ${built[*]} side by side (base: $base_src; new: this tree)"
+[ -n "${BASE_ENV:-}${NEW_ENV:-}" ] &&
+  echo "==== base runs with '${BASE_ENV:-}', new and variants with '${NEW_ENV:-}'"
 pids=()
-for side in "${trees[@]}"; do
+for side in "${built[@]}"; do
   build "$(source_of "$side")" "$OUT_DIR/build-$side" "$tree_jobs" "$OUT_DIR/build-$side.log" &
   pids+=($!)
 done
-for i in "${!trees[@]}"; do
+for i in "${!built[@]}"; do
   if ! wait "${pids[$i]}"; then
-    echo "attention_ab: the ${trees[$i]} build failed ($OUT_DIR/build-${trees[$i]}.log):" >&2
-    grep -E "error" "$OUT_DIR/build-${trees[$i]}.log" | head -20 >&2
+    echo "attention_ab: the ${built[$i]} build failed ($OUT_DIR/build-${built[$i]}.log):" >&2
+    grep -E "error" "$OUT_DIR/build-${built[$i]}.log" | head -20 >&2
     exit 1
   fi
 done
@@ -113,7 +139,8 @@ for pass in $(seq 1 "$PASSES"); do
   for side in $order; do
     echo "==== pass $pass: $side"
     status=0
-    timeout "$RUN_TIMEOUT" "$OUT_DIR/build-$side/gpt2-attention-bench" "$@" \
+    # shellcheck disable=SC2046  # NAME=VALUE words, checked above
+    env $(env_of "$side") timeout "$RUN_TIMEOUT" "$(binary_of "$side")" "$@" \
       --csv "$OUT_DIR/${side}_$pass.csv" >"$OUT_DIR/${side}_$pass.log" 2>&1 || status=$?
     if [ "$status" -ne 0 ]; then
       echo "attention_ab: $side pass $pass exited $status ($OUT_DIR/${side}_$pass.log)" >&2

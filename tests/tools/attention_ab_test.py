@@ -134,6 +134,7 @@ mark = os.path.join(source, "variant_bwd")  # a variant's patch adds this file
 if source != "." and os.path.isfile(mark):
     with open(mark) as f:
         bwd = int(f.read())
+bwd = int(os.environ.get("FAKE_BWD", bwd))  # BASE_ENV / NEW_ENV
 csv_path = sys.argv[sys.argv.index("--csv") + 1]
 with open(os.path.join(os.path.dirname(csv_path), "order.txt"), "a") as f:
     f.write(here + "\\n")
@@ -190,5 +191,26 @@ chmod +x "$2/gpt2-attention-bench"
                                 cwd=ROOT, env={**env, "VARIANTS": entry})
         check(result.returncode == 2 and expect in result.stderr,
               f"VARIANTS={entry}: {result.returncode} {result.stderr[-200:]}")
+
+    # BASE `.`: one build of this tree runs as both sides, base with BASE_ENV and new with
+    # NEW_ENV; entries that are not NAME=VALUE exit 2.
+    out_dir = os.path.join(tmp, "envs")
+    env = {**os.environ, "PATH": fake_bin + os.pathsep + os.environ["PATH"], "OUT_DIR": out_dir,
+           "PASSES": "2"}
+    result = subprocess.run(["bash", SCRIPT, ".", "--seq-lens", "1024"], capture_output=True,
+                            text=True, cwd=ROOT, env={**env, "BASE_ENV": "FAKE_BWD=200",
+                                                      "NEW_ENV": "FAKE_BWD=230 OTHER_KNOB=1"})
+    check(result.returncode == 0, f"envs: exit {result.returncode}: {result.stderr[-300:]}")
+    check(table(result.stdout).get(("64", "1024", "det"), [])[3:6]
+          == ["200.0/200.0", "230.0/230.0", "1.150"], f"envs: {result.stdout[-600:]}")
+    check(not os.path.exists(os.path.join(out_dir, "build-base")), "envs: base was built apart")
+    with open(os.path.join(out_dir, "order.txt")) as f:
+        order = [os.path.basename(line.strip()) for line in f]
+    check(order == ["build-new"] * 4, f"envs order: {order}")
+    for name, entry in (("BASE_ENV", "1X=2"), ("NEW_ENV", "NO_VALUE"), ("NEW_ENV", "A-B=1")):
+        result = subprocess.run(["bash", SCRIPT, "."], capture_output=True, text=True, cwd=ROOT,
+                                env={**env, name: entry})
+        check(result.returncode == 2 and "NAME=VALUE" in result.stderr,
+              f"{name}={entry}: {result.returncode} {result.stderr[-200:]}")
 
 checks.finish()
