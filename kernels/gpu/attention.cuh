@@ -95,8 +95,8 @@ constexpr int kHopperConvertsDqFromT = 1024;
 /// queue over as many blocks as the SMs hold); a block an item above. H100, the persistent
 /// kernel against a block an item: head size 64 +5% at 2K, +1% at 4K (session seventeen), -1% at
 /// 8K and -2.4% at 16K even with its early scores (session twenty-three); head size 128 +5% at
-/// 2K, and now +1.9% at 8K and +1.8% at 16K, -0.7% at 32K (session twenty-three, three passes;
-/// session seventeen read -0.6% and -2.5% before the two-consumer loop of later sessions).
+/// 2K, and now +1.9-2.9% at 8K and -0.2 to +1.8% at 16K, level at 32K (session twenty-three,
+/// three machines; session seventeen read -0.6% and -2.5% before the later two-consumer loop).
 /// bench/NOTES.md has both.
 constexpr int hopper_forward_persistent_max_t(int head_size) {
   return head_size == 128 ? 16384 : 4096;
