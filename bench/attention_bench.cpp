@@ -22,8 +22,11 @@
  * digests from two builds show a change left a deterministic kernel's results bit for bit.
  * Prints a table and writes CSV (--csv, default out/attention_bench.csv), rewritten whole (and
  * atomically) after every T, so that a run cut short keeps the points it measured.
+ * --remeasure K takes each timing K times on the same buffers and prints every one (the CSV
+ * keeps the first): whether a spread between timings stays with one allocation.
  */
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
@@ -169,6 +172,9 @@ struct Timing {
   double fwd_mhz = NAN, bwd_mhz = NAN, fwdbwd_mhz = NAN;
   uint64_t out_digest = 0, dqkv_digest = 0;  // of set 0's results; 0 when the kernel did not run
   int sets = 0;
+  // --remeasure K > 1: the K - 1 further medians {fwd, bwd, f+b} (ms) on the same buffers, so a
+  // spread that stays with one allocation (placement) can be told from one that does not.
+  std::vector<std::array<double, 3>> again_ms;
 };
 
 /// Which timings a run takes (--measure): a forward-only A/B skips the other two.
@@ -198,8 +204,8 @@ Measured parse_measured(const std::string& list) {
 /// fit in free memory.
 bool time_kernel(const BenchKernel& kernel, int B, int T, int NH, int HS, int sets,
                  const std::vector<uint16_t>& random_values, int warmup, int repeats, int burst,
-                 const Measured& measured, const gpu::Context& ctx, Timing* timing,
-                 std::vector<float>* out, std::vector<float>* dqkv) {
+                 int remeasure, const Measured& measured, const gpu::Context& ctx,
+                 Timing* timing, std::vector<float>* out, std::vector<float>* dqkv) {
   const int C = NH * HS;
   const size_t n_out = size_t(B) * T * C;
   cudaStream_t stream = ctx.stream();
@@ -249,9 +255,19 @@ bool time_kernel(const BenchKernel& kernel, int B, int T, int NH, int HS, int se
     timing->fwd_ms = median_ms(forward, warmup, repeats, burst, stream, &timing->fwd_mhz);
   if (measured.bwd)
     timing->bwd_ms = median_ms(backward, warmup, repeats, burst, stream, &timing->bwd_mhz);
+  auto both = [&](int i) {
+    forward(i);
+    backward(i);
+  };
   if (measured.fwdbwd)
-    timing->fwdbwd_ms = median_ms([&](int i) { forward(i); backward(i); }, warmup, repeats,
-                                  burst, stream, &timing->fwdbwd_mhz);
+    timing->fwdbwd_ms = median_ms(both, warmup, repeats, burst, stream, &timing->fwdbwd_mhz);
+  for (int r = 1; r < remeasure; ++r) {
+    std::array<double, 3> again{NAN, NAN, NAN};
+    if (measured.fwd) again[0] = median_ms(forward, warmup, repeats, burst, stream);
+    if (measured.bwd) again[1] = median_ms(backward, warmup, repeats, burst, stream);
+    if (measured.fwdbwd) again[2] = median_ms(both, warmup, repeats, burst, stream);
+    timing->again_ms.push_back(again);
+  }
 #if defined(GPT2_FORWARD_PHASES)
   if (kernel.kernel == gpu::AttentionKernel::kFlashHopper) {
     // Profiling build: the forward's phases over `repeats` calls, per item and as shares of
@@ -300,7 +316,10 @@ cxxopts::Options bench_command_line() {
       ("head-sizes", "comma-separated HS (64, 128)", cxxopts::value<std::string>()->default_value("64,128"))
       ("kernels", "comma-separated: naive, flash-portable, flash-hopper, flash-hopper-det (deterministic dQ), flash-hopper-racing (racing dQ at every T), the last three with /fwd128, /fwd64 or /fwd64w1 (64 rows, no producer warpgroup) to force the forward's block shape; default: all that run here", cxxopts::value<std::string>()->default_value(""))
       ("sets", "input sets rotated between runs (0: enough to exceed 4x the L2 cache)", cxxopts::value<int>()->default_value("0"))
-      ("measure", "comma-separated timings to take: fwd, bwd, fwdbwd (the others NaN; the validation runs both)", cxxopts::value<std::string>()->default_value("fwd,bwd,fwdbwd"));
+      ("measure", "comma-separated timings to take: fwd, bwd, fwdbwd (the others NaN; the validation runs both)", cxxopts::value<std::string>()->default_value("fwd,bwd,fwdbwd"))
+      ("remeasure", "take each timing this many times on the same buffers: the first in the "
+                    "CSV, all printed (does a spread stay with one allocation?)",
+       cxxopts::value<int>()->default_value("1"));
   bench::add_timing_options(cli, 3, 10, "out/attention_bench.csv");
   return cli;
 }
@@ -317,6 +336,9 @@ int bench_main(int argc, char** argv) {
   const int burst = args["burst"].as<int>();
   const std::vector<int> head_sizes = parse_positive_int_list("head-sizes", args["head-sizes"].as<std::string>());
   const std::vector<int> seq_lens = parse_positive_int_list("seq-lens", args["seq-lens"].as<std::string>());
+  const int remeasure = args["remeasure"].as<int>();
+  if (remeasure < 1 || remeasure > 100)
+    GPT2_USAGE_FAIL("--remeasure takes 1 to 100 (got ", remeasure, ")");
   if (NH < 1 || repeats < 1 || burst < 1 || warmup < 0 || args["sets"].as<int>() < 0)
     GPT2_USAGE_FAIL("need --heads >= 1, --repeats >= 1, --burst >= 1, --warmup >= 0, --sets >= 0");
   for (int hs : head_sizes)
@@ -376,7 +398,7 @@ int bench_main(int argc, char** argv) {
         // Validation on set 0 (fresh outputs), against the first kernel that ran.
         std::vector<float> out, dqkv;
         if (!time_kernel(kernels[k], B, T, NH, HS, sets, random_values, warmup, repeats, burst,
-                         measured, ctx, &timings[k], &out, &dqkv))
+                         remeasure, measured, ctx, &timings[k], &out, &dqkv))
           continue;
         Timing& timing = timings[k];
         timing.out_digest = bit_digest(out);
@@ -398,6 +420,13 @@ int bench_main(int argc, char** argv) {
                     tflops(fwd_flops, t.fwd_ms), tflops(2.5 * fwd_flops, t.bwd_ms),
                     tflops(3.5 * fwd_flops, t.fwdbwd_ms), t.err_out, t.err_dqkv, t.fwd_mhz,
                     t.bwd_mhz, t.fwdbwd_mhz);
+        for (size_t r = 0; r < t.again_ms.size(); ++r) {
+          const std::array<double, 3>& again = t.again_ms[r];
+          std::printf("%4d %6d %3d %-15s | again %zu/%zu on the same buffers: %.1f / %.1f / %.1f "
+                      "TFLOP/s\n", HS, T, B, name, r + 2, t.again_ms.size() + 1,
+                      tflops(fwd_flops, again[0]), tflops(2.5 * fwd_flops, again[1]),
+                      tflops(3.5 * fwd_flops, again[2]));
+        }
         csv << '"' << ctx.device_name() << "\"," << HS << ',' << T << ',' << B << ',' << NH << ','
             << name << ',' << (kernels[k].deterministic ? 1 : 0) << ',' << t.sets << ','
             << t.fwd_ms << ',' << t.bwd_ms << ',' << t.fwdbwd_ms << ',' << tflops(fwd_flops, t.fwd_ms) << ','

@@ -63,6 +63,8 @@ TEST_F(AttentionBenchCli, BadValuesExitTwoBeforeTheDevice) {
   expect_usage_error(bench_, {"--repeats", "0"}, "--repeats");
   expect_usage_error(bench_, {"--measure", "fwd,grad"}, "--measure");
   expect_usage_error(bench_, {"--measure", ""}, "--measure names nothing");
+  expect_usage_error(bench_, {"--remeasure", "0"}, "--remeasure takes 1 to 100");
+  expect_usage_error(bench_, {"--remeasure", "101"}, "--remeasure takes 1 to 100");
   expect_usage_error(bench_, {"--csv"}, "gpt2-attention-bench: error: --csv needs a value");
   expect_usage_error(bench_, {"--csv", "/dev/null/x", "--repeats"}, "--repeats needs a value");
 }
