@@ -10,10 +10,10 @@
  * that is faster) and flash-hopper-det (fixed-order dQ, bit-identical runs). Asked for,
  * flash-hopper-racing is the racing backward at every T.
  * Each kernel is validated once against a reference kernel (naive where it fits in memory, else
- * flash-portable: relative L2 of out and dqkv), then timed: --warmup untimed calls, then --repeats
- * timed runs of --burst calls each, back to back between two events (so the host's launch work
- * overlaps the GPU's, as in training, instead of idling it at the start of every run); the
- * median run divided by --burst reported.
+ * flash-portable: relative L2 of out and dqkv), then timed: --warmup untimed calls (and more for
+ * --warmup-ms: bench/gpu_timing.h), then --repeats timed runs of --burst calls each, back to
+ * back between two events (so the host's launch work overlaps the GPU's, as in training,
+ * instead of idling it at the start of every run); the median run divided by --burst reported.
  * Backward runs are timed on the forward outputs of the same set. Never asserts.
  * FLOPs (FlashAttention's convention; causal: the masked half not counted; recomputation not
  * counted): forward 4 B NH T^2 HS / 2, backward 2.5 x forward, forward+backward 3.5 x forward.
@@ -203,7 +203,7 @@ Measured parse_measured(const std::string& list) {
 /// dqkv land in *out and *dqkv for the validation; false (a NaN row) when even one set does not
 /// fit in free memory.
 bool time_kernel(const BenchKernel& kernel, int B, int T, int NH, int HS, int sets,
-                 const std::vector<uint16_t>& random_values, int warmup, int repeats, int burst,
+                 const std::vector<uint16_t>& random_values, const bench::TimingPlan& plan,
                  int remeasure, const Measured& measured, const gpu::Context& ctx,
                  Timing* timing, std::vector<float>* out, std::vector<float>* dqkv) {
   const int C = NH * HS;
@@ -252,29 +252,29 @@ bool time_kernel(const BenchKernel& kernel, int B, int T, int NH, int HS, int se
   for (int i = 0; i < kernel_sets; ++i) forward(i);  // every set holds its forward outputs
   timing->sets = kernel_sets;
   if (measured.fwd)
-    timing->fwd_ms = median_ms(forward, warmup, repeats, burst, stream, &timing->fwd_mhz);
+    timing->fwd_ms = median_ms(forward, plan, stream, &timing->fwd_mhz);
   if (measured.bwd)
-    timing->bwd_ms = median_ms(backward, warmup, repeats, burst, stream, &timing->bwd_mhz);
+    timing->bwd_ms = median_ms(backward, plan, stream, &timing->bwd_mhz);
   auto both = [&](int i) {
     forward(i);
     backward(i);
   };
   if (measured.fwdbwd)
-    timing->fwdbwd_ms = median_ms(both, warmup, repeats, burst, stream, &timing->fwdbwd_mhz);
+    timing->fwdbwd_ms = median_ms(both, plan, stream, &timing->fwdbwd_mhz);
   for (int r = 1; r < remeasure; ++r) {
     std::array<double, 3> again{NAN, NAN, NAN};
-    if (measured.fwd) again[0] = median_ms(forward, warmup, repeats, burst, stream);
-    if (measured.bwd) again[1] = median_ms(backward, warmup, repeats, burst, stream);
-    if (measured.fwdbwd) again[2] = median_ms(both, warmup, repeats, burst, stream);
+    if (measured.fwd) again[0] = median_ms(forward, plan, stream);
+    if (measured.bwd) again[1] = median_ms(backward, plan, stream);
+    if (measured.fwdbwd) again[2] = median_ms(both, plan, stream);
     timing->again_ms.push_back(again);
   }
 #if defined(GPT2_FORWARD_PHASES)
   if (kernel.kernel == gpu::AttentionKernel::kFlashHopper) {
-    // Profiling build: the forward's phases over `repeats` calls, per item and as shares of
+    // Profiling build: the forward's phases over plan.repeats calls, per item and as shares of
     // the consumers' time (attention_hopper.cuh).
     unsigned long long phases[gpu::kForwardPhases];
     gpu::attention_hopper_forward_phases(phases);  // clears what the timing left
-    for (int i = 0; i < repeats; ++i) forward(i);
+    for (int i = 0; i < plan.repeats; ++i) forward(i);
     gpu::attention_hopper_forward_phases(phases);
     // Items and the consumers' total are counted by the persistent kernel only (by default
     // T <= hopper_forward_persistent_max_t(HS)).
@@ -289,7 +289,7 @@ bool time_kernel(const BenchKernel& kernel, int B, int T, int NH, int HS, int se
                                                 "consumer total", "producer q_empty"};
       std::printf("  phases (T %d, HS %d, %s): %.0f consumer-items a call; cycles per\n"
                   "  consumer-item and share of the consumers' time\n",
-                  T, HS, kernel.name.c_str(), items / repeats);
+                  T, HS, kernel.name.c_str(), items / plan.repeats);
       for (int k = 1; k < gpu::kForwardPhases; ++k)
         std::printf("    %-17s %9.0f  %5.1f%%\n", names[k], phases[k] / items,
                     100.0 * phases[k] / total);
@@ -332,15 +332,13 @@ int bench_main(int argc, char** argv) {
     return 0;
   }
   const int NH = args["heads"].as<int>();
-  const int warmup = args["warmup"].as<int>(), repeats = args["repeats"].as<int>();
-  const int burst = args["burst"].as<int>();
+  const bench::TimingPlan plan = bench::timing_plan(args);
   const std::vector<int> head_sizes = parse_positive_int_list("head-sizes", args["head-sizes"].as<std::string>());
   const std::vector<int> seq_lens = parse_positive_int_list("seq-lens", args["seq-lens"].as<std::string>());
   const int remeasure = args["remeasure"].as<int>();
   if (remeasure < 1 || remeasure > 100)
     GPT2_USAGE_FAIL("--remeasure takes 1 to 100 (got ", remeasure, ")");
-  if (NH < 1 || repeats < 1 || burst < 1 || warmup < 0 || args["sets"].as<int>() < 0)
-    GPT2_USAGE_FAIL("need --heads >= 1, --repeats >= 1, --burst >= 1, --warmup >= 0, --sets >= 0");
+  if (NH < 1 || args["sets"].as<int>() < 0) GPT2_USAGE_FAIL("need --heads >= 1 and --sets >= 0");
   for (int hs : head_sizes)
     if (hs != 64 && hs != 128) GPT2_USAGE_FAIL("--head-sizes takes 64 and 128 (got ", hs, ")");
   const Measured measured = parse_measured(args["measure"].as<std::string>());
@@ -357,8 +355,8 @@ int bench_main(int argc, char** argv) {
   gpu::Context ctx;
   cudaDeviceProp prop{};
   GPT2_CUDA_CHECK(cudaGetDeviceProperties(&prop, ctx.device()));
-  std::printf("gpt2-attention-bench on %s: bf16, causal, NH=%d, median of %d runs of %d calls "
-              "after %d\n", ctx.device_name().c_str(), NH, repeats, burst, warmup);
+  std::printf("gpt2-attention-bench on %s: bf16, causal, NH=%d, %s\n",
+              ctx.device_name().c_str(), NH, bench::describe(plan).c_str());
   std::printf("%4s %6s %3s %-15s | %9s %9s %9s | %8s %8s %8s | %9s %9s | %s\n", "HS", "T", "B",
               "kernel", "fwd ms", "bwd ms", "f+b ms", "fwd TF/s", "bwd TF/s", "f+b TF/s",
               "err out", "err dqkv", "SM MHz f/b/f+b");
@@ -397,8 +395,8 @@ int bench_main(int argc, char** argv) {
       for (size_t k = 0; k < kernels.size(); ++k) {
         // Validation on set 0 (fresh outputs), against the first kernel that ran.
         std::vector<float> out, dqkv;
-        if (!time_kernel(kernels[k], B, T, NH, HS, sets, random_values, warmup, repeats, burst,
-                         remeasure, measured, ctx, &timings[k], &out, &dqkv))
+        if (!time_kernel(kernels[k], B, T, NH, HS, sets, random_values, plan, remeasure,
+                         measured, ctx, &timings[k], &out, &dqkv))
           continue;
         Timing& timing = timings[k];
         timing.out_digest = bit_digest(out);

@@ -11,9 +11,9 @@
  *    dW = dY^T X (dY^T's and X^T's copies), and the casts that make the operands: X and dY
  *    each cast once in both orders (fp8_cast_transpose; the weights' copies are made once per
  *    optimizer step and not counted).
- * Median of --repeats runs of --burst calls after --warmup. FLOPs 2 M OC IC per GEMM. The
- * summary per width: the block's four layers, bf16 against FP8 with and without the casts.
- * Never asserts; prints a table and writes CSV (--csv).
+ * Median of --repeats runs of --burst calls after --warmup (and --warmup-ms). FLOPs 2 M OC IC
+ * per GEMM. The summary per width: the block's four layers, bf16 against FP8 with and without
+ * the casts. Never asserts; prints a table and writes CSV (--csv).
  */
 #include <cstdio>
 #include <sstream>
@@ -64,11 +64,11 @@ struct LayerTimes {
 };
 
 struct Timer {
-  int warmup, repeats, burst;
+  bench::TimingPlan plan;
   cudaStream_t stream;
   template <typename F>
   double operator()(F&& launch) const {
-    return bench::median_ms([&](int) { launch(); }, warmup, repeats, burst, stream);
+    return bench::median_ms([&](int) { launch(); }, plan, stream);
   }
 };
 
@@ -166,20 +166,17 @@ int gemm_main(int argc, char** argv) {
   const std::vector<int> widths =
       parse_positive_int_list("widths", args["widths"].as<std::string>());
   const int M = args["tokens"].as<int>();
-  const Timer timer_args{args["warmup"].as<int>(), args["repeats"].as<int>(),
-                         args["burst"].as<int>(), nullptr};
-  if (M < 16 || M % 16 != 0 || timer_args.repeats < 1 || timer_args.burst < 1 ||
-      timer_args.warmup < 0)
-    GPT2_USAGE_FAIL("need --tokens a positive multiple of 16, --repeats >= 1, --burst >= 1, "
-                    "--warmup >= 0");
+  const bench::TimingPlan plan = bench::timing_plan(args);
+  if (M < 16 || M % 16 != 0)
+    GPT2_USAGE_FAIL("need --tokens a positive multiple of 16 (got ", M, ")");
   for (int C : widths)
     if (C < 16 || C % 16 != 0) GPT2_USAGE_FAIL("--widths must be multiples of 16 (got ", C, ")");
   const std::string csv_path = args["csv"].as<std::string>();
   check_output_path("--csv", csv_path);
   gpu::Context ctx;
-  const Timer timer{timer_args.warmup, timer_args.repeats, timer_args.burst, ctx.stream()};
-  std::printf("gpt2-gemm-bench on %s: M=%d, median of %d runs of %d calls after %d; ms per call\n",
-              ctx.device_name().c_str(), M, timer.repeats, timer.burst, timer.warmup);
+  const Timer timer{plan, ctx.stream()};
+  std::printf("gpt2-gemm-bench on %s: M=%d, %s; ms per call\n", ctx.device_name().c_str(), M,
+              bench::describe(plan).c_str());
   std::printf("%5s %-7s %5s %5s | %8s %8s | %8s %8s %8s | %8s %8s | %8s %8s %8s | %7s %7s\n",
               "C", "layer", "OC", "IC", "bf16 fwd", "bf16 bwd", "fp8 fwd", "fp8 dgr", "fp8 wgr",
               "cast x", "cast dy", "fwd gelu", "dgr dgelu", "wgr +=", "bf16 TF", "fp8 TF");

@@ -8,18 +8,18 @@ own layout copies count. --layout separate: three contiguous (B, NH, T, HS) tens
 kernels' best case (FlashAttention's benchmark layout), to compare kernel with kernel. Forward,
 backward (dqkv written into a cleared .grad) and forward+backward are each measured over bursts
 of --burst calls back to back (as gpt2-attention-bench times ours, so the GPU is under the same
-sustained load), per call: median of --repeats bursts after --warmup, inputs rotated among
-enough sets to overflow the L2 cache. --timing kernels (default): the GPU time of the burst's
-kernels and copies as the CUDA profiler (CUPTI, through torch.profiler) records them, summed, so
-Python's and the dispatcher's host time (which at short T exceeds the kernels' and varies
-between machines) is not counted, nor the gaps between kernels (which this project's timings
-include); --timing eager: CUDA events around the Python calls; --timing graph: each burst
-captured once as a CUDA graph and CUDA events around its replays, so PyTorch's kernels run back
-to back with no host time between them, exactly as ours are timed. The summed kernel time leaves
-the GPU idle between bursts while the profiler collects (PyTorch's kernels then run at higher
-clocks under the power cap than back-to-back ones do: bench/NOTES.md, session twenty); the graph
-timing keeps the load of our bursts without counting host time. FLOPs by FlashAttention's
-convention: forward 4 B NH T^2 HS / 2 (causal), backward 2.5x, both 3.5x.
+sustained load), per call: median of --repeats bursts after --warmup (and --warmup-ms), inputs
+rotated among enough sets to overflow the L2 cache. --timing kernels (default): the GPU time of
+the burst's kernels and copies as the CUDA profiler (CUPTI, through torch.profiler) records
+them, summed, so Python's and the dispatcher's host time (which at short T exceeds the kernels'
+and varies between machines) is not counted, nor the gaps between kernels (which this project's
+timings include); --timing eager: CUDA events around the Python calls; --timing graph: each
+burst captured once as a CUDA graph and CUDA events around its replays, so PyTorch's kernels run
+back to back with no host time between them, exactly as ours are timed. The summed kernel time
+leaves the GPU idle between bursts while the profiler collects (PyTorch's kernels then run at
+higher clocks under the power cap than back-to-back ones do: bench/NOTES.md, session twenty);
+the graph timing keeps the load of our bursts without counting host time. FLOPs by
+FlashAttention's convention: forward 4 B NH T^2 HS / 2 (causal), backward 2.5x, both 3.5x.
 
 With --ours CSV (written by gpt2-attention-bench in the same run on the same device) it prints one
 table of TFLOP/s with the ratios ours / FlashAttention-2 and ours / cuDNN, and writes it as
@@ -29,12 +29,15 @@ the passes, tools/bench_csv_median.py; --passes N says so in the table's title).
 only: the trainer never imports PyTorch.
 """
 import argparse
+import collections
 import csv
 import datetime
+import itertools
 import math
 import os
 import statistics
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -72,31 +75,64 @@ def kernel_ms(run):
     return sum(device_us) / 1e3
 
 
-def median_time(measure, fn, warmup, repeats, burst, prepare=None):
-    """Median over repeats of measure(burst calls fn(i) back to back) / burst, after warmup
-    unmeasured bursts; prepare(i), if given, runs unmeasured for each call of a burst before
-    it. i counts every call, so the input sets rotate."""
-    times = []
-    for r in range(warmup + repeats):
-        calls = range(r * burst, (r + 1) * burst)
+# How a timing runs: `warmup` unmeasured bursts, then more back to back until warmup_ms
+# milliseconds of them have run (0: none), then `repeats` measured bursts of `burst` calls; as
+# gpt2-attention-bench's --warmup, --warmup-ms, --repeats, --burst (bench/gpu_timing.h says
+# why a warm-up by time: the power cap's controller lags an idle gap by tens of milliseconds).
+Plan = collections.namedtuple("Plan", "warmup warmup_ms repeats burst")
+
+
+def warm_up(run, ms):
+    """run() again and again until ms milliseconds have passed, one run queued ahead of the
+    one waited for, so that the GPU does not idle while Python checks the time."""
+    if ms <= 0:
+        return
+    start = time.perf_counter()
+    queued = None
+    while True:
+        run()
+        done = torch.cuda.Event()
+        done.record()
+        if queued is not None:
+            queued.synchronize()
+        queued = done
+        if (time.perf_counter() - start) * 1e3 >= ms:
+            return
+
+
+def median_time(measure, fn, plan, prepare=None):
+    """Median over plan.repeats of measure(plan.burst calls fn(i) back to back) / burst,
+    after the plan's unmeasured warm-up; prepare(i), if given, runs unmeasured for each call of
+    a burst before it. i counts every call, so the input sets rotate."""
+    bursts = itertools.count()
+
+    def next_burst():
+        """The next burst's calls, each prepared."""
+        r = next(bursts)
+        calls = range(r * plan.burst, (r + 1) * plan.burst)
         if prepare:
             for i in calls:
                 prepare(i)
+        return calls
 
-        def run():
-            for i in calls:
-                fn(i)
+    def run(calls):
+        for i in calls:
+            fn(i)
 
-        if r < warmup:
-            run()
-        else:
-            times.append(measure(run) / burst)
+    for _ in range(plan.warmup):
+        run(next_burst())
+    warm_up(lambda: run(next_burst()), plan.warmup_ms)
+    times = []
+    for _ in range(plan.repeats):
+        calls = next_burst()
+        times.append(measure(lambda: run(calls)) / plan.burst)
     return statistics.median(times)
 
 
-def graph_median_ms(burst_calls, warmup, repeats, burst, stream):
-    """Median over repeats of one replay of a CUDA graph of burst_calls() (burst calls), timed
-    with CUDA events, per call, after warmup replays. burst_calls runs twice on `stream` before
+def graph_median_ms(burst_calls, plan, stream):
+    """Median over plan.repeats of one replay of a CUDA graph of burst_calls() (plan.burst
+    calls), timed with CUDA events, per call, after plan.warmup replays and more for
+    plan.warmup_ms. burst_calls runs twice on `stream` before
     the capture (autograd's and the backends' lazy set-up stays out of the graph), and is
     captured on it: a backward runs on its forward's stream, so forwards made outside the graph
     must have been made on `stream` for their backward to be captured."""
@@ -108,9 +144,10 @@ def graph_median_ms(burst_calls, warmup, repeats, burst, stream):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
         burst_calls()
-    for _ in range(warmup):
+    for _ in range(plan.warmup):
         graph.replay()
-    times = [event_ms(graph.replay) / burst for _ in range(repeats)]
+    warm_up(graph.replay, plan.warmup_ms)
+    times = [event_ms(graph.replay) / plan.burst for _ in range(plan.repeats)]
     del graph
     return statistics.median(times)
 
@@ -125,7 +162,7 @@ def make_inputs(layout, B, T, NH, HS):
     return leaves, lambda: leaves
 
 
-def time_backend(backend, layout, B, T, NH, HS, sets, warmup, repeats, burst, timing):
+def time_backend(backend, layout, B, T, NH, HS, sets, plan, timing):
     inputs = [make_inputs(layout, B, T, NH, HS) for _ in range(sets)]
     douts = [torch.randn(B, NH, T, HS, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
 
@@ -147,12 +184,11 @@ def time_backend(backend, layout, B, T, NH, HS, sets, warmup, repeats, burst, ti
         attend(i).backward(douts[i % sets])
 
     if timing == "graph":
-        fwd, bwd, both = graph_times(inputs, douts, sets, attend, forward, warmup, repeats,
-                                     burst)
+        fwd, bwd, both = graph_times(inputs, douts, sets, attend, forward, plan)
     else:
         measure = kernel_ms if timing == "kernels" else event_ms
-        fwd = median_time(measure, forward, warmup, repeats, burst)
-        both = median_time(measure, forward_backward, warmup, repeats, burst)
+        fwd = median_time(measure, forward, plan)
+        both = median_time(measure, forward_backward, plan)
         # Backward alone: the forwards (and their autograd graphs) of a burst run unmeasured
         # before it; clearing .grad is host work only.
         outs = []
@@ -161,35 +197,34 @@ def time_backend(backend, layout, B, T, NH, HS, sets, warmup, repeats, burst, ti
             clear_grads(i)
             outs.pop(0).backward(douts[i % sets])
 
-        bwd = median_time(measure, backward, warmup, repeats, burst,
-                          prepare=lambda i: outs.append(attend(i)))
+        bwd = median_time(measure, backward, plan, prepare=lambda i: outs.append(attend(i)))
     del inputs, douts
     torch.cuda.empty_cache()
     return fwd, bwd, both
 
 
-def graph_times(inputs, douts, sets, attend, forward, warmup, repeats, burst):
+def graph_times(inputs, douts, sets, attend, forward, plan):
     """time_backend's three timings with --timing graph: bursts of calls 0 .. burst - 1 (the
     input sets rotating as in the other timings) as CUDA graphs, all on one side stream. The
     gradients come from torch.autograd.grad (new tensors from the graph's pool) rather than
     .grad; the backward's forwards run once before its capture, their graphs kept
     (retain_graph) for every replay."""
-    calls = range(burst)
+    calls = range(plan.burst)
     stream = torch.cuda.Stream()
 
     def leaves(i):
         return inputs[i % sets][0]
 
-    fwd = graph_median_ms(lambda: [forward(i) for i in calls], warmup, repeats, burst, stream)
+    fwd = graph_median_ms(lambda: [forward(i) for i in calls], plan, stream)
     both = graph_median_ms(
         lambda: [torch.autograd.grad(attend(i), leaves(i), douts[i % sets]) for i in calls],
-        warmup, repeats, burst, stream)
+        plan, stream)
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         outs = [attend(i) for i in calls]
     bwd = graph_median_ms(
         lambda: [torch.autograd.grad(outs[i], leaves(i), douts[i % sets], retain_graph=True)
-                 for i in calls], warmup, repeats, burst, stream)
+                 for i in calls], plan, stream)
     return fwd, bwd, both
 
 
@@ -200,6 +235,9 @@ def main():
     parser.add_argument("--heads", type=int, default=12)
     parser.add_argument("--head-sizes", default="64,128")
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--warmup-ms", type=float, default=0,
+                        help="then unmeasured bursts until this many ms of them have run (as "
+                        "gpt2-attention-bench's: ~1000 times the sustained load)")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--burst", type=int, default=4,
                         help="calls per measured run, back to back (as gpt2-attention-bench)")
@@ -222,6 +260,9 @@ def main():
     args = parser.parse_args()
     if args.repeats < 1 or args.burst < 1 or args.warmup < 0:
         sys.exit("pytorch_attention.py: need --repeats >= 1, --burst >= 1, --warmup >= 0")
+    if not 0 <= args.warmup_ms <= 600000:  # NaN fails too
+        sys.exit(f"pytorch_attention.py: --warmup-ms takes 0 to 600000 (got {args.warmup_ms})")
+    plan = Plan(args.warmup, args.warmup_ms, args.repeats, args.burst)
     if args.ours and not os.path.isfile(args.ours):
         sys.exit(f"pytorch_attention.py: --ours {args.ours}: no such file (run "
                  "gpt2-attention-bench first, or leave --ours out)")
@@ -249,7 +290,7 @@ def main():
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     print(f"PyTorch {torch.__version__} SDPA on {device}: bf16, causal, NH={args.heads}, "
           f"layout {args.layout}, {args.timing} timing, median of {args.repeats} after "
-          f"{args.warmup}")
+          f"{args.warmup}" + (f" + {args.warmup_ms:.0f} ms" if args.warmup_ms > 0 else ""))
     rows = []
     for HS in (int(x) for x in args.head_sizes.split(",")):
         for T in (int(x) for x in args.seq_lens.split(",")):
@@ -261,8 +302,7 @@ def main():
             for name, backend in (backends[::-1] if args.reverse_backends else backends):
                 try:
                     fwd, bwd, both = time_backend(backend, args.layout, B, T, args.heads, HS,
-                                                  sets, args.warmup, args.repeats, args.burst,
-                                                  args.timing)
+                                                  sets, plan, args.timing)
                 except RuntimeError as error:  # backend refuses the shape, or out of memory
                     print(f"{HS:4d} {T:6d} {B:3d} {name:<12} failed: {str(error).splitlines()[0]}")
                     torch.cuda.empty_cache()

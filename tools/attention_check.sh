@@ -11,19 +11,21 @@
 #   KERNELS=flash-hopper,flash-hopper-det tools/attention_check.sh   # fewer kernels, faster
 #
 # Environment: BUILD_DIR (build-gpu), OUT_DIR (out/attention-check), CUDA_ARCH (90a), SEQ_LENS,
-# HEAD_SIZES (64,128), REPEATS (10), KERNELS (gpt2-attention-bench --kernels; unset: every
-# kernel that runs, which takes minutes at 32K-64K), TORCH_LAYOUTS (gpt2,separate: PyTorch's
-# q/k/v as views of GPT-2's qkv, as our kernels read it, and as contiguous tensors, its kernels'
-# best case), TORCH_TIMINGS (kernels: bench/pytorch_attention.py's --timing, a comma list; each
-# timing but kernels adds _TIMING to the file names: graph times PyTorch's bursts as CUDA graph
-# replays, back to back as ours),
+# HEAD_SIZES (64,128), REPEATS (10), WARMUP_MS (0: both benchmarks' --warmup-ms, untimed calls for
+# that long before each timing, so that it times the sustained load at the power cap's clock
+# rather than the boost after a pause; bench/gpu_timing.h), KERNELS (gpt2-attention-bench
+# --kernels; unset: every kernel that runs, which takes minutes at 32K-64K), TORCH_LAYOUTS
+# (gpt2,separate: PyTorch's q/k/v as views of GPT-2's qkv, as our kernels read it, and as
+# contiguous tensors, its kernels' best case), TORCH_TIMINGS (kernels:
+# bench/pytorch_attention.py's --timing, a comma list; each timing but kernels adds _TIMING to the
+# file names: graph times PyTorch's bursts as CUDA graph replays, back to back as ours),
 # TEST_FILTER (attention and Hopper tests), SANITIZE (unset: none; 1: memcheck, racecheck and
-# synccheck on the small attention tests), PASSES (1: ours then PyTorch once; N: N such passes
-# in turn, each pass's files named _pN, and the tables made from the medians of the passes,
-# tools/bench_csv_median.py; the even passes run PyTorch first, its backends and our KERNELS
-# in reverse order, since under the power cap whatever runs later meets a GPU that has drawn
-# the cap for longer, and the medians then hold each order once). The benchmarks log SM clock
-# and power (OUT_DIR/clocks.csv, summarized per program and pass by tools/clock_summary.py).
+# synccheck on the small attention tests), PASSES (1: ours then PyTorch once; N: N such passes in
+# turn, each pass's files named _pN, and the tables made from the medians of the passes,
+# tools/bench_csv_median.py; the even passes run PyTorch first, its backends and our KERNELS in
+# reverse order, since under the power cap whatever runs later meets a GPU that has drawn the cap
+# for longer, and the medians then hold each order once). The benchmarks log SM clock and power
+# (OUT_DIR/clocks.csv, summarized per program and pass by tools/clock_summary.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,6 +35,10 @@ CUDA_ARCH=${CUDA_ARCH:-90a}
 SEQ_LENS=${SEQ_LENS:-512,1024,2048,4096,8192,16384,32768,65536}
 HEAD_SIZES=${HEAD_SIZES:-64,128}
 REPEATS=${REPEATS:-10}
+WARMUP_MS=${WARMUP_MS:-0}
+case "$WARMUP_MS" in
+  ''|*[!0-9]*) echo "attention_check: WARMUP_MS must be a whole number of ms" >&2; exit 2 ;;
+esac
 TORCH_LAYOUTS=${TORCH_LAYOUTS:-gpt2,separate}
 TORCH_TIMINGS=${TORCH_TIMINGS:-kernels}
 TEST_FILTER=${TEST_FILTER:-*Attention*:*Hopper*:*CudaModelStep*}
@@ -126,7 +132,8 @@ if [ -z "${SKIP_BENCH:-}" ]; then
   run_ours() {
     mark "ours$1" start
     timeout 900 "$BUILD_DIR/gpt2-attention-bench" --seq-lens "$SEQ_LENS" \
-      --head-sizes "$HEAD_SIZES" --repeats "$REPEATS" ${2:+--kernels "$2"} \
+      --head-sizes "$HEAD_SIZES" --repeats "$REPEATS" --warmup-ms "$WARMUP_MS" \
+      ${2:+--kernels "$2"} \
       --csv "$OUT_DIR/attention_bench$1.csv" >"$OUT_DIR/attention_bench$1.log" 2>&1 || failed=1
     mark "ours$1" end
     cat "$OUT_DIR/attention_bench$1.log"
@@ -138,7 +145,8 @@ if [ -z "${SKIP_BENCH:-}" ]; then
         suffix=$(torch_suffix "$layout" "$timing")
         mark "pytorch$suffix$1" start
         PYTHONUNBUFFERED=1 timeout 900 python3 bench/pytorch_attention.py --seq-lens "$SEQ_LENS" \
-          --head-sizes "$HEAD_SIZES" --repeats "$REPEATS" --layout "$layout" --timing "$timing" \
+          --head-sizes "$HEAD_SIZES" --repeats "$REPEATS" --warmup-ms "$WARMUP_MS" \
+          --layout "$layout" --timing "$timing" \
           ${2:+--reverse-backends} --csv "$OUT_DIR/pytorch_attention$suffix$1.csv" \
           >"$OUT_DIR/pytorch_attention$suffix$1.log" 2>&1 || failed=1
         mark "pytorch$suffix$1" end

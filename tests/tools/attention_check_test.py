@@ -2,8 +2,9 @@
 """tools/attention_check.sh's benchmark flow with stand-ins for cmake, nvidia-smi, the
 benchmark and PyTorch's script: one pass runs ours, then PyTorch (each layout and timing); with
 two passes the second runs PyTorch first (its backends reversed) and our kernels in reverse
-order, every pass gets its comparison tables, and the medians of the passes get theirs. Exits 0
-when every check holds."""
+order, every pass gets its comparison tables, and the medians of the passes get theirs;
+WARMUP_MS reaches both programs as --warmup-ms, and a bad one exits 2. Exits 0 when every check
+holds."""
 import os
 import subprocess
 import sys
@@ -33,6 +34,7 @@ with tempfile.TemporaryDirectory() as tmp:
     fake_bin = os.path.join(tmp, "bin")
     os.makedirs(fake_bin)
     order = os.path.join(tmp, "order.txt")
+    warmups = os.path.join(tmp, "warmups.txt")  # each timing program's --warmup-ms
     # The benchmark: logs its kernels, writes one row per kernel.
     bench = os.path.join(fake_bin, "fake_bench.py")
     write(bench, f"""import sys
@@ -40,6 +42,8 @@ args = sys.argv[1:]
 kernels = args[args.index("--kernels") + 1] if "--kernels" in args else "all"
 with open({order!r}, "a") as f:
     f.write("ours " + kernels + "\\n")
+with open({warmups!r}, "a") as f:
+    f.write("ours " + args[args.index("--warmup-ms") + 1] + "\\n")
 with open(args[args.index("--csv") + 1], "w") as f:
     f.write({OURS_HEADER!r})
     for k in (kernels.split(",") if kernels != "all" else ["racing"]):
@@ -60,6 +64,8 @@ with open({order!r}, "a") as f:
     else:
         f.write("pytorch " + value("--layout") + " " + value("--timing") +
                 (" reversed" if "--reverse-backends" in args else "") + "\\n")
+        with open({warmups!r}, "a") as w:
+            w.write("pytorch " + value("--warmup-ms") + "\\n")
         with open(value("--csv"), "w") as out:
             out.write({TORCH_HEADER!r})
             for k in ("torch-fa2", "torch-cudnn"):
@@ -78,22 +84,31 @@ chmod +x "$2/gpt2-attention-bench"
     write(os.path.join(fake_bin, "nvidia-smi"), "#!/usr/bin/env bash\necho 'GPU A'\n",
           executable=True)
 
-    def run(passes):
+    def run(passes, warmup_ms=None, expect_status=0):
         out_dir = os.path.join(tmp, f"out{passes}")
-        if os.path.exists(order):
-            os.remove(order)
+        for log in (order, warmups):
+            if os.path.exists(log):
+                os.remove(log)
         env = {**os.environ, "PATH": fake_bin + os.pathsep + os.environ["PATH"],
                "BUILD_DIR": os.path.join(tmp, "build"), "OUT_DIR": out_dir, "SKIP_TESTS": "1",
                "PASSES": str(passes), "KERNELS": "flash-hopper,flash-hopper-det",
                "TORCH_LAYOUTS": "separate", "TORCH_TIMINGS": "kernels,graph",
                "SEQ_LENS": "1024", "HEAD_SIZES": "64"}
+        if warmup_ms is not None:
+            env["WARMUP_MS"] = warmup_ms
         result = subprocess.run(["bash", SCRIPT], capture_output=True, text=True, cwd=ROOT,
                                 env=env)
-        check(result.returncode == 0,
-              f"PASSES={passes}: exit {result.returncode}: {result.stdout[-400:]} "
-              f"{result.stderr[-400:]}")
+        check(result.returncode == expect_status,
+              f"PASSES={passes} WARMUP_MS={warmup_ms}: exit {result.returncode}: "
+              f"{result.stdout[-400:]} {result.stderr[-400:]}")
+        if expect_status != 0:
+            return result.stderr, []
         with open(order) as f:
             return out_dir, [line.strip() for line in f]
+
+    def warmups_run():
+        with open(warmups) as f:
+            return [line.strip() for line in f]
 
     out_dir, runs = run(1)
     check(runs == ["ours flash-hopper,flash-hopper-det", "pytorch separate kernels",
@@ -103,6 +118,15 @@ chmod +x "$2/gpt2-attention-bench"
           f"one pass: {runs}")
     for name in ("attention_vs_pytorch_separate.md", "attention_vs_pytorch_separate_graph.md"):
         check(os.path.isfile(os.path.join(out_dir, name)), f"one pass: {name}")
+    check(warmups_run() == ["ours 0", "pytorch 0", "pytorch 0"],
+          f"no WARMUP_MS: --warmup-ms 0 everywhere: {warmups_run()}")
+
+    run(1, warmup_ms="750")
+    check(warmups_run() == ["ours 750", "pytorch 750", "pytorch 750"],
+          f"WARMUP_MS=750 reaches both programs: {warmups_run()}")
+    for bad in ("1.5", "-3", "soon"):
+        stderr, _ = run(1, warmup_ms=bad, expect_status=2)
+        check("WARMUP_MS must be a whole number" in stderr, f"WARMUP_MS={bad}: {stderr}")
 
     out_dir, runs = run(2)
     check(runs[:5] == ["ours flash-hopper,flash-hopper-det", "pytorch separate kernels",

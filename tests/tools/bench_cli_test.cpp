@@ -61,6 +61,11 @@ TEST_F(AttentionBenchCli, BadValuesExitTwoBeforeTheDevice) {
   expect_usage_error(bench_, {"--head-sizes", "96"}, "--head-sizes");
   expect_usage_error(bench_, {"--seq-lens", "1024,x"}, "seq-lens");
   expect_usage_error(bench_, {"--repeats", "0"}, "--repeats");
+  expect_usage_error(bench_, {"--burst", "0"}, "--burst must be >= 1");
+  expect_usage_error(bench_, {"--warmup", "-1"}, "--warmup must be >= 0");
+  expect_usage_error(bench_, {"--warmup-ms", "-5"}, "--warmup-ms takes 0 to 600000");
+  expect_usage_error(bench_, {"--warmup-ms", "nan"}, "'nan' failed to parse");
+  expect_usage_error(bench_, {"--warmup-ms", "1e9"}, "--warmup-ms takes 0 to 600000");
   expect_usage_error(bench_, {"--measure", "fwd,grad"}, "--measure");
   expect_usage_error(bench_, {"--measure", ""}, "--measure names nothing");
   expect_usage_error(bench_, {"--remeasure", "0"}, "--remeasure takes 1 to 100");
@@ -78,6 +83,7 @@ TEST(GemmBenchCli, BadValuesExitTwoBeforeTheDevice) {
   expect_usage_error(bench, {"--widths", "768,x"}, "--widths");
   expect_usage_error(bench, {"--tokens", "100"}, "--tokens");
   expect_usage_error(bench, {"--repeats", "0"}, "--repeats");
+  expect_usage_error(bench, {"--warmup-ms", "-1"}, "--warmup-ms takes 0 to 600000");
   expect_usage_error(bench, {"--frobnicate"},
                      "gpt2-gemm-bench: error: unknown option '--frobnicate'");
 }
