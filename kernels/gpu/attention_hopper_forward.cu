@@ -845,8 +845,14 @@ bool attention_hopper_compiled() {
 
 // Head size 64: 64-row blocks with a producer at every T (persistent up to 1K, which beats the
 // producer-less shape there by 3-7% at T = 256-512); head size 128: 128-row blocks
-// (bench/NOTES.md: forward block shapes, and session sixteen).
+// (bench/NOTES.md: forward block shapes, and session sixteen). GPT2_HOPPER_FORWARD_ROWS = 64 or
+// 128 picks that shape with a producer at every head size instead (read once; 0 or unset: by
+// head size), so that the shapes can be A/B'd where the shape is not asked for, as in training.
 HopperForwardShape attention_hopper_forward_shape(int /*T*/, int head_size) {
+  static const int rows = attention_hopper_env_knob("GPT2_HOPPER_FORWARD_ROWS", 0);
+  GPT2_CHECK(rows == 0 || rows == 64 || rows == 128,
+             "GPT2_HOPPER_FORWARD_ROWS takes 64 or 128 (got ", rows, ")");
+  if (rows != 0) return rows == 64 ? HopperForwardShape::kRows64 : HopperForwardShape::kRows128;
   return head_size == 64 ? HopperForwardShape::kRows64 : HopperForwardShape::kRows128;
 }
 
