@@ -330,7 +330,11 @@ def compare(args, torch_rows, device):
     kernels = sorted({r["kernel"] for r in ours if r["kernel"] != "naive"})
     lines = [f"Attention kernels, TFLOP/s (forward / backward / forward+backward), causal, bf16, "
              f"NH={args.heads}, B·T={args.tokens}, PyTorch's q/k/v layout: {args.layout}, "
-             f"{args.timing} timing; {device}, "
+             f"{args.timing} timing, "
+             + (f"each timing after {args.warmup_ms:.0f} ms of untimed calls (sustained: the "
+                "power cap's clock)" if args.warmup_ms > 0 else
+                "each timing after a few untimed calls (short: mostly the boost clock)")
+             + f"; {device}, "
              f"{datetime.date.today().isoformat()}, "
              f"{'one run' if args.passes == 1 else f'the median of {args.passes} passes'} "
              f"(ours and PyTorch {torch.__version__} in the same device call).", ""]

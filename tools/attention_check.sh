@@ -160,7 +160,7 @@ if [ -z "${SKIP_BENCH:-}" ]; then
       for timing in ${TORCH_TIMINGS//,/ }; do
         suffix=$(torch_suffix "$layout" "$timing")
         python3 bench/pytorch_attention.py --compare "$OUT_DIR/pytorch_attention$suffix$1.csv" \
-          --ours "$OUT_DIR/attention_bench$1.csv" ${2:+--passes "$2"} \
+          --ours "$OUT_DIR/attention_bench$1.csv" ${2:+--passes "$2"} --warmup-ms "$WARMUP_MS" \
           --markdown "$OUT_DIR/attention_vs_pytorch$suffix$1.md" || failed=1
       done
     done
