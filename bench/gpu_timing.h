@@ -36,7 +36,7 @@ struct Buffer {
 /// back to back until that many milliseconds of them have run; then `repeats` event-timed runs
 /// of `burst` calls. Why the time: under the power cap the first tens of milliseconds after an
 /// idle gap run at boost clock while the cap's controller catches up, and a timing of 40 calls
-/// fits inside that (the racing backward at head size 128, 8K: 555-583 TFLOP/s timed after the
+/// fits inside that (the racing backward at head size 128, 8K: 553-583 TFLOP/s timed after the
 /// bench's set-up pause, 511-543 when timed again at once, session twenty-four). A warm-up of
 /// about a second times the sustained load that training gives the kernels.
 struct TimingPlan {
